@@ -1,0 +1,55 @@
+// Command hadar is hadar's command-line tool: the trace-driven simulator
+// today, the sidecar and helpers as they land.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: hadar <command> [flags]
+
+commands:
+  sim      replay a trace (or synthetic jobs) through several policies and compare them
+  policies list the policies hadar sim knows
+
+Run 'hadar <command> -h' for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "sim":
+		err = runSim(ctx, args[1:], stdout, stderr)
+	case "policies":
+		err = runPolicies(stdout)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "hadar: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err != nil {
+		if err == errUsage {
+			return 2
+		}
+		fmt.Fprintf(stderr, "hadar %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}

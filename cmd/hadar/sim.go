@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/hadar-sched/hadar/internal/report"
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/profile"
+	"github.com/hadar-sched/hadar/planner/registry"
+	"github.com/hadar-sched/hadar/planner/sim"
+	"github.com/hadar-sched/hadar/planner/speed"
+	"github.com/hadar-sched/hadar/planner/trace"
+)
+
+var errUsage = errors.New("usage")
+
+func runPolicies(w io.Writer) error {
+	for _, n := range registry.Names() {
+		fmt.Fprintln(w, n)
+	}
+	return nil
+}
+
+type simFlags struct {
+	trace       string
+	synthetic   int
+	rate        float64
+	cluster     string
+	policies    string
+	throughputs string
+	round       time.Duration
+	restart     time.Duration
+	gpusPerNode int
+	seed        int64
+	format      string
+	out         string
+	fidelity    string
+	prices      string
+	reference   string
+	parallel    int
+}
+
+func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var f simFlags
+	fs := flag.NewFlagSet("hadar sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.trace, "trace", "", "trace file: Gavel's 10-column .trace or hadar's CSV (docs/formats.md)")
+	fs.IntVar(&f.synthetic, "synthetic", 0, "generate this many Gavel-style jobs instead of reading --trace")
+	fs.Float64Var(&f.rate, "rate", 0, "with --synthetic: Poisson arrivals per hour (0 = all jobs at t=0)")
+	fs.StringVar(&f.cluster, "cluster", "v100=36,p100=36,k80=36", "GPUs per type, TYPE=COUNT,...")
+	fs.StringVar(&f.policies, "policies", "fifo,gavel-maxmin,gavel-makespan", "comma-separated policies (hadar policies lists them)")
+	fs.StringVar(&f.throughputs, "throughputs", "", "throughput profile (Gavel JSON or hadar's format); default: Gavel's simulation throughputs")
+	fs.DurationVar(&f.round, "round", 360*time.Second, "round length")
+	fs.DurationVar(&f.restart, "restart-cost", 20*time.Second, "progress lost each time a job starts on new GPUs (improved fidelity only)")
+	fs.IntVar(&f.gpusPerNode, "gpus-per-node", 4, "GPUs per server")
+	fs.Int64Var(&f.seed, "seed", 1, "seed for synthetic jobs")
+	fs.StringVar(&f.format, "format", "table", "output: table, json or csv")
+	fs.StringVar(&f.out, "out", "", "directory for per-job CSVs and plots (SVG)")
+	fs.StringVar(&f.fidelity, "fidelity", "improved", "improved, or gavel to reproduce Gavel's simulator")
+	fs.StringVar(&f.prices, "prices", "", "price per GPU-hour, TYPE=DOLLARS,... (default: Gavel's GCP prices for v100, p100, k80)")
+	fs.StringVar(&f.reference, "reference", "v100", "with --synthetic: GPU type whose throughput turns durations into steps")
+	fs.IntVar(&f.parallel, "parallel", 0, "policies simulated at once (default: number of CPUs)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: all inputs are flags", fs.Arg(0))
+	}
+	switch f.format {
+	case "table", "json", "csv":
+	default:
+		return fmt.Errorf("--format %q: want table, json or csv", f.format)
+	}
+	fid, err := sim.ParseFidelity(f.fidelity)
+	if err != nil {
+		return fmt.Errorf("--fidelity: %w", err)
+	}
+	if f.round <= 0 {
+		return fmt.Errorf("--round %v: want a positive duration such as 360s", f.round)
+	}
+	cluster, err := planner.ParseClusterSpec(f.cluster, f.gpusPerNode)
+	if err != nil {
+		return fmt.Errorf("--cluster: %w", err)
+	}
+	prof := profile.Default()
+	if f.throughputs != "" {
+		if prof, err = profile.Load(f.throughputs); err != nil {
+			return fmt.Errorf("--throughputs: %w", err)
+		}
+	}
+	var jobs []planner.Job
+	switch {
+	case f.trace != "" && f.synthetic > 0:
+		return fmt.Errorf("give either --trace or --synthetic, not both")
+	case f.trace != "":
+		if jobs, err = trace.Load(f.trace); err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+	case f.synthetic > 0:
+		jobs, err = trace.Synthesize(trace.SynthConfig{Jobs: f.synthetic, RatePerHour: f.rate, Seed: f.seed, Profile: prof, Reference: planner.GPUType(f.reference)})
+		if err != nil {
+			return fmt.Errorf("--synthetic: %w", err)
+		}
+	default:
+		return fmt.Errorf("no jobs: give --trace FILE or --synthetic N")
+	}
+	if err := prof.Check(jobs, cluster.Types()); err != nil {
+		return fmt.Errorf("trace against profile: %w", err)
+	}
+	prices, err := parsePrices(f.prices)
+	if err != nil {
+		return err
+	}
+	names := splitList(f.policies)
+	if len(names) == 0 {
+		return fmt.Errorf("--policies is empty: want one or more of %s", strings.Join(registry.Names(), ", "))
+	}
+	opts := registry.Options{Types: cluster.Types(), PricePerHour: prices, GavelFidelity: fid == sim.Gavel}
+	// Build every scheduler first: a typo fails before any simulation runs.
+	for _, n := range names {
+		if _, err := registry.New(n, opts); err != nil {
+			return fmt.Errorf("--policies: %w", err)
+		}
+	}
+	prog := newProgress(stderr, names)
+	results := make([]sim.Result, len(names))
+	errs := make([]error, len(names))
+	par := f.parallel
+	if par <= 0 {
+		par = max(1, numCPU())
+	}
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			sched, err := registry.New(n, opts)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			cfg := sim.Config{
+				Cluster: cluster, Jobs: jobs, Speed: speed.Model{Profile: prof},
+				Round: f.round.Seconds(), RestartCost: f.restart.Seconds(), Fidelity: fid,
+				Progress: func(now float64, done, total int) { prog.update(i, now, done, total) },
+			}
+			results[i], errs[i] = sim.Run(ctx, cfg, sched)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("policy %s: %w", n, errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	prog.finish()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	switch f.format {
+	case "json":
+		err = report.WriteJSON(stdout, results)
+	case "csv":
+		err = report.WriteCSV(stdout, results)
+	default:
+		fmt.Fprintf(stdout, "%d jobs on %s (%d GPUs), round %v, fidelity %s\n\n", len(jobs), f.cluster, cluster.TotalGPUs(), f.round, fid)
+		err = report.WriteTable(stdout, results)
+	}
+	if err != nil {
+		return err
+	}
+	if f.out != "" {
+		files, err := report.WriteDir(f.out, results)
+		if err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+		fmt.Fprintf(stderr, "wrote %d files to %s\n", len(files), f.out)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func parsePrices(s string) (map[planner.GPUType]float64, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := registry.DefaultPrices()
+	for _, p := range splitList(s) {
+		name, val, ok := strings.Cut(p, "=")
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if !ok || err != nil || !(v > 0) {
+			return nil, fmt.Errorf("--prices entry %q: want TYPE=DOLLARS_PER_GPU_HOUR with a positive number", p)
+		}
+		out[planner.GPUType(strings.ToLower(strings.TrimSpace(name)))] = v
+	}
+	return out, nil
+}
+
+// progress prints one status line for all running simulations, only when
+// stderr is a terminal.
+type progress struct {
+	mu    sync.Mutex
+	w     io.Writer
+	tty   bool
+	names []string
+	state []string
+	last  time.Time
+}
+
+func newProgress(w io.Writer, names []string) *progress {
+	p := &progress{w: w, names: names, state: make([]string, len(names))}
+	if fh, ok := w.(*os.File); ok {
+		p.tty = term.IsTerminal(int(fh.Fd()))
+	}
+	return p
+}
+
+func (p *progress) update(i int, now float64, done, total int) {
+	if !p.tty {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.state[i] = fmt.Sprintf("%s %d/%d @%.0fh", p.names[i], done, total, now/3600)
+	if time.Since(p.last) < 200*time.Millisecond {
+		return
+	}
+	p.last = time.Now()
+	var parts []string
+	for _, s := range p.state {
+		if s != "" {
+			parts = append(parts, s)
+		}
+	}
+	line := strings.Join(parts, " | ")
+	if width, _, err := term.GetSize(int(p.w.(*os.File).Fd())); err == nil && width > 4 && len(line) > width-1 {
+		line = line[:width-4] + "..."
+	}
+	fmt.Fprintf(p.w, "\r\033[K%s", line)
+}
+
+func (p *progress) finish() {
+	if p.tty {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}

@@ -1,0 +1,93 @@
+// Package registry maps scheduler names (as given to `hadar sim
+// --policies` and the sidecar's config) to round.Schedulers.
+package registry
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/policy"
+	"github.com/hadar-sched/hadar/planner/round"
+)
+
+// Options shared by every scheduler built here.
+type Options struct {
+	// Types is the cluster's GPU types in the order the round.View uses.
+	Types []planner.GPUType
+	// PricePerHour of one GPU of each type, for cost-aware policies; nil
+	// means the defaults of DefaultPrices where known.
+	PricePerHour map[planner.GPUType]float64
+	// GavelFidelity reproduces Gavel's simulator: allocation recomputed at
+	// most every ResetInterval seconds and no work-conserving backfill.
+	GavelFidelity bool
+	// ResetInterval for Gavel fidelity (default 1920 s).
+	ResetInterval float64
+}
+
+// DefaultPrices returns the on-demand GCP prices per GPU-hour Gavel used.
+func DefaultPrices() map[planner.GPUType]float64 {
+	return map[planner.GPUType]float64{"v100": 0.74, "p100": 0.43, "k80": 0.135}
+}
+
+type constructor func(o Options) (round.Scheduler, error)
+
+// extra lists the schedulers beside Gavel's policies.
+func extra() map[string]constructor {
+	return map[string]constructor{}
+}
+
+// Names lists every scheduler name.
+func Names() []string {
+	names := policy.Names()
+	for n := range extra() {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// New builds the scheduler of the given name.
+func New(name string, o Options) (round.Scheduler, error) {
+	name = strings.ToLower(strings.TrimSpace(name))
+	if c, ok := extra()[name]; ok {
+		return c(o)
+	}
+	p, err := policy.New(name)
+	if err != nil {
+		return nil, fmt.Errorf("unknown policy %q: want one of %s", name, strings.Join(Names(), ", "))
+	}
+	s := &round.PolicyScheduler{Policy: p, Backfill: !o.GavelFidelity}
+	if o.GavelFidelity {
+		s.ResetInterval = o.ResetInterval
+		if s.ResetInterval <= 0 {
+			s.ResetInterval = 1920
+		}
+	}
+	if name == "gavel-cost" {
+		prices, err := Prices(o)
+		if err != nil {
+			return nil, err
+		}
+		s.PricePerHour = prices
+	}
+	return s, nil
+}
+
+// Prices orders o.PricePerHour (or the defaults) by o.Types.
+func Prices(o Options) ([]float64, error) {
+	src := o.PricePerHour
+	if src == nil {
+		src = DefaultPrices()
+	}
+	out := make([]float64, len(o.Types))
+	for j, t := range o.Types {
+		p, ok := src[t]
+		if !ok || !(p > 0) {
+			return nil, fmt.Errorf("no price per GPU-hour for GPU type %q: give one with --prices %s=DOLLARS", t, t)
+		}
+		out[j] = p
+	}
+	return out, nil
+}

@@ -1,0 +1,135 @@
+// Package round is the round mechanism shared by the simulator and the
+// sidecar: it turns a policy's time fractions into concrete placements for
+// one round (priorities from allocation versus time received, lease
+// extension, placement onto as few servers as possible).
+package round
+
+import (
+	"sort"
+
+	"github.com/hadar-sched/hadar/planner"
+)
+
+// Pool tracks the free GPUs of every node and type during one round's
+// placement.
+type Pool struct {
+	nodes []string
+	rack  map[string]string
+	free  map[string]map[planner.GPUType]int
+}
+
+// NewPool returns a pool with every GPU of the cluster free.
+func NewPool(c planner.Cluster) *Pool {
+	p := &Pool{rack: map[string]string{}, free: map[string]map[planner.GPUType]int{}}
+	for _, n := range c.Nodes {
+		p.nodes = append(p.nodes, n.ID)
+		p.rack[n.ID] = n.Rack
+		m := map[planner.GPUType]int{}
+		for t, k := range n.GPUs {
+			m[t] = k
+		}
+		p.free[n.ID] = m
+	}
+	return p
+}
+
+// Clone returns an independent copy.
+func (p *Pool) Clone() *Pool {
+	q := &Pool{nodes: p.nodes, rack: p.rack, free: make(map[string]map[planner.GPUType]int, len(p.free))}
+	for n, m := range p.free {
+		c := make(map[planner.GPUType]int, len(m))
+		for t, k := range m {
+			c[t] = k
+		}
+		q.free[n] = c
+	}
+	return q
+}
+
+// Nodes lists node IDs in cluster order.
+func (p *Pool) Nodes() []string { return p.nodes }
+
+// Rack returns the rack of a node.
+func (p *Pool) Rack(node string) string { return p.rack[node] }
+
+// Free returns the free GPUs of type t on node.
+func (p *Pool) Free(node string, t planner.GPUType) int { return p.free[node][t] }
+
+// FreeOfType returns the free GPUs of type t in the whole pool.
+func (p *Pool) FreeOfType(t planner.GPUType) int {
+	n := 0
+	for _, m := range p.free {
+		n += m[t]
+	}
+	return n
+}
+
+// Fits reports whether every slot of u is free.
+func (p *Pool) Fits(u planner.Unit) bool {
+	need := map[string]map[planner.GPUType]int{}
+	for _, s := range u.Slots {
+		if need[s.Node] == nil {
+			need[s.Node] = map[planner.GPUType]int{}
+		}
+		need[s.Node][s.Type] += s.Count
+	}
+	for n, m := range need {
+		for t, k := range m {
+			if p.free[n][t] < k {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Take marks the unit's GPUs busy. The caller checks Fits first.
+func (p *Pool) Take(u planner.Unit) {
+	for _, s := range u.Slots {
+		p.free[s.Node][s.Type] -= s.Count
+	}
+}
+
+// Release marks the unit's GPUs free again.
+func (p *Pool) Release(u planner.Unit) {
+	for _, s := range u.Slots {
+		p.free[s.Node][s.Type] += s.Count
+	}
+}
+
+// Pack finds count GPUs of type t on as few servers as possible: the
+// best-fitting single node if one has room, else the nodes with the most
+// free GPUs first. It does not take them. ok is false when the type has
+// fewer than count free GPUs.
+func (p *Pool) Pack(t planner.GPUType, count int) (planner.Unit, bool) {
+	if count <= 0 || p.FreeOfType(t) < count {
+		return planner.Unit{}, false
+	}
+	best := ""
+	for _, n := range p.nodes {
+		f := p.free[n][t]
+		if f >= count && (best == "" || f < p.free[best][t]) {
+			best = n
+		}
+	}
+	if best != "" {
+		return planner.Unit{Slots: []planner.Slot{{Node: best, Type: t, Count: count}}}, true
+	}
+	order := append([]string(nil), p.nodes...)
+	sort.SliceStable(order, func(a, b int) bool { return p.free[order[a]][t] > p.free[order[b]][t] })
+	var u planner.Unit
+	left := count
+	for _, n := range order {
+		f := p.free[n][t]
+		if f == 0 {
+			break
+		}
+		k := min(f, left)
+		u.Slots = append(u.Slots, planner.Slot{Node: n, Type: t, Count: k})
+		left -= k
+		if left == 0 {
+			break
+		}
+	}
+	return u, true
+}

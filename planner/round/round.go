@@ -1,0 +1,289 @@
+package round
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/policy"
+)
+
+// JobView is what a scheduler sees of one active job.
+type JobView struct {
+	planner.Job
+	// Remaining steps.
+	Remaining float64
+	// Throughput is the consolidated steps/s on each type of View.Types.
+	Throughput []float64
+	// Received is the wall time the job has run on each type, in seconds.
+	Received []float64
+	// Placement is where the job ran in the last round (or runs now).
+	Placement planner.Placement
+	// Running is true mid-round for jobs that hold GPUs now.
+	Running bool
+}
+
+// View is the state a scheduler plans one round (or a mid-round fill) from.
+type View struct {
+	Now   float64
+	Round float64
+	// MidRound is true when the scheduler is asked to place waiting jobs on
+	// idle GPUs between round boundaries; running jobs must keep theirs.
+	MidRound bool
+	Types    []planner.GPUType
+	Capacity []float64
+	Cluster  planner.Cluster
+	// Pool holds the GPUs the scheduler may hand out: all of them at a
+	// round boundary, only the idle ones mid-round.
+	Pool *Pool
+	// Jobs are the active jobs in arrival order.
+	Jobs []*JobView
+}
+
+// Scheduler decides placements for one round.
+type Scheduler interface {
+	Name() string
+	// Schedule returns one placement per job of v.Jobs. Mid-round, the
+	// placements of running jobs are ignored.
+	Schedule(v *View) ([]planner.Placement, error)
+}
+
+// Age is the job's time in the system at v.Now.
+func (v *View) Age(j *JobView) float64 { return math.Max(0, v.Now-j.Arrival) }
+
+// PolicyScheduler applies an allocation policy through Gavel's round
+// mechanism.
+type PolicyScheduler struct {
+	Policy policy.Policy
+	// PricePerHour per type of the view, for the cost policy.
+	PricePerHour []float64
+	// ResetInterval is the least time between two allocation recomputes
+	// (Gavel: 1920 s; 0 = whenever the set of jobs changes). Jobs that
+	// arrive in between get no allocation until the next recompute.
+	ResetInterval float64
+	// Backfill hands GPUs the allocation left idle to jobs that can use
+	// them (work conservation).
+	Backfill bool
+
+	alloc     map[string][]float64
+	lastReset float64
+	jobSet    string
+	started   bool
+}
+
+// Name implements Scheduler.
+func (s *PolicyScheduler) Name() string { return s.Policy.Name() }
+
+func jobSetKey(jobs []*JobView) string {
+	b := make([]byte, 0, len(jobs)*8)
+	for _, j := range jobs {
+		b = append(b, j.ID...)
+		b = append(b, 0)
+	}
+	return string(b)
+}
+
+// Schedule implements Scheduler.
+func (s *PolicyScheduler) Schedule(v *View) ([]planner.Placement, error) {
+	key := jobSetKey(v.Jobs)
+	due := !s.started || v.Now-s.lastReset >= s.ResetInterval-1e-9
+	if key != s.jobSet && due {
+		in := policy.Input{Types: v.Types, Capacity: v.Capacity, PricePerHour: s.PricePerHour}
+		for _, j := range v.Jobs {
+			in.Jobs = append(in.Jobs, policy.JobState{
+				ID: j.ID, ScaleFactor: j.ScaleFactor, Weight: j.Weight, Throughput: j.Throughput,
+				TotalSteps: j.TotalSteps, Remaining: j.Remaining, Age: v.Age(j),
+			})
+		}
+		a, err := s.Policy.Allocate(in)
+		if err != nil {
+			return nil, fmt.Errorf("round at t=%.0fs: %w", v.Now, err)
+		}
+		s.alloc = make(map[string][]float64, len(v.Jobs))
+		for i, j := range v.Jobs {
+			s.alloc[j.ID] = a.X[i]
+		}
+		s.lastReset, s.jobSet, s.started = v.Now, key, true
+	}
+	x := make([][]float64, len(v.Jobs))
+	for i, j := range v.Jobs {
+		if row, ok := s.alloc[j.ID]; ok {
+			x[i] = row
+		} else {
+			x[i] = make([]float64, len(v.Types))
+		}
+	}
+	return Assign(v, x, AssignOptions{Backfill: s.Backfill, Agnostic: isAgnostic(s.Policy)}), nil
+}
+
+func isAgnostic(p policy.Policy) bool {
+	switch q := p.(type) {
+	case policy.MaxMin:
+		return q.Agnostic
+	case policy.Makespan:
+		return q.Agnostic
+	case policy.FinishTimeFairness:
+		return q.Agnostic
+	}
+	return false
+}
+
+// AssignOptions tune Assign.
+type AssignOptions struct {
+	Backfill bool
+	// Agnostic backfill ignores throughput when choosing a type.
+	Agnostic bool
+}
+
+// Assign turns time fractions x (one row per v.Jobs) into placements in
+// two passes. Choice: (job, type) pairs are taken in decreasing priority
+// x_ij / (received_ij / age_i), a never-served pair first, each job on at
+// most one type per round, while the type has GPUs left; with Backfill,
+// jobs left out then take idle GPUs of the best type with room. Placement:
+// per type, jobs keep their previous GPUs when all are still free (lease
+// extension, no restart); the others are packed onto as few servers as
+// possible, largest scale factor first, which avoids fragmenting servers.
+// Mid-round only waiting jobs are placed.
+func Assign(v *View, x [][]float64, opt AssignOptions) []planner.Placement {
+	out := make([]planner.Placement, len(v.Jobs))
+	choice := make([]int, len(v.Jobs)) // chosen type index, -1 = none
+	free := make([]int, len(v.Types))
+	for j, t := range v.Types {
+		free[j] = v.Pool.FreeOfType(t)
+	}
+	type pair struct {
+		i, j int
+		prio float64
+	}
+	var pairs []pair
+	for i, jb := range v.Jobs {
+		choice[i] = -1
+		if v.MidRound && jb.Running {
+			continue
+		}
+		age := math.Max(v.Age(jb), 1e-9)
+		for j, xij := range x[i] {
+			if xij <= 1e-9 {
+				continue
+			}
+			share := jb.Received[j] / age
+			prio := math.Inf(1)
+			if share > 0 {
+				prio = xij / share
+			}
+			pairs = append(pairs, pair{i, j, prio})
+		}
+	}
+	slices.SortFunc(pairs, func(pa, pb pair) int {
+		if pa.prio != pb.prio {
+			return cmp.Compare(pb.prio, pa.prio)
+		}
+		// Among never-served pairs, the larger share goes first.
+		if xa, xb := x[pa.i][pa.j], x[pb.i][pb.j]; xa != xb {
+			return cmp.Compare(xb, xa)
+		}
+		return cmp.Or(cmp.Compare(pa.i, pb.i), cmp.Compare(pa.j, pb.j))
+	})
+	rank := make([]int, len(v.Jobs)) // order in which jobs were chosen
+	next := 0
+	for _, p := range pairs {
+		sf := v.Jobs[p.i].ScaleFactor
+		if choice[p.i] >= 0 || free[p.j] < sf {
+			continue
+		}
+		choice[p.i], free[p.j] = p.j, free[p.j]-sf
+		rank[p.i], next = next, next+1
+	}
+	if opt.Backfill {
+		backfill(v, choice, free, rank, &next, opt.Agnostic)
+	}
+	// Placement, per type.
+	for j, t := range v.Types {
+		var chosen []int
+		for i, c := range choice {
+			if c == j {
+				chosen = append(chosen, i)
+			}
+		}
+		var rest []int
+		for _, i := range chosen {
+			if u, ok := keep(v.Pool, v.Jobs[i], t); ok {
+				out[i] = planner.Placement{Units: []planner.Unit{u}}
+			} else {
+				rest = append(rest, i)
+			}
+		}
+		sort.SliceStable(rest, func(a, b int) bool {
+			sa, sb := v.Jobs[rest[a]].ScaleFactor, v.Jobs[rest[b]].ScaleFactor
+			if sa != sb {
+				return sa > sb
+			}
+			return rank[rest[a]] < rank[rest[b]]
+		})
+		for _, i := range rest {
+			if u, ok := v.Pool.Pack(t, v.Jobs[i].ScaleFactor); ok {
+				v.Pool.Take(u)
+				out[i] = planner.Placement{Units: []planner.Unit{u}}
+			}
+		}
+	}
+	return out
+}
+
+// backfill gives the GPUs the allocation left idle to jobs it did not
+// choose, least served first, on the best type with room (the type with the
+// most room when agnostic).
+func backfill(v *View, choice, free, rank []int, next *int, agnostic bool) {
+	var rest []int
+	for i, jb := range v.Jobs {
+		if choice[i] < 0 && !(v.MidRound && jb.Running) {
+			rest = append(rest, i)
+		}
+	}
+	served := make([]float64, len(v.Jobs))
+	for _, i := range rest {
+		s := 0.0
+		for _, r := range v.Jobs[i].Received {
+			s += r
+		}
+		served[i] = s / math.Max(v.Age(v.Jobs[i]), 1e-9)
+	}
+	slices.SortFunc(rest, func(a, b int) int { return cmp.Or(cmp.Compare(served[a], served[b]), cmp.Compare(a, b)) })
+	for _, i := range rest {
+		jb := v.Jobs[i]
+		best := -1
+		for j, tp := range jb.Throughput {
+			if tp <= 0 || free[j] < jb.ScaleFactor {
+				continue
+			}
+			if best < 0 || (agnostic && free[j] > free[best]) || (!agnostic && tp > jb.Throughput[best]) {
+				best = j
+			}
+		}
+		if best >= 0 {
+			choice[i], free[best] = best, free[best]-jb.ScaleFactor
+			rank[i], *next = *next, *next+1
+		}
+	}
+}
+
+// keep takes the job's previous GPUs if they are all of type t and free.
+func keep(pool *Pool, jb *JobView, t planner.GPUType) (planner.Unit, bool) {
+	prev := jb.Placement.Units
+	if len(prev) != 1 || prev[0].GPUs() != jb.ScaleFactor {
+		return planner.Unit{}, false
+	}
+	for _, s := range prev[0].Slots {
+		if s.Type != t {
+			return planner.Unit{}, false
+		}
+	}
+	if !pool.Fits(prev[0]) {
+		return planner.Unit{}, false
+	}
+	pool.Take(prev[0])
+	return prev[0], true
+}

@@ -1,0 +1,204 @@
+package trace
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hadar-sched/hadar/planner"
+)
+
+// Header is the first line of hadar's own trace format.
+var Header = []string{"id", "model", "scale_factor", "total_steps", "weight", "arrival_s", "slo_s"}
+
+// Parse reads hadar's own trace format: CSV (RFC 4180, so model names may
+// hold commas when quoted) with the header line
+// "id,model,scale_factor,total_steps,weight,arrival_s,slo_s", then one job a
+// row. Lines starting with '#' are comments and blank lines are skipped.
+// IDs must be unique; slo_s is seconds after arrival, 0 = none. Jobs are
+// sorted stably by arrival.
+func Parse(r io.Reader) ([]planner.Job, error) {
+	cr := csv.NewReader(r)
+	cr.Comment = '#'
+	cr.FieldsPerRecord = -1 // counted below, to name the columns in the error
+	head, err := cr.Read()
+	if err == io.EOF {
+		return nil, fmt.Errorf("trace: empty: want the header %q", strings.Join(Header, ","))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	if !slices.Equal(trimAll(head), Header) {
+		line, _ := cr.FieldPos(0)
+		return nil, fmt.Errorf("trace line %d: header %q: want %q", line, strings.Join(head, ","), strings.Join(Header, ","))
+	}
+	var jobs []planner.Job
+	seen := map[string]int{}
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("trace: %w", err)
+		}
+		line, _ := cr.FieldPos(0)
+		j, err := parseRow(rec)
+		if err != nil {
+			return nil, fmt.Errorf("trace line %d: %w", line, err)
+		}
+		if first, dup := seen[j.ID]; dup {
+			return nil, fmt.Errorf("trace line %d: id %q already used on line %d: want unique job IDs", line, j.ID, first)
+		}
+		seen[j.ID] = line
+		jobs = append(jobs, j)
+	}
+	if len(jobs) == 0 {
+		return nil, errors.New("trace: no jobs after the header: want one job a row")
+	}
+	sortByArrival(jobs)
+	return jobs, nil
+}
+
+func trimAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strings.TrimSpace(s)
+	}
+	return out
+}
+
+func parseRow(rec []string) (planner.Job, error) {
+	if len(rec) != len(Header) {
+		return planner.Job{}, fmt.Errorf("%d columns: want %d (%s)", len(rec), len(Header), strings.Join(Header, ","))
+	}
+	j := planner.Job{ID: strings.TrimSpace(rec[0]), Model: strings.TrimSpace(rec[1])}
+	if j.ID == "" {
+		return j, errors.New("id is empty: want a unique job ID")
+	}
+	if j.Model == "" {
+		return j, errors.New("model is empty: want a model of the throughput profile")
+	}
+	if err := checkName("id", j.ID); err != nil {
+		return j, err
+	}
+	if err := checkName("model", j.Model); err != nil {
+		return j, err
+	}
+	var err error
+	if j.ScaleFactor, err = positiveInt("scale_factor", rec[2]); err != nil {
+		return j, err
+	}
+	if j.TotalSteps, err = positive("total_steps", rec[3]); err != nil {
+		return j, err
+	}
+	if j.Weight, err = positive("weight", rec[4]); err != nil {
+		return j, err
+	}
+	if j.Arrival, err = nonNegative("arrival_s", rec[5]); err != nil {
+		return j, err
+	}
+	if j.SLO, err = nonNegative("slo_s", rec[6]); err != nil {
+		return j, err
+	}
+	if err := j.Validate(); err != nil {
+		return j, err
+	}
+	return j, nil
+}
+
+// Write writes jobs in hadar's own format, in the order given, after
+// validating each (a trace Parse would reject is never written). Numbers are
+// written in the shortest form that reads back to the same float64.
+func Write(w io.Writer, jobs []planner.Job) error {
+	seen := map[string]bool{}
+	for _, j := range jobs {
+		if err := j.Validate(); err != nil {
+			return fmt.Errorf("trace: write: %w", err)
+		}
+		if strings.TrimSpace(j.ID) != j.ID || strings.TrimSpace(j.Model) != j.Model {
+			return fmt.Errorf("trace: write: job %q, model %q: leading or trailing spaces would not read back: trim them", j.ID, j.Model)
+		}
+		if err := errors.Join(checkName("id", j.ID), checkName("model", j.Model)); err != nil {
+			return fmt.Errorf("trace: write job %s: %w", j.ID, err)
+		}
+		if strings.HasPrefix(j.ID, "#") {
+			return fmt.Errorf("trace: write: job ID %q would read back as a comment: want an ID not starting with '#'", j.ID)
+		}
+		if seen[j.ID] {
+			return fmt.Errorf("trace: write: job ID %q given twice: want unique IDs", j.ID)
+		}
+		seen[j.ID] = true
+	}
+	bw := bufio.NewWriter(w)
+	cw := csv.NewWriter(bw)
+	if err := cw.Write(Header); err != nil {
+		return fmt.Errorf("trace: write: %w", err)
+	}
+	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	for _, j := range jobs {
+		rec := []string{j.ID, j.Model, strconv.Itoa(j.ScaleFactor), num(j.TotalSteps), num(j.Weight), num(j.Arrival), num(j.SLO)}
+		if err := cw.Write(rec); err != nil {
+			return fmt.Errorf("trace: write job %s: %w", j.ID, err)
+		}
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("trace: write: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("trace: write: %w", err)
+	}
+	return nil
+}
+
+// Load reads a trace file: ".trace" or ".tsv" is Gavel's format, ".csv"
+// hadar's; any other name is told apart by content (a first line starting
+// with "id," is hadar's, a tab-separated one Gavel's).
+func Load(path string) ([]planner.Job, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load trace: %w", err)
+	}
+	var parse func(io.Reader) ([]planner.Job, error)
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".trace", ".tsv":
+		parse = ParseGavel
+	case ".csv":
+		parse = Parse
+	default:
+		first := firstLine(data)
+		switch {
+		case strings.HasPrefix(first, "id,"):
+			parse = Parse
+		case strings.Contains(first, "\t"):
+			parse = ParseGavel
+		default:
+			return nil, fmt.Errorf("load trace %s: cannot tell the format: want a .trace file (Gavel's tab-separated) or a .csv file with the header %q", path, strings.Join(Header, ","))
+		}
+	}
+	jobs, err := parse(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("load trace %s: %w", path, err)
+	}
+	return jobs, nil
+}
+
+// firstLine returns the first line that is neither blank nor a comment.
+func firstLine(data []byte) string {
+	for line := range strings.Lines(string(data)) {
+		t := strings.TrimSpace(line)
+		if t != "" && !strings.HasPrefix(t, "#") {
+			return t
+		}
+	}
+	return ""
+}
