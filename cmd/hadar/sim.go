@@ -49,6 +49,8 @@ type simFlags struct {
 	prices      string
 	reference   string
 	parallel    int
+	merge       time.Duration
+	utility     string
 }
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -70,6 +72,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&f.fidelity, "fidelity", "improved", "improved, or gavel to reproduce Gavel's simulator")
 	fs.StringVar(&f.prices, "prices", "", "price per GPU-hour, TYPE=DOLLARS,... (default: Gavel's GCP prices for v100, p100, k80)")
 	fs.StringVar(&f.reference, "reference", "v100", "with --synthetic: GPU type whose throughput turns durations into steps")
+	fs.DurationVar(&f.merge, "merge-cost", 10*time.Second, "hadare: time each copy spends merging parameters per round")
+	fs.StringVar(&f.utility, "hadar-utility", "makespan", "hadar/hadare utility: makespan (total time duration) or jct (average JCT)")
 	fs.IntVar(&f.parallel, "parallel", 0, "policies simulated at once (default: number of CPUs)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -129,7 +133,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if len(names) == 0 {
 		return fmt.Errorf("--policies is empty: want one or more of %s", strings.Join(registry.Names(), ", "))
 	}
-	opts := registry.Options{Types: cluster.Types(), PricePerHour: prices, GavelFidelity: fid == sim.Gavel}
+	model := speed.Model{Profile: prof, IgnoreSpread: fid == sim.Gavel}
+	opts := registry.Options{Types: cluster.Types(), PricePerHour: prices, GavelFidelity: fid == sim.Gavel,
+		Speed: model, RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), HadarUtility: f.utility}
+	if fid == sim.Gavel {
+		opts.RestartCost, opts.MergeCost = 0, 0
+	}
 	// Build every scheduler first: a typo fails before any simulation runs.
 	for _, n := range names {
 		if _, err := registry.New(n, opts); err != nil {
@@ -157,8 +166,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				return
 			}
 			cfg := sim.Config{
-				Cluster: cluster, Jobs: jobs, Speed: speed.Model{Profile: prof},
-				Round: f.round.Seconds(), RestartCost: f.restart.Seconds(), Fidelity: fid,
+				Cluster: cluster, Jobs: jobs, Speed: model,
+				Round: f.round.Seconds(), RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), Fidelity: fid,
 				Progress: func(now float64, done, total int) { prog.update(i, now, done, total) },
 			}
 			results[i], errs[i] = sim.Run(ctx, cfg, sched)

@@ -18,7 +18,7 @@ func TestSolveHandWorked(t *testing.T) {
 		{
 			// max 3x+5y, x<=4, 2y<=12, 3x+2y<=18 -> (2,6), 36 (textbook).
 			name: "wyndor",
-			p: Problem{C: []float64{3, 5}, A: [][]float64{{1, 0}, {0, 2}, {3, 2}}, B: []float64{4, 12, 18}},
+			p:    Problem{C: []float64{3, 5}, A: [][]float64{{1, 0}, {0, 2}, {3, 2}}, B: []float64{4, 12, 18}},
 			obj:  36, x: []float64{2, 6},
 		},
 		{

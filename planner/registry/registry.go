@@ -8,8 +8,10 @@ import (
 	"strings"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/hadar"
 	"github.com/hadar-sched/hadar/planner/policy"
 	"github.com/hadar-sched/hadar/planner/round"
+	"github.com/hadar-sched/hadar/planner/speed"
 )
 
 // Options shared by every scheduler built here.
@@ -24,6 +26,12 @@ type Options struct {
 	GavelFidelity bool
 	// ResetInterval for Gavel fidelity (default 1920 s).
 	ResetInterval float64
+	// Speed is the placement speed model (Hadar plans with it).
+	Speed speed.Model
+	// RestartCost and MergeCost (seconds) as the simulator charges them.
+	RestartCost, MergeCost float64
+	// HadarUtility is "makespan" (default) or "jct".
+	HadarUtility string
 }
 
 // DefaultPrices returns the on-demand GCP prices per GPU-hour Gavel used.
@@ -35,7 +43,15 @@ type constructor func(o Options) (round.Scheduler, error)
 
 // extra lists the schedulers beside Gavel's policies.
 func extra() map[string]constructor {
-	return map[string]constructor{}
+	build := func(fork bool) constructor {
+		return func(o Options) (round.Scheduler, error) {
+			return hadar.New(hadar.Config{
+				Speed: o.Speed, Utility: hadar.Utility(o.HadarUtility), RestartCost: o.RestartCost,
+				Fork: fork, MergeCost: o.MergeCost,
+			})
+		}
+	}
+	return map[string]constructor{"hadar": build(false), "hadare": build(true)}
 }
 
 // Names lists every scheduler name.

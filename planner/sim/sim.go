@@ -53,7 +53,11 @@ type Config struct {
 	// starts on new GPUs (checkpoint restore and warm-up). Ignored in Gavel
 	// fidelity.
 	RestartCost float64
-	Fidelity    Fidelity
+	// MergeCost is the seconds every unit of a forked job (HadarE copies)
+	// spends merging parameters at each round boundary. Ignored in Gavel
+	// fidelity.
+	MergeCost float64
+	Fidelity  Fidelity
 	// Progress, when set, is called after every round.
 	Progress func(now float64, done, total int)
 	// MaxTime aborts a run whose simulated time passes it (0 = 10 years),
@@ -103,10 +107,12 @@ type Result struct {
 }
 
 type jobState struct {
-	view       round.JobView
-	idx        int
-	rate       float64
-	delay      float64 // seconds of restart left before progress resumes
+	view round.JobView
+	idx  int
+	// One entry per unit of the placement: its speed and the seconds of
+	// restart or merging left before it makes progress.
+	rates      []float64
+	delays     []float64
 	started    bool
 	done       bool
 	start      float64
@@ -129,6 +135,7 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 	gavel := cfg.Fidelity == Gavel
 	if gavel {
 		cfg.RestartCost = 0
+		cfg.MergeCost = 0
 		cfg.Speed.IgnoreSpread = true
 	}
 	types := cfg.Cluster.Types()
@@ -235,33 +242,54 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 			if err := validPlacement(s.view.Job, p, v.MidRound); err != nil {
 				return fmt.Errorf("t=%.0fs: scheduler %s: %w", now, sched.Name(), err)
 			}
-			same := samePlacement(s.view.Placement, p) && s.view.Running
 			if len(p.Units) == 0 {
 				s.view.Running = false
 				s.view.Placement = planner.Placement{}
-				s.rate = 0
-				s.delay = 0
+				s.rates, s.delays = nil, nil
 				continue
 			}
-			if !same {
-				if s.started {
-					s.restarts++
+			// A unit that keeps exactly its GPUs keeps running; any other
+			// unit (re)starts and pays the restart cost.
+			rates := make([]float64, len(p.Units))
+			delays := make([]float64, len(p.Units))
+			restarted := false
+			for k, u := range p.Units {
+				kept := -1
+				if s.view.Running {
+					for q, old := range s.view.Placement.Units {
+						if old.Equal(u) {
+							kept = q
+							break
+						}
+					}
 				}
-				s.delay = cfg.RestartCost
+				if kept >= 0 {
+					delays[k] = s.delays[kept]
+				} else {
+					delays[k] = cfg.RestartCost
+					restarted = true
+				}
+				if len(p.Units) > 1 && !v.MidRound {
+					delays[k] += cfg.MergeCost
+				}
+				r, err := cfg.Speed.UnitRate(s.view.Job, u, now)
+				if err != nil {
+					return err
+				}
+				if r <= 0 {
+					return fmt.Errorf("t=%.0fs: scheduler %s placed job %s where it cannot run (speed 0 on %v)", now, sched.Name(), s.view.ID, u.Slots)
+				}
+				rates[k] = r
+			}
+			if restarted && s.started {
+				s.restarts++
 			}
 			if !s.started {
 				s.started, s.start = true, now
 			}
 			s.view.Placement = p
 			s.view.Running = true
-			r, err := cfg.Speed.Rate(s.view.Job, p, now)
-			if err != nil {
-				return err
-			}
-			if r <= 0 {
-				return fmt.Errorf("t=%.0fs: scheduler %s placed job %s where it cannot run (speed 0)", now, sched.Name(), s.view.ID)
-			}
-			s.rate = r
+			s.rates, s.delays = rates, delays
 		}
 		return nil
 	}
@@ -320,8 +348,8 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 				next = math.Min(next, order[nextArrival].view.Arrival)
 			}
 			for _, s := range active {
-				if s.view.Running && s.rate > 0 {
-					next = math.Min(next, now+s.delay+s.view.Remaining/s.rate)
+				if s.view.Running {
+					next = math.Min(next, now+timeToFinish(s.view.Remaining, s.rates, s.delays))
 				}
 			}
 			next = math.Max(next, now)
@@ -340,9 +368,10 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 					}
 				}
 				s.gpuSeconds += float64(gpus) * dt
-				work := math.Max(0, dt-s.delay)
-				s.delay = math.Max(0, s.delay-dt)
-				s.view.Remaining -= work * s.rate
+				for k, r := range s.rates {
+					s.view.Remaining -= r * math.Max(0, dt-s.delays[k])
+					s.delays[k] = math.Max(0, s.delays[k]-dt)
+				}
 				if s.view.Remaining <= 1e-9*s.view.TotalSteps {
 					s.view.Remaining = 0
 					s.done, s.finish = true, next
@@ -398,24 +427,36 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 	return summarize(res, jobs, totalGPUs), nil
 }
 
+// timeToFinish is when units running at rates, each after its delay, have
+// together made rem steps.
+func timeToFinish(rem float64, rates, delays []float64) float64 {
+	type ev struct{ at, rate float64 }
+	evs := make([]ev, len(rates))
+	for k := range rates {
+		evs[k] = ev{delays[k], rates[k]}
+	}
+	sort.Slice(evs, func(a, b int) bool { return evs[a].at < evs[b].at })
+	t, rate := 0.0, 0.0
+	for _, e := range evs {
+		if rate > 0 && t+rem/rate <= e.at {
+			return t + rem/rate
+		}
+		rem -= rate * (e.at - t)
+		t = e.at
+		rate += e.rate
+	}
+	if rate <= 0 {
+		return math.Inf(1)
+	}
+	return t + math.Max(0, rem)/rate
+}
+
 func oneUnit(p planner.Placement) planner.Unit {
 	var u planner.Unit
 	for _, x := range p.Units {
 		u.Slots = append(u.Slots, x.Slots...)
 	}
 	return u
-}
-
-func samePlacement(a, b planner.Placement) bool {
-	if len(a.Units) != len(b.Units) {
-		return false
-	}
-	for i := range a.Units {
-		if !a.Units[i].Equal(b.Units[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // validPlacement checks that every unit holds a positive number of GPUs

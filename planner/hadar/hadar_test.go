@@ -1,0 +1,203 @@
+package hadar
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/profile"
+	"github.com/hadar-sched/hadar/planner/round"
+	"github.com/hadar-sched/hadar/planner/speed"
+	"github.com/hadar-sched/hadar/planner/trace"
+)
+
+func testView(t testing.TB, spec string, n int) *round.View {
+	t.Helper()
+	c, err := planner.ParseClusterSpec(spec, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof := profile.Default()
+	jobs, err := trace.Synthesize(trace.SynthConfig{Jobs: n, Seed: 5, Profile: prof, Reference: "v100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &round.View{Now: 0, Round: 360, Types: c.Types(), Cluster: c, Pool: round.NewPool(c)}
+	for _, ty := range v.Types {
+		v.Capacity = append(v.Capacity, float64(c.Capacity(ty)))
+	}
+	for _, jb := range jobs {
+		jv := &round.JobView{Job: jb, Remaining: jb.TotalSteps, Received: make([]float64, len(v.Types))}
+		for _, ty := range v.Types {
+			x, err := prof.Throughput(jb.Model, jb.ScaleFactor, ty, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			jv.Throughput = append(jv.Throughput, x)
+		}
+		v.Jobs = append(v.Jobs, jv)
+	}
+	return v
+}
+
+// checkPlacements verifies capacity, widths and that every unit runs.
+func checkPlacements(t *testing.T, v *round.View, ps []planner.Placement, model speed.Model, fork bool) {
+	t.Helper()
+	pool := round.NewPool(v.Cluster)
+	for i, p := range ps {
+		if !fork && len(p.Units) > 1 {
+			t.Fatalf("job %s has %d units without forking", v.Jobs[i].ID, len(p.Units))
+		}
+		nodes := map[string]bool{}
+		for q, u := range p.Units {
+			if !pool.Fits(u) {
+				t.Fatalf("job %s: unit %v exceeds free capacity", v.Jobs[i].ID, u.Slots)
+			}
+			pool.Take(u)
+			if q == 0 && u.GPUs() != v.Jobs[i].ScaleFactor {
+				t.Fatalf("job %s: first unit has %d GPUs, want %d", v.Jobs[i].ID, u.GPUs(), v.Jobs[i].ScaleFactor)
+			}
+			if q > 0 {
+				for _, sl := range u.Slots {
+					if nodes[sl.Node] {
+						t.Fatalf("job %s: copy %d shares node %s with another unit", v.Jobs[i].ID, q, sl.Node)
+					}
+				}
+			}
+			for _, sl := range u.Slots {
+				nodes[sl.Node] = true
+			}
+			r, err := model.UnitRate(v.Jobs[i].Job, u, 0)
+			if err != nil || r <= 0 {
+				t.Fatalf("job %s: unit %v runs at %v (%v)", v.Jobs[i].ID, u.Slots, r, err)
+			}
+		}
+	}
+}
+
+func TestScheduleRespectsCapacity(t *testing.T) {
+	for _, fork := range []bool{false, true} {
+		for _, n := range []int{5, 40, 400} {
+			t.Run(fmt.Sprintf("fork=%v/jobs=%d", fork, n), func(t *testing.T) {
+				v := testView(t, "v100=12,p100=12,k80=12", n)
+				model := speed.Model{Profile: profile.Default()}
+				s, err := New(Config{Speed: model, Fork: fork})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ps, err := s.Schedule(v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkPlacements(t, v, ps, model, fork)
+				used := 0
+				for _, p := range ps {
+					used += p.GPUs()
+				}
+				if n >= 40 && used < 30 {
+					t.Fatalf("only %d of 36 GPUs used with %d jobs waiting", used, n)
+				}
+			})
+		}
+	}
+}
+
+func TestMixedPlacementWhenNoTypeHasRoom(t *testing.T) {
+	// Two nodes: 2 free V100s and 2 free P100s. A 4-GPU job fits only
+	// by mixing types: Hadar places it; NoMixing cannot.
+	c := planner.Cluster{Nodes: []planner.Node{
+		{ID: "a", Rack: "r", GPUs: map[planner.GPUType]int{"v100": 2}},
+		{ID: "b", Rack: "r", GPUs: map[planner.GPUType]int{"p100": 2}},
+	}}
+	prof := profile.Default()
+	model := "ResNet-50 (batch size 64)"
+	job := planner.Job{ID: "j", Model: model, ScaleFactor: 4, TotalSteps: 1e6, Weight: 1}
+	v := &round.View{Round: 360, Types: c.Types(), Cluster: c, Pool: round.NewPool(c), Capacity: []float64{2, 2}}
+	jv := &round.JobView{Job: job, Remaining: job.TotalSteps, Received: make([]float64, 2)}
+	for _, ty := range v.Types {
+		x, _ := prof.Throughput(model, 4, ty, false)
+		jv.Throughput = append(jv.Throughput, x)
+	}
+	v.Jobs = []*round.JobView{jv}
+	sm := speed.Model{Profile: prof}
+	for _, noMix := range []bool{false, true} {
+		v.Pool = round.NewPool(c)
+		s, _ := New(Config{Speed: sm, NoMixing: noMix})
+		ps, err := s.Schedule(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		placed := len(ps[0].Units) == 1
+		if placed == noMix {
+			t.Fatalf("NoMixing=%v: placed=%v", noMix, placed)
+		}
+		if placed {
+			u := ps[0].Units[0]
+			if len(u.Types()) != 2 {
+				t.Fatalf("want a mixed placement, got %v", u.Slots)
+			}
+			// Documented model: the slowest type's spread throughput.
+			p100, _ := prof.Throughput(model, 4, "p100", true)
+			v100, _ := prof.Throughput(model, 4, "v100", true)
+			got, _ := sm.UnitRate(job, u, 0)
+			if want := math.Min(p100, v100); math.Abs(got-want) > 1e-9 {
+				t.Fatalf("mixed speed %v, want min(spread p100, spread v100) = %v", got, want)
+			}
+		}
+	}
+}
+
+func TestForkUsesIdleNodes(t *testing.T) {
+	// One single-GPU job on an idle 3-node cluster: HadarE forks it onto
+	// the other nodes, Hadar does not.
+	v := testView(t, "v100=12", 1)
+	sm := speed.Model{Profile: profile.Default()}
+	v.Jobs[0].ScaleFactor = 1
+	for _, fork := range []bool{false, true} {
+		v.Pool = round.NewPool(v.Cluster)
+		s, _ := New(Config{Speed: sm, Fork: fork, MaxCopies: 3})
+		ps, err := s.Schedule(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 1
+		if fork {
+			want = 3
+		}
+		if got := len(ps[0].Units); got != want {
+			t.Fatalf("fork=%v: %d units, want %d", fork, got, want)
+		}
+		checkPlacements(t, v, ps, sm, fork)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	if _, err := New(Config{Speed: speed.Model{Profile: profile.Default()}, Utility: "fastest"}); err == nil {
+		t.Fatal("want an error for an unknown utility")
+	}
+	if _, err := New(Config{}); err == nil {
+		t.Fatal("want an error for a missing profile")
+	}
+}
+
+func BenchmarkRound(b *testing.B) {
+	for _, n := range []int{100, 500, 2048, 10000} {
+		v := testView(b, "v100=36,p100=36,k80=36", n)
+		for _, fork := range []bool{false, true} {
+			name := "hadar"
+			if fork {
+				name = "hadare"
+			}
+			b.Run(fmt.Sprintf("%s/jobs=%d", name, n), func(b *testing.B) {
+				s, _ := New(Config{Speed: speed.Model{Profile: profile.Default()}, Fork: fork})
+				for b.Loop() {
+					v.Pool = round.NewPool(v.Cluster)
+					if _, err := s.Schedule(v); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
