@@ -31,6 +31,7 @@ import (
 	"slices"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/policy"
 	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/planner/speed"
 )
@@ -73,6 +74,13 @@ type Config struct {
 	NoMixing bool
 	// NoBackfill leaves GPUs idle that no job had a positive payoff for.
 	NoBackfill bool
+	// NoFluidGuide turns off the fluid warm start: by default, with the
+	// makespan utility, each job's placements are restricted to the GPU
+	// types the fluid relaxation (Gavel's min-makespan LP over the active
+	// jobs) gives it time on, so types go to the jobs with the comparative
+	// advantage on them; Hadar's dual subroutine then decides the concrete
+	// task-level placement, rounds and admission.
+	NoFluidGuide bool
 
 	// Fork turns on HadarE: idle GPUs after Hadar's plan take copies of
 	// running jobs on other nodes.
@@ -126,9 +134,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Scheduler is Hadar (or HadarE with Config.Fork).
+// Scheduler is Hadar (or HadarE with Config.Fork). One Scheduler serves
+// one simulation or sidecar at a time.
 type Scheduler struct {
 	cfg Config
+	// fluid caches the fluid relaxation's support per job, recomputed when
+	// the set of active jobs changes at a round boundary.
+	fluid    map[string][]bool
+	fluidKey string
 }
 
 // New returns a Hadar scheduler.
@@ -154,10 +167,10 @@ type grid struct {
 	capacity [][]int   // [node][type]
 	used     [][][]int // [round][node][type]
 	lo, hi   float64   // price bounds L and U
-	// table[c][u] is the price of the next GPU of a cell of capacity c
-	// with u GPUs committed.
-	table [][]float64
-	taken []int // scratch for cheapest
+	table    [][]float64 // [type][used]: price of the next GPU
+	typeCap  []int
+	typeUsed [][]int // [round][type]
+	taken    []int   // scratch for cheapest
 	// cache of cheapest() per round, dropped when the round's commitments
 	// change: jobs with the same type preferences and width share it.
 	cache []map[cheapKey][]slotIdx
@@ -170,30 +183,23 @@ type cheapKey struct {
 
 func (g *grid) setPrices(lo, hi float64) {
 	g.lo, g.hi = lo, hi
-	maxCap := 0
-	for _, row := range g.capacity {
-		for _, c := range row {
-			maxCap = max(maxCap, c)
+	g.table = make([][]float64, len(g.types))
+	for k := range g.types {
+		c := g.typeCap[k]
+		tab := make([]float64, c+1)
+		for u := range tab {
+			tab[u] = lo * math.Pow(hi/lo, float64(u)/float64(max(c, 1)))
 		}
-	}
-	g.table = make([][]float64, maxCap+1)
-	for _, row := range g.capacity {
-		for _, c := range row {
-			if c == 0 || g.table[c] != nil {
-				continue
-			}
-			tab := make([]float64, c+1)
-			for u := range tab {
-				tab[u] = lo * math.Pow(hi/lo, float64(u)/float64(c))
-			}
-			g.table[c] = tab
-		}
+		g.table[k] = tab
 	}
 }
 
 // price of the next GPU of cell (n, k) in round t with extra more taken.
+// A type's price follows its utilization across the cluster, so every
+// node of a type costs the same and packing a job onto one node is never
+// dearer than spreading it.
 func (g *grid) price(t, n, k, extra int) float64 {
-	return g.table[g.capacity[n][k]][g.used[t][n][k]+extra]
+	return g.table[k][min(g.typeUsed[t][k]+extra, g.typeCap[k])]
 }
 
 func (g *grid) free(t, n, k int) int { return g.capacity[n][k] - g.used[t][n][k] }
@@ -213,6 +219,7 @@ type jobInfo struct {
 	view     *round.JobView
 	idx      int
 	tp       []float64 // consolidated steps/s per type
+	allowed  []bool    // types the fluid guide lets the job use (nil = all)
 	spread   []float64 // steps/s per type when spread over servers
 	best     float64   // best steps/s over types
 	remTime  float64   // remaining seconds at the best speed
@@ -227,6 +234,9 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 	infos := s.jobInfos(v)
 	if len(infos) == 0 {
 		return out, nil
+	}
+	if err := s.guide(v, infos); err != nil {
+		return nil, err
 	}
 	horizon := s.cfg.Horizon
 	if v.MidRound {
@@ -309,6 +319,13 @@ func (s *Scheduler) newGrid(v *round.View) *grid {
 	}
 	g.used = make([][][]int, h)
 	g.cache = make([]map[cheapKey][]slotIdx, h)
+	g.typeCap = make([]int, len(v.Types))
+	g.typeUsed = make([][]int, h)
+	for _, row := range g.capacity {
+		for k, c := range row {
+			g.typeCap[k] += c
+		}
+	}
 	for t := range h {
 		g.used[t] = make([][]int, len(g.nodes))
 		for n, name := range g.nodes {
@@ -319,6 +336,14 @@ func (s *Scheduler) newGrid(v *round.View) *grid {
 				for k, ty := range v.Types {
 					g.used[t][n][k] = g.capacity[n][k] - v.Pool.Free(name, ty)
 				}
+			}
+		}
+	}
+	for t := range h {
+		g.typeUsed[t] = make([]int, len(v.Types))
+		for n := range g.nodes {
+			for k := range v.Types {
+				g.typeUsed[t][k] += g.used[t][n][k]
 			}
 		}
 	}
@@ -338,6 +363,7 @@ func (g *grid) freeTotal(t int) int {
 func (g *grid) commit(t int, o *option) {
 	for _, sl := range o.take {
 		g.used[t][sl.n][sl.k] += sl.count
+		g.typeUsed[t][sl.k] += sl.count
 	}
 	g.cache[t] = nil
 }
@@ -462,7 +488,7 @@ func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, t int, free 
 	var bRate, bCost float64
 	for n := range g.nodes {
 		for k := range g.types {
-			if ji.tp[k] <= 0 || g.free(t, n, k) < sf {
+			if ji.tp[k] <= 0 || g.free(t, n, k) < sf || (!free && ji.allowed != nil && !ji.allowed[k]) {
 				continue
 			}
 			c := 0.0
@@ -474,7 +500,9 @@ func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, t int, free 
 			if !free {
 				sc = ji.valueSec*r*v.Round - c
 			}
-			if sc > bScore {
+			// Equal scores: best fit, the node with the fewest free GPUs,
+			// keeps large holes for wide jobs.
+			if sc > bScore || (sc == bScore && bn >= 0 && g.free(t, n, k) < g.free(t, bn, bk)) {
 				bn, bk, bScore, bRate, bCost = n, k, sc, r, c
 			}
 		}
@@ -495,14 +523,14 @@ func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, t int, free 
 	// least as fast for this job.
 	allowed := make([]bool, len(g.types))
 	for pace := range g.types {
-		if ji.tp[pace] <= 0 {
+		if ji.tp[pace] <= 0 || (!free && ji.allowed != nil && !ji.allowed[pace]) {
 			continue
 		}
 		for k := range g.types {
 			if s.cfg.NoMixing {
 				allowed[k] = k == pace
 			} else {
-				allowed[k] = ji.tp[k] >= ji.tp[pace]
+				allowed[k] = ji.tp[k] >= ji.tp[pace] && (free || ji.allowed == nil || ji.allowed[k])
 			}
 		}
 		take := s.cheapest(g, t, sf, allowed)
@@ -641,8 +669,14 @@ func (g *grid) cheapest(t, count int, allowed []bool) []slotIdx {
 				}
 				q := taken[n*len(g.types)+k]
 				cost := g.price(t, n, k, q)
-				// Same price: stay on a cell already in use (fewer servers).
-				if cost < pickCost*(1-1e-12) || (cost <= pickCost*(1+1e-12) && pn >= 0 && q > taken[pn*len(g.types)+pk]) {
+				// Same price: stay on a cell already in use (fewer
+				// servers), else the one with the most free GPUs left.
+				better := cost < pickCost*(1-1e-12)
+				if !better && cost <= pickCost*(1+1e-12) && pn >= 0 {
+					pq := taken[pn*len(g.types)+pk]
+					better = q > pq || (q == pq && g.free(t, n, k)-q > g.free(t, pn, pk)-pq)
+				}
+				if better {
 					pn, pk, pickCost = n, k, cost
 				}
 			}
@@ -665,4 +699,45 @@ func (s *Scheduler) rate(v *round.View, ji *jobInfo, u planner.Unit) float64 {
 		return 0
 	}
 	return r
+}
+
+// guide sets each job's allowed types from the fluid relaxation.
+func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
+	if s.cfg.NoFluidGuide || s.cfg.Utility != Makespan {
+		return nil
+	}
+	if !v.MidRound {
+		key := ""
+		for _, j := range v.Jobs {
+			key += j.ID + "\x00"
+		}
+		if key != s.fluidKey || s.fluid == nil {
+			in := policy.Input{Types: v.Types, Capacity: v.Capacity}
+			for _, j := range v.Jobs {
+				in.Jobs = append(in.Jobs, policy.JobState{ID: j.ID, ScaleFactor: j.ScaleFactor, Weight: j.Weight,
+					Throughput: j.Throughput, TotalSteps: j.TotalSteps, Remaining: j.Remaining, Age: v.Age(j)})
+			}
+			a, err := policy.Makespan{}.Allocate(in)
+			if err != nil {
+				return fmt.Errorf("hadar fluid guide: %w", err)
+			}
+			s.fluid = make(map[string][]bool, len(v.Jobs))
+			for i, j := range v.Jobs {
+				row := make([]bool, len(v.Types))
+				any := false
+				for k, x := range a.X[i] {
+					row[k] = x > 1e-6
+					any = any || row[k]
+				}
+				if any {
+					s.fluid[j.ID] = row
+				}
+			}
+			s.fluidKey = key
+		}
+	}
+	for _, ji := range infos {
+		ji.allowed = s.fluid[ji.view.ID]
+	}
+	return nil
 }
