@@ -164,9 +164,9 @@ func (s *Scheduler) Name() string {
 type grid struct {
 	nodes    []string
 	types    []planner.GPUType
-	capacity [][]int   // [node][type]
-	used     [][][]int // [round][node][type]
-	lo, hi   float64   // price bounds L and U
+	capacity [][]int     // [node][type]
+	used     [][][]int   // [round][node][type]
+	lo, hi   float64     // price bounds L and U
 	table    [][]float64 // [type][used]: price of the next GPU
 	typeCap  []int
 	typeUsed [][]int // [round][type]
