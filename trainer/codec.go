@@ -1,0 +1,46 @@
+package trainer
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// EncodeParams serializes p as JSON. float64 values round-trip exactly
+// (encoding/json writes the shortest representation that parses back to the
+// same value), so a resumed run continues bit for bit.
+func EncodeParams(p Params) ([]byte, error) {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode params: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeParams parses and validates parameters written by EncodeParams.
+// Unknown fields are rejected so that a file of another kind is not mistaken
+// for parameters.
+func DecodeParams(b []byte) (Params, error) {
+	var p Params
+	if err := DecodeStrict(b, &p); err != nil {
+		return Params{}, fmt.Errorf("params: %w", err)
+	}
+	if err := p.Validate(); err != nil {
+		return Params{}, fmt.Errorf("params: %w", err)
+	}
+	return p, nil
+}
+
+// DecodeStrict unmarshals one JSON value into v, rejecting unknown fields and
+// trailing data.
+func DecodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decode JSON: %w", err)
+	}
+	if dec.More() {
+		return fmt.Errorf("decode JSON: trailing data after the object")
+	}
+	return nil
+}

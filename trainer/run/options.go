@@ -1,0 +1,164 @@
+package run
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"time"
+
+	"github.com/hadar-sched/hadar/trainer"
+)
+
+// Options configure one training process.
+type Options struct {
+	Data  trainer.DataConfig
+	Train trainer.TrainConfig
+
+	Steps            int           // the job's total steps
+	ProgressFile     string        // where progress is written
+	CheckpointDir    string        // where checkpoints are written and resumed from
+	StepsPerSec      float64       // emulated pace; 0 runs flat out
+	JobID            string        // shared by all copies; checked in merge files
+	CopyIndex        int           // HadarE: this copy, 0-based
+	Copies           int           // HadarE: number of copies
+	MergeDir         string        // HadarE: shared directory; "" disables merging
+	MergeEvery       int           // HadarE: local steps between merges
+	MergeTimeout     time.Duration // HadarE: how long to wait for the other copies
+	ProgressInterval time.Duration // how often the progress file is rewritten
+	CheckpointEvery  int           // local steps between periodic checkpoints; 0: only on stop and at the end
+	KeepCheckpoints  int           // newest checkpoints kept; older ones are removed
+}
+
+// ParseTrainArgs builds Options from command-line args and the environment
+// (getenv, usually os.Getenv). Precedence, highest first: a flag given on the
+// command line, the HADAR_* variable bound to it, the flag's default. The
+// path defaults follow the contract: $NOMAD_TASK_DIR/hadar-progress.json and
+// $NOMAD_ALLOC_DIR/data/checkpoints (relative to the working directory when
+// the Nomad variables are unset). Usage and flag errors go to usage.
+func ParseTrainArgs(args []string, getenv func(string) string, usage io.Writer) (Options, error) {
+	fs := flag.NewFlagSet("hadar-trainer train", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	dc := trainer.DefaultDataConfig(1)
+	tc := trainer.DefaultTrainConfig(trainer.MLP, 1)
+	var o Options
+	model := fs.String("model", string(tc.Model), "model: mlp or softmax")
+	fs.IntVar(&tc.Hidden, "hidden", tc.Hidden, "hidden units of the mlp")
+	seed := fs.Uint64("seed", 1, "seed of the dataset, the initial parameters and the data order (the same for all copies of a job)")
+	fs.IntVar(&tc.Batch, "batch", tc.Batch, "minibatch size")
+	fs.Float64Var(&tc.LR, "lr", tc.LR, "learning rate")
+	fs.Float64Var(&tc.Momentum, "momentum", tc.Momentum, "SGD momentum in [0, 1); 0 disables it")
+	fs.IntVar(&dc.Size, "dataset-size", dc.Size, "samples generated, train plus test")
+	fs.IntVar(&dc.Dim, "dim", dc.Dim, "features per sample")
+	fs.IntVar(&dc.Classes, "classes", dc.Classes, "number of classes")
+	fs.IntVar(&dc.ClustersPerClass, "clusters", dc.ClustersPerClass, "Gaussian clusters per class")
+	fs.Float64Var(&dc.Spread, "spread", dc.Spread, "standard deviation of the cluster centers (noise around them is 1)")
+	fs.Float64Var(&dc.TestFraction, "test-fraction", dc.TestFraction, "share of the samples held out for evaluation")
+	fs.IntVar(&o.Steps, "steps", 4000, "the job's total steps (env HADAR_TOTAL_STEPS)")
+	fs.StringVar(&o.ProgressFile, "progress-file", "", "progress file (env HADAR_PROGRESS_FILE; default $NOMAD_TASK_DIR/hadar-progress.json)")
+	fs.StringVar(&o.CheckpointDir, "checkpoint-dir", "", "checkpoint directory (env HADAR_CHECKPOINT_DIR; default $NOMAD_ALLOC_DIR/data/checkpoints)")
+	fs.Float64Var(&o.StepsPerSec, "steps-per-sec", 0, "emulated pace in steps/s; 0 runs flat out (env HADAR_STEPS_PER_SEC)")
+	fs.StringVar(&o.JobID, "job-id", "", "job ID shared by all copies (env HADAR_JOB_ID)")
+	fs.IntVar(&o.CopyIndex, "copy-index", 0, "HadarE: this copy's index, 0-based (env HADAR_COPY_INDEX)")
+	fs.IntVar(&o.Copies, "copies", 1, "HadarE: number of copies (env HADAR_COPIES)")
+	fs.StringVar(&o.MergeDir, "merge-dir", "", "HadarE: directory shared by the copies; empty disables merging (env HADAR_MERGE_DIR)")
+	fs.IntVar(&o.MergeEvery, "merge-every", 100, "HadarE: steps between merges (env HADAR_MERGE_EVERY)")
+	fs.DurationVar(&o.MergeTimeout, "merge-timeout", 2*time.Minute, "HadarE: how long to wait for the other copies at a merge before skipping them")
+	fs.DurationVar(&o.ProgressInterval, "progress-interval", time.Second, "how often the progress file is rewritten (the contract requires at most 5s)")
+	fs.IntVar(&o.CheckpointEvery, "checkpoint-every", 0, "local steps between periodic checkpoints; 0 checkpoints only when stopped and at the end")
+	fs.IntVar(&o.KeepCheckpoints, "keep-checkpoints", 2, "newest checkpoints kept in the checkpoint directory")
+	if err := fs.Parse(args); err != nil {
+		return Options{}, err
+	}
+	if fs.NArg() > 0 {
+		return Options{}, fmt.Errorf("unexpected argument %q; all options are flags (see -h)", fs.Arg(0))
+	}
+	// The contract's environment variables and the flags they stand in for
+	// when the flag is not given on the command line.
+	envBindings := []struct{ env, flag string }{
+		{"HADAR_PROGRESS_FILE", "progress-file"},
+		{"HADAR_CHECKPOINT_DIR", "checkpoint-dir"},
+		{"HADAR_TOTAL_STEPS", "steps"},
+		{"HADAR_STEPS_PER_SEC", "steps-per-sec"},
+		{"HADAR_JOB_ID", "job-id"},
+		{"HADAR_COPY_INDEX", "copy-index"},
+		{"HADAR_COPIES", "copies"},
+		{"HADAR_MERGE_DIR", "merge-dir"},
+		{"HADAR_MERGE_EVERY", "merge-every"},
+	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	for _, b := range envBindings {
+		v := getenv(b.env)
+		if explicit[b.flag] || v == "" {
+			continue
+		}
+		if err := fs.Set(b.flag, v); err != nil {
+			return Options{}, fmt.Errorf("env %s=%q: not a valid value for --%s (%w); fix or unset it", b.env, v, b.flag, err)
+		}
+	}
+	if o.ProgressFile == "" {
+		o.ProgressFile = filepath.Join(getenv("NOMAD_TASK_DIR"), "hadar-progress.json")
+	}
+	if o.CheckpointDir == "" {
+		o.CheckpointDir = filepath.Join(getenv("NOMAD_ALLOC_DIR"), "data", "checkpoints")
+	}
+	// Absolute paths, so the progress file names a checkpoint the driver
+	// can open whatever its working directory.
+	for _, p := range []*string{&o.ProgressFile, &o.CheckpointDir, &o.MergeDir} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return Options{}, fmt.Errorf("path %q: %w", *p, err)
+		}
+		*p = abs
+	}
+	m, err := trainer.ParseModel(*model)
+	if err != nil {
+		return Options{}, fmt.Errorf("flag --model: %w", err)
+	}
+	tc.Model, tc.Seed, dc.Seed = m, *seed, *seed
+	o.Train, o.Data = tc, dc
+	if err := o.Validate(); err != nil {
+		return Options{}, err
+	}
+	return o, nil
+}
+
+// Validate reports the first bad option, naming its flag.
+func (o Options) Validate() error {
+	if err := o.Data.Validate(); err != nil {
+		return err
+	}
+	if err := o.Train.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case o.Steps < 1:
+		return fmt.Errorf("--steps (HADAR_TOTAL_STEPS): want >= 1, got %d", o.Steps)
+	case o.StepsPerSec < 0 || math.IsNaN(o.StepsPerSec):
+		return fmt.Errorf("--steps-per-sec (HADAR_STEPS_PER_SEC): want >= 0 (0 = flat out), got %g", o.StepsPerSec)
+	case o.Copies < 1:
+		return fmt.Errorf("--copies (HADAR_COPIES): want >= 1, got %d", o.Copies)
+	case o.CopyIndex < 0 || o.CopyIndex >= o.Copies:
+		return fmt.Errorf("--copy-index (HADAR_COPY_INDEX): want 0..%d for %d copies, got %d", o.Copies-1, o.Copies, o.CopyIndex)
+	case o.Copies > 1 && o.MergeDir == "":
+		return fmt.Errorf("--copies (HADAR_COPIES) is %d but --merge-dir (HADAR_MERGE_DIR) is empty; copies must share a merge directory", o.Copies)
+	case o.MergeEvery < 1:
+		return fmt.Errorf("--merge-every (HADAR_MERGE_EVERY): want >= 1, got %d", o.MergeEvery)
+	case o.MergeTimeout <= 0:
+		return fmt.Errorf("--merge-timeout: want > 0, got %s", o.MergeTimeout)
+	case o.ProgressInterval <= 0 || o.ProgressInterval > 5*time.Second:
+		return fmt.Errorf("--progress-interval: want in (0, 5s] as the contract requires, got %s", o.ProgressInterval)
+	case o.CheckpointEvery < 0:
+		return fmt.Errorf("--checkpoint-every: want >= 0, got %d", o.CheckpointEvery)
+	case o.KeepCheckpoints < 1:
+		return fmt.Errorf("--keep-checkpoints: want >= 1, got %d", o.KeepCheckpoints)
+	case o.ProgressFile == "" || o.CheckpointDir == "":
+		return fmt.Errorf("--progress-file and --checkpoint-dir must not be empty")
+	}
+	return nil
+}
