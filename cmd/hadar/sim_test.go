@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const gavelTrace = "../../planner/trace/testdata/gavel/small_test.trace"
+
+func runCLI(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestSimJSONContract(t *testing.T) {
+	out, errs, code := runCLI(t, "sim", "--trace", gavelTrace, "--policies", "fifo,gavel-maxmin,hadar,hadare", "--format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got struct {
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(got.Results) != 4 {
+		t.Fatalf("%d results, want 4", len(got.Results))
+	}
+	for i, want := range []string{"fifo", "gavel-maxmin", "hadar", "hadare"} {
+		r := got.Results[i]
+		if r["policy"] != want {
+			t.Fatalf("result %d is %v, want %s", i, r["policy"], want)
+		}
+		for _, k := range []string{"makespan_s", "avg_jct_s", "p99_jct_s", "utilization", "jobs_completed", "jobs_total"} {
+			if _, ok := r[k].(float64); !ok {
+				t.Fatalf("result %s lacks numeric %q: %v", want, k, r)
+			}
+		}
+		if r["jobs_completed"] != r["jobs_total"] || r["jobs_total"].(float64) != 20 {
+			t.Fatalf("%s completed %v of %v jobs, want 20 of 20", want, r["jobs_completed"], r["jobs_total"])
+		}
+	}
+}
+
+func TestSimOutDirWritesPlotsAndCSVs(t *testing.T) {
+	dir := t.TempDir()
+	_, errs, code := runCLI(t, "sim", "--trace", gavelTrace, "--policies", "fifo,hadar", "--out", dir, "--format", "csv")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, name := range []string{"jobs_fifo.csv", "jobs_hadar.csv", "summary.csv", "jct_cdf.svg", "utilization_fifo.svg", "utilization_hadar.svg"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(name, ".svg") && !bytes.Contains(data, []byte("<svg")) {
+			t.Fatalf("%s is not an SVG", name)
+		}
+		if strings.HasPrefix(name, "jobs_") && bytes.Count(data, []byte("\n")) != 21 {
+			t.Fatalf("%s has %d lines, want header + 20 jobs", name, bytes.Count(data, []byte("\n")))
+		}
+	}
+}
+
+func TestSimRejectsBadInput(t *testing.T) {
+	corrupt := filepath.Join(t.TempDir(), "bad.trace")
+	if err := os.WriteFile(corrupt, []byte("ResNet-18 (batch size 16)\tcmd\tdir\t--n\t1\tmany\t1\t1\t-1\t0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown policy", []string{"--trace", gavelTrace, "--policies", "gavel-fastest"}, "unknown policy"},
+		{"bad cluster", []string{"--trace", gavelTrace, "--cluster", "v100=lots"}, "--cluster"},
+		{"unknown GPU type", []string{"--trace", gavelTrace, "--cluster", "tpu=8"}, "tpu"},
+		{"no jobs", []string{}, "--trace"},
+		{"both inputs", []string{"--trace", gavelTrace, "--synthetic", "5"}, "not both"},
+		{"corrupt trace", []string{"--trace", corrupt}, "total_steps"},
+		{"bad format", []string{"--trace", gavelTrace, "--format", "xml"}, "--format"},
+		{"bad fidelity", []string{"--trace", gavelTrace, "--fidelity", "exact"}, "--fidelity"},
+		{"bad prices", []string{"--trace", gavelTrace, "--prices", "v100=free"}, "--prices"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, errs, code := runCLI(t, append([]string{"sim"}, tc.args...)...)
+			if code == 0 {
+				t.Fatal("want a failure")
+			}
+			if !strings.Contains(errs, tc.want) {
+				t.Fatalf("stderr %q does not mention %q", errs, tc.want)
+			}
+		})
+	}
+}
