@@ -190,8 +190,10 @@ func BenchmarkRound(b *testing.B) {
 				name = "hadare"
 			}
 			b.Run(fmt.Sprintf("%s/jobs=%d", name, n), func(b *testing.B) {
-				s, _ := New(Config{Speed: speed.Model{Profile: profile.Default()}, Fork: fork})
 				for b.Loop() {
+					// A fresh scheduler each time: the fluid warm start
+					// (an LP over all jobs) is part of the decision cost.
+					s, _ := New(Config{Speed: speed.Model{Profile: profile.Default()}, Fork: fork})
 					v.Pool = round.NewPool(v.Cluster)
 					if _, err := s.Schedule(v); err != nil {
 						b.Fatal(err)
