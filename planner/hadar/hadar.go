@@ -74,6 +74,9 @@ type Config struct {
 	NoMixing bool
 	// NoBackfill leaves GPUs idle that no job had a positive payoff for.
 	NoBackfill bool
+	// Filter, when set, vetoes candidate placements (planner/placement's
+	// locality policies: consolidation, delay scheduling); nil allows all.
+	Filter Filter
 	// NoFluidGuide turns off the fluid warm start: by default, with the
 	// makespan utility, each job's placements are restricted to the GPU
 	// types the fluid relaxation (Gavel's min-makespan LP over the active
@@ -134,6 +137,11 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// Filter vetoes a candidate unit of a job (Config.Filter).
+type Filter interface {
+	Allow(v *round.View, jb *round.JobView, u planner.Unit) bool
+}
+
 // Scheduler is Hadar (or HadarE with Config.Fork). One Scheduler serves
 // one simulation or sidecar at a time.
 type Scheduler struct {
@@ -154,10 +162,14 @@ func New(cfg Config) (*Scheduler, error) {
 
 // Name implements round.Scheduler.
 func (s *Scheduler) Name() string {
+	name := "hadar"
 	if s.cfg.Fork {
-		return "hadare"
+		name = "hadare"
 	}
-	return "hadar"
+	if s.cfg.Utility == AvgJCT {
+		name += "-jct"
+	}
+	return name
 }
 
 // grid is the planning state: GPUs committed per (round, node, type).
@@ -470,6 +482,12 @@ func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, t int, free 
 	consider := func(o *option) {
 		if o == nil || o.rate <= 0 {
 			return
+		}
+		if s.cfg.Filter != nil {
+			s.finish(g, o)
+			if !s.cfg.Filter.Allow(v, ji.view, o.unit) {
+				return
+			}
 		}
 		if sc := score(o); sc > bestScore {
 			best, bestScore = o, sc

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/hadar"
+	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/policy"
 	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/planner/speed"
@@ -32,6 +33,9 @@ type Options struct {
 	RestartCost, MergeCost float64
 	// HadarUtility is "makespan" (default) or "jct".
 	HadarUtility string
+	// Placer is the placement policy (planner/placement); nil keeps each
+	// scheduler's own placement. It is stateful: one per scheduler built.
+	Placer placement.Placer
 }
 
 // DefaultPrices returns the on-demand GCP prices per GPU-hour Gavel used.
@@ -41,17 +45,26 @@ func DefaultPrices() map[planner.GPUType]float64 {
 
 type constructor func(o Options) (round.Scheduler, error)
 
-// extra lists the schedulers beside Gavel's policies.
+// extra lists the schedulers beside Gavel's policies: hadar and hadare
+// with the utility of Options.HadarUtility, and the -jct variants with the
+// average-JCT utility, so both can run in one comparison.
 func extra() map[string]constructor {
-	build := func(fork bool) constructor {
+	build := func(fork bool, utility string) constructor {
 		return func(o Options) (round.Scheduler, error) {
+			u := utility
+			if u == "" {
+				u = o.HadarUtility
+			}
 			return hadar.New(hadar.Config{
-				Speed: o.Speed, Utility: hadar.Utility(o.HadarUtility), RestartCost: o.RestartCost,
+				Speed: o.Speed, Utility: hadar.Utility(u), RestartCost: o.RestartCost,
 				Fork: fork, MergeCost: o.MergeCost,
 			})
 		}
 	}
-	return map[string]constructor{"hadar": build(false), "hadare": build(true)}
+	return map[string]constructor{
+		"hadar": build(false, ""), "hadare": build(true, ""),
+		"hadar-jct": build(false, string(hadar.AvgJCT)), "hadare-jct": build(true, string(hadar.AvgJCT)),
+	}
 }
 
 // Names lists every scheduler name.
@@ -75,6 +88,9 @@ func New(name string, o Options) (round.Scheduler, error) {
 		return nil, fmt.Errorf("unknown policy %q: want one of %s", name, strings.Join(Names(), ", "))
 	}
 	s := &round.PolicyScheduler{Policy: p, Backfill: !o.GavelFidelity}
+	if o.Placer != nil {
+		s.Placer = o.Placer
+	}
 	if o.GavelFidelity {
 		s.ResetInterval = o.ResetInterval
 		if s.ResetInterval <= 0 {
