@@ -55,6 +55,9 @@ func (p MaxMin) Allocate(in Input) (Allocation, error) {
 	if err != nil {
 		return Allocation{}, fmt.Errorf("%s: %w", p.Name(), err)
 	}
+	if p.Agnostic {
+		a = typeBlind(in, a)
+	}
 	return a, nil
 }
 
@@ -77,6 +80,9 @@ func (p Makespan) Name() string {
 // Allocate implements Policy.
 func (p Makespan) Allocate(in Input) (Allocation, error) {
 	a, _, err := p.solve(in)
+	if err == nil && p.Agnostic {
+		a = typeBlind(in, a)
+	}
 	return a, err
 }
 
@@ -206,6 +212,7 @@ func (p FinishTimeFairness) Allocate(in Input) (Allocation, error) {
 	if bestA.X == nil {
 		return Allocation{}, fmt.Errorf("%s: no feasible finish-time ratio found", p.Name())
 	}
+
 	// 0.1 % on the worst finish-time ratio: finer costs solves, not fairness.
 	for hi-lo > 1e-3*hi {
 		mid := (lo + hi) / 2
@@ -218,6 +225,9 @@ func (p FinishTimeFairness) Allocate(in Input) (Allocation, error) {
 		} else {
 			lo = mid
 		}
+	}
+	if p.Agnostic {
+		bestA = typeBlind(in, bestA)
 	}
 	return bestA, nil
 }

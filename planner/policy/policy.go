@@ -195,3 +195,46 @@ func Throughputs(in Input, a Allocation) []float64 {
 	}
 	return out
 }
+
+// typeBlind spreads each job's total time share over the types it can run
+// on in proportion to their GPU counts. An agnostic LP has many optima
+// (every runnable type looks alike); its vertex solution pins jobs to
+// arbitrary types for their whole life, which makes the baseline worse
+// than any real type-blind scheduler. The proportional split is the
+// symmetric optimum, and rows are scaled down where a type would overflow.
+func typeBlind(in Input, a Allocation) Allocation {
+	k := len(in.Types)
+	out := expand(len(a.X), k, nil, nil)
+	used := make([]float64, k)
+	for i, row := range a.X {
+		share := 0.0
+		for _, x := range row {
+			share += x
+		}
+		if share <= 0 {
+			continue
+		}
+		total := 0.0
+		for j, v := range in.Jobs[i].Throughput {
+			if v > 0 && float64(in.Jobs[i].ScaleFactor) <= in.Capacity[j] {
+				total += in.Capacity[j]
+			}
+		}
+		for j, v := range in.Jobs[i].Throughput {
+			if v > 0 && float64(in.Jobs[i].ScaleFactor) <= in.Capacity[j] {
+				out.X[i][j] = share * in.Capacity[j] / total
+				used[j] += float64(in.Jobs[i].ScaleFactor) * out.X[i][j]
+			}
+		}
+	}
+	for j := range used {
+		if used[j] <= in.Capacity[j] {
+			continue
+		}
+		f := in.Capacity[j] / used[j]
+		for i := range out.X {
+			out.X[i][j] *= f
+		}
+	}
+	return out
+}
