@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/policy"
@@ -725,10 +726,12 @@ func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
 		return nil
 	}
 	if !v.MidRound {
-		key := ""
+		var b strings.Builder
 		for _, j := range v.Jobs {
-			key += j.ID + "\x00"
+			b.WriteString(j.ID)
+			b.WriteByte(0)
 		}
+		key := b.String()
 		if key != s.fluidKey || s.fluid == nil {
 			in := policy.Input{Types: v.Types, Capacity: v.Capacity}
 			for _, j := range v.Jobs {
