@@ -186,7 +186,8 @@ type grid struct {
 	taken    []int   // scratch for cheapest
 	// cache of cheapest() per round, dropped when the round's commitments
 	// change: jobs with the same type preferences and width share it.
-	cache []map[cheapKey][]slotIdx
+	cache    []map[cheapKey][]slotIdx
+	fitCache []map[[2]int]int
 }
 
 type cheapKey struct {
@@ -266,15 +267,18 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		return out, nil
 	}
 	g.setPrices(lo/s.cfg.FloorRatio, math.Max(hi, lo*1.0001))
-	slices.SortStableFunc(infos, func(a, b *jobInfo) int { return cmp.Compare(b.density, a.density) })
+	slices.SortFunc(infos, func(a, b *jobInfo) int { return cmp.Or(cmp.Compare(b.density, a.density), cmp.Compare(a.idx, b.idx)) })
 
 	for _, ji := range infos {
-		full := true
-		for t := range horizon {
-			full = full && g.freeTotal(t) == 0
-		}
-		if full {
+		// Only round 0 is executed: once it is full, later jobs' plans
+		// for future rounds change nothing that runs now.
+		if g.freeTotal(0) == 0 {
 			break
+		}
+		// A job that cannot fit in round 0 at all has nothing to run now;
+		// planning its future rounds would only shift later jobs' waits.
+		if !g.fits(0, ji) {
+			continue
 		}
 		plan := s.dual(v, g, ji, horizon)
 		if plan == nil {
@@ -298,6 +302,7 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 				continue
 			}
 			if o := s.bestOption(v, g, ji, 0, true); o != nil {
+				s.finish(g, o)
 				g.commit(0, o)
 				out[ji.idx] = planner.Placement{Units: []planner.Unit{o.unit}}
 			}
@@ -332,6 +337,7 @@ func (s *Scheduler) newGrid(v *round.View) *grid {
 	}
 	g.used = make([][][]int, h)
 	g.cache = make([]map[cheapKey][]slotIdx, h)
+	g.fitCache = make([]map[[2]int]int, h)
 	g.typeCap = make([]int, len(v.Types))
 	g.typeUsed = make([][]int, h)
 	for _, row := range g.capacity {
@@ -363,6 +369,39 @@ func (s *Scheduler) newGrid(v *round.View) *grid {
 	return g
 }
 
+// bestFit returns the node with the fewest free GPUs of type k that still
+// has count free in round t, or -1; cached until round t changes.
+func (g *grid) bestFit(t, k, count int) int {
+	key := [2]int{k, count}
+	if n, ok := g.fitCache[t][key]; ok {
+		return n
+	}
+	best := -1
+	for n := range g.nodes {
+		f := g.free(t, n, k)
+		if f >= count && (best < 0 || f < g.free(t, best, k)) {
+			best = n
+		}
+	}
+	if g.fitCache[t] == nil {
+		g.fitCache[t] = map[[2]int]int{}
+	}
+	g.fitCache[t][key] = best
+	return best
+}
+
+// fits reports whether round t has enough free GPUs of the job's
+// runnable types for all its workers.
+func (g *grid) fits(t int, ji *jobInfo) bool {
+	n := 0
+	for k := range g.types {
+		if ji.tp[k] > 0 {
+			n += g.typeCap[k] - g.typeUsed[t][k]
+		}
+	}
+	return n >= ji.view.ScaleFactor
+}
+
 func (g *grid) freeTotal(t int) int {
 	n := 0
 	for i := range g.nodes {
@@ -379,6 +418,7 @@ func (g *grid) commit(t int, o *option) {
 		g.typeUsed[t][sl.k] += sl.count
 	}
 	g.cache[t] = nil
+	g.fitCache[t] = nil
 }
 
 func (s *Scheduler) jobInfos(v *round.View) []*jobInfo {
@@ -505,25 +545,28 @@ func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, t int, free 
 	// build the winner.
 	bn, bk, bScore := -1, -1, bestScore
 	var bRate, bCost float64
-	for n := range g.nodes {
-		for k := range g.types {
-			if ji.tp[k] <= 0 || g.free(t, n, k) < sf || (!free && ji.allowed != nil && !ji.allowed[k]) {
-				continue
-			}
-			c := 0.0
-			for q := range sf {
-				c += g.price(t, n, k, q)
-			}
-			r := ji.tp[k] * restartLoss
-			sc := r
-			if !free {
-				sc = ji.valueSec*r*v.Round - c
-			}
-			// Equal scores: best fit, the node with the fewest free GPUs,
-			// keeps large holes for wide jobs.
-			if sc > bScore || (sc == bScore && bn >= 0 && g.free(t, n, k) < g.free(t, bn, bk)) {
-				bn, bk, bScore, bRate, bCost = n, k, sc, r, c
-			}
+	for k := range g.types {
+		if ji.tp[k] <= 0 || (!free && ji.allowed != nil && !ji.allowed[k]) {
+			continue
+		}
+		// Prices are per type, so every node of a type with room scores
+		// the same: take the best-fit one (fewest free GPUs), which keeps
+		// large holes for wide jobs.
+		n := g.bestFit(t, k, sf)
+		if n < 0 {
+			continue
+		}
+		c := 0.0
+		for q := range sf {
+			c += g.price(t, n, k, q)
+		}
+		r := ji.tp[k] * restartLoss
+		sc := r
+		if !free {
+			sc = ji.valueSec*r*v.Round - c
+		}
+		if sc > bScore {
+			bn, bk, bScore, bRate, bCost = n, k, sc, r, c
 		}
 	}
 	if bn >= 0 {
@@ -535,7 +578,6 @@ func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, t int, free 
 		consider(o)
 	}
 	if sf == 1 {
-		s.finish(g, best)
 		return best
 	}
 	// Spread or mixed: per pace type, the cheapest GPUs among types at
@@ -560,7 +602,6 @@ func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, t int, free 
 		o.rate = s.takeRate(v, g, ji, take) * restartLoss
 		consider(o)
 	}
-	s.finish(g, best)
 	return best
 }
 

@@ -224,3 +224,22 @@ func BenchmarkStaticHadar(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkContinuousHadar(b *testing.B) {
+	c := cluster(b, "v100=36,p100=36,k80=36")
+	jobs := synth(b, 1000, 6, 1)
+	for _, name := range []string{"hadar", "hadare"} {
+		b.Run("policy="+name, func(b *testing.B) {
+			for b.Loop() {
+				model := speed.Model{Profile: profile.Default()}
+				s, err := registry.New(name, registry.Options{Types: c.Types(), Speed: model, RestartCost: 20, MergeCost: 10})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := sim.Run(context.Background(), sim.Config{Cluster: c, Jobs: jobs, Speed: model, RestartCost: 20, MergeCost: 10}, s); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
