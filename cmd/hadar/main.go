@@ -16,6 +16,7 @@ const usage = `usage: hadar <command> [flags]
 commands:
   sim      replay a trace (or synthetic jobs) through several policies and compare them
   policies list the policies hadar sim knows
+  netmodel calibrate: print the network model's fit to Gavel's throughputs
 
 Run 'hadar <command> -h' for a command's flags.
 `
@@ -37,6 +38,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runSim(ctx, args[1:], stdout, stderr)
 	case "policies":
 		err = runPolicies(stdout)
+	case "netmodel":
+		err = runNetmodel(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -15,7 +15,9 @@ import (
 	"golang.org/x/term"
 
 	"github.com/hadar-sched/hadar/internal/report"
+	"github.com/hadar-sched/hadar/netmodel"
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/planner/registry"
 	"github.com/hadar-sched/hadar/planner/sim"
@@ -51,6 +53,12 @@ type simFlags struct {
 	parallel    int
 	merge       time.Duration
 	utility     string
+	topology    string
+	placement   string
+	delayScale  float64
+	maxWait     time.Duration
+	maxPreempt  int
+	minRun      time.Duration
 }
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -75,6 +83,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.DurationVar(&f.merge, "merge-cost", 10*time.Second, "hadare: time each copy spends merging parameters per round")
 	fs.StringVar(&f.utility, "hadar-utility", "makespan", "hadar/hadare utility: makespan (total time duration) or jct (average JCT)")
 	fs.IntVar(&f.parallel, "parallel", 0, "policies simulated at once (default: number of CPUs)")
+	fs.StringVar(&f.topology, "topology", "", "network topology (netmodel JSON, docs/netmodel.md): prices every placement with the calibrated network model")
+	fs.StringVar(&f.placement, "placement", placement.Pack, "comma-separated placement policies, each run with every policy: "+strings.Join(placement.Names(), ", ")+" (docs/placement.md)")
+	fs.Float64Var(&f.delayScale, "delay-scale", placement.DefaultScale, "delay: timer scale (wait scale*(slowdown-1)*remaining time before accepting a looser level); delay-autotune starts here")
+	fs.DurationVar(&f.maxWait, "max-wait", time.Duration(placement.DefaultMaxWait)*time.Second, "delay: cap on any delay timer")
+	fs.IntVar(&f.maxPreempt, "max-preemptions", placement.DefaultMaxPreemptions, "delay: preemptions per job for network-sensitive jobs (negative = none)")
+	fs.DurationVar(&f.minRun, "min-run-time", time.Duration(placement.DefaultMinRunTime)*time.Second, "delay: least run time on its GPUs before a job may be preempted")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -134,6 +148,44 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("--policies is empty: want one or more of %s", strings.Join(registry.Names(), ", "))
 	}
 	model := speed.Model{Profile: prof, IgnoreSpread: fid == sim.Gavel}
+	if f.topology != "" {
+		if fid == sim.Gavel {
+			return fmt.Errorf("--topology needs --fidelity improved: Gavel's simulator has no placement effect")
+		}
+		tp, err := netmodel.LoadTopologyFile(f.topology)
+		if err != nil {
+			return fmt.Errorf("--topology: %w", err)
+		}
+		if cluster, err = placement.ApplyTopology(cluster, tp, f.topology); err != nil {
+			return fmt.Errorf("--topology: %w", err)
+		}
+		rep, err := netmodel.DefaultCalibration()
+		if err != nil {
+			return fmt.Errorf("--topology: calibrating the network model: %w", err)
+		}
+		nw, err := placement.NewNetwork(tp, rep, prof, jobs, cluster.Types())
+		if err != nil {
+			return fmt.Errorf("--topology: %w", err)
+		}
+		model.Network = nw
+	}
+	places := splitList(f.placement)
+	if len(places) == 0 {
+		return fmt.Errorf("--placement is empty: want one or more of %s", strings.Join(placement.Names(), ", "))
+	}
+	placeCfg := placement.Config{Speed: model, Seed: f.seed, Scale: f.delayScale, MaxWait: f.maxWait.Seconds(),
+		MaxPreemptions: f.maxPreempt, MinRunTime: f.minRun.Seconds(), RestartCost: f.restart.Seconds()}
+	if f.delayScale == 0 {
+		placeCfg.Scale = -1 // an explicit 0: no waiting
+	}
+	if f.maxPreempt == 0 {
+		placeCfg.MaxPreemptions = -1
+	}
+	for _, pl := range places {
+		if _, err := placement.New(pl, placeCfg); err != nil {
+			return fmt.Errorf("--placement: %w", err)
+		}
+	}
 	opts := registry.Options{Types: cluster.Types(), PricePerHour: prices, GavelFidelity: fid == sim.Gavel,
 		Speed: model, RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), HadarUtility: f.utility}
 	if fid == sim.Gavel {
@@ -145,22 +197,49 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("--policies: %w", err)
 		}
 	}
-	prog := newProgress(stderr, names)
-	results := make([]sim.Result, len(names))
-	errs := make([]error, len(names))
+	type combo struct{ policy, place, label string }
+	var runs []combo
+	for _, n := range names {
+		for _, pl := range places {
+			label := n
+			if len(places) > 1 || pl != placement.Pack {
+				label = n + "+" + pl
+			}
+			runs = append(runs, combo{n, pl, label})
+		}
+	}
+	labels := make([]string, len(runs))
+	for i, r := range runs {
+		labels[i] = r.label
+	}
+	prog := newProgress(stderr, labels)
+	results := make([]sim.Result, len(runs))
+	errs := make([]error, len(runs))
+	placers := make([]*placement.Policy, len(runs))
 	par := f.parallel
 	if par <= 0 {
 		par = max(1, numCPU())
 	}
 	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup
-	for i, n := range names {
+	for i, run := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			sched, err := registry.New(n, opts)
+			o := opts
+			if run.place != placement.Pack {
+				// Pack is each scheduler's own placement: no placer, so
+				// the default behaviour stays exactly as it was.
+				pl, err := placement.New(run.place, placeCfg)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				placers[i], o.Placer = pl, pl
+			}
+			sched, err := registry.New(run.policy, o)
 			if err != nil {
 				errs[i] = err
 				return
@@ -171,8 +250,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				Progress: func(now float64, done, total int) { prog.update(i, now, done, total) },
 			}
 			results[i], errs[i] = sim.Run(ctx, cfg, sched)
+			results[i].Scheduler = run.label
 			if errs[i] != nil {
-				errs[i] = fmt.Errorf("policy %s: %w", n, errs[i])
+				errs[i] = fmt.Errorf("policy %s: %w", run.label, errs[i])
 			}
 		}()
 	}
@@ -187,8 +267,15 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case "csv":
 		err = report.WriteCSV(stdout, results)
 	default:
-		fmt.Fprintf(stdout, "%d jobs on %s (%d GPUs), round %v, fidelity %s\n\n", len(jobs), f.cluster, cluster.TotalGPUs(), f.round, fid)
+		fmt.Fprintf(stdout, "%d jobs on %s (%d GPUs), round %v, fidelity %s", len(jobs), f.cluster, cluster.TotalGPUs(), f.round, fid)
+		if f.topology != "" {
+			fmt.Fprintf(stdout, ", topology %s", f.topology)
+		}
+		fmt.Fprint(stdout, "\n\n")
 		err = report.WriteTable(stdout, results)
+		if err == nil {
+			err = writePlacementNotes(stdout, labels, placers)
+		}
 	}
 	if err != nil {
 		return err
@@ -198,6 +285,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return fmt.Errorf("--out: %w", err)
 		}
+		more, err := writeTunerCSVs(f.out, labels, placers)
+		if err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+		files = append(files, more...)
 		fmt.Fprintf(stderr, "wrote %d files to %s\n", len(files), f.out)
 	}
 	return nil

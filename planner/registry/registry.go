@@ -57,7 +57,7 @@ func extra() map[string]constructor {
 			}
 			return hadar.New(hadar.Config{
 				Speed: o.Speed, Utility: hadar.Utility(u), RestartCost: o.RestartCost,
-				Fork: fork, MergeCost: o.MergeCost,
+				Fork: fork, MergeCost: o.MergeCost, Filter: filter(o.Placer),
 			})
 		}
 	}
@@ -65,6 +65,14 @@ func extra() map[string]constructor {
 		"hadar": build(false, ""), "hadare": build(true, ""),
 		"hadar-jct": build(false, string(hadar.AvgJCT)), "hadare-jct": build(true, string(hadar.AvgJCT)),
 	}
+}
+
+// filter keeps a nil placer a nil interface for Hadar.
+func filter(p placement.Placer) hadar.Filter {
+	if p == nil {
+		return nil
+	}
+	return p
 }
 
 // Names lists every scheduler name.

@@ -67,6 +67,8 @@ type PolicyScheduler struct {
 	// Backfill hands GPUs the allocation left idle to jobs that can use
 	// them (work conservation).
 	Backfill bool
+	// Placer places the chosen jobs (nil: previous GPUs, else Pool.Pack).
+	Placer Placer
 
 	alloc     map[string][]float64
 	lastReset float64
@@ -116,7 +118,7 @@ func (s *PolicyScheduler) Schedule(v *View) ([]planner.Placement, error) {
 			x[i] = make([]float64, len(v.Types))
 		}
 	}
-	return Assign(v, x, AssignOptions{Backfill: s.Backfill, Agnostic: isAgnostic(s.Policy)}), nil
+	return Assign(v, x, AssignOptions{Backfill: s.Backfill, Agnostic: isAgnostic(s.Policy), Placer: s.Placer}), nil
 }
 
 func isAgnostic(p policy.Policy) bool {
@@ -136,6 +138,11 @@ type AssignOptions struct {
 	Backfill bool
 	// Agnostic backfill ignores throughput when choosing a type.
 	Agnostic bool
+	// Placer, when set, places the chosen jobs of each type instead of
+	// lease extension plus Pool.Pack; with Backfill, GPUs it leaves idle
+	// (jobs it delays or evicts) are offered once more to jobs the
+	// allocation did not choose.
+	Placer Placer
 }
 
 // Assign turns time fractions x (one row per v.Jobs) into placements in
@@ -200,6 +207,25 @@ func Assign(v *View, x [][]float64, opt AssignOptions) []planner.Placement {
 	if opt.Backfill {
 		backfill(v, choice, free, rank, &next, opt.Agnostic)
 	}
+	if opt.Placer != nil {
+		placeWith(v, opt.Placer, choice, rank, out)
+		if opt.Backfill {
+			// GPUs held back by delayed or evicted jobs go to jobs the
+			// allocation left out, placed by the same Placer.
+			for j, t := range v.Types {
+				free[j] = v.Pool.FreeOfType(t)
+			}
+			second := slices.Clone(choice)
+			backfill(v, second, free, rank, &next, opt.Agnostic)
+			for i := range second {
+				if choice[i] >= 0 {
+					second[i] = -1 // already placed or held back
+				}
+			}
+			placeWith(v, opt.Placer, second, rank, out)
+		}
+		return out
+	}
 	// Placement, per type.
 	for j, t := range v.Types {
 		var chosen []int
@@ -231,6 +257,35 @@ func Assign(v *View, x [][]float64, opt AssignOptions) []planner.Placement {
 		}
 	}
 	return out
+}
+
+// placeWith hands each type's chosen jobs (choice[i] is the type index, -1
+// none) to the placer, largest scale factor first, then by rank.
+func placeWith(v *View, pl Placer, choice, rank []int, out []planner.Placement) {
+	for j, t := range v.Types {
+		var jobs []int
+		for i, c := range choice {
+			if c == j {
+				jobs = append(jobs, i)
+			}
+		}
+		if len(jobs) == 0 {
+			continue
+		}
+		sort.SliceStable(jobs, func(a, b int) bool {
+			sa, sb := v.Jobs[jobs[a]].ScaleFactor, v.Jobs[jobs[b]].ScaleFactor
+			if sa != sb {
+				return sa > sb
+			}
+			return rank[jobs[a]] < rank[jobs[b]]
+		})
+		units := pl.Place(v, t, jobs)
+		for k, i := range jobs {
+			if k < len(units) && len(units[k].Slots) > 0 {
+				out[i] = planner.Placement{Units: []planner.Unit{units[k]}}
+			}
+		}
+	}
 }
 
 // backfill gives the GPUs the allocation left idle to jobs it did not

@@ -77,6 +77,16 @@ type JobResult struct {
 	Restarts int
 	// GPUSeconds is the GPU time the job held.
 	GPUSeconds float64
+	// CommSeconds is the job's time spent communicating (0 without a
+	// CommNetwork).
+	CommSeconds float64
+}
+
+// CommNetwork is a speed.Network that can also say which fraction of a
+// unit's step time is communication not hidden behind compute; when the
+// speed model's network implements it, Run fills Result.CommOverhead.
+type CommNetwork interface {
+	CommFraction(job planner.Job, u planner.Unit, now float64) float64
 }
 
 // Sample is cluster utilization over one round.
@@ -113,6 +123,8 @@ type jobState struct {
 	// restart or merging left before it makes progress.
 	rates      []float64
 	delays     []float64
+	comm       []float64 // communication share of each unit's step time
+	commTime   float64
 	started    bool
 	done       bool
 	start      float64
@@ -187,6 +199,10 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 	copy(order, jobs)
 	sort.SliceStable(order, func(a, b int) bool { return order[a].view.Arrival < order[b].view.Arrival })
 
+	// Rates (and communication shares) are recomputed for every running
+	// unit at each round boundary, so time-varying congestion reaches
+	// running jobs within a round.
+	cn, _ := cfg.Speed.Network.(CommNetwork)
 	res := Result{Scheduler: sched.Name(), Types: types, Total: len(jobs)}
 	if len(jobs) == 0 {
 		return res, nil
@@ -245,13 +261,14 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 			if len(p.Units) == 0 {
 				s.view.Running = false
 				s.view.Placement = planner.Placement{}
-				s.rates, s.delays = nil, nil
+				s.rates, s.delays, s.comm = nil, nil, nil
 				continue
 			}
 			// A unit that keeps exactly its GPUs keeps running; any other
 			// unit (re)starts and pays the restart cost.
 			rates := make([]float64, len(p.Units))
 			delays := make([]float64, len(p.Units))
+			comm := make([]float64, len(p.Units))
 			restarted := false
 			for k, u := range p.Units {
 				kept := -1
@@ -280,6 +297,9 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 					return fmt.Errorf("t=%.0fs: scheduler %s placed job %s where it cannot run (speed 0 on %v)", now, sched.Name(), s.view.ID, u.Slots)
 				}
 				rates[k] = r
+				if cn != nil {
+					comm[k] = cn.CommFraction(s.view.Job, u, now)
+				}
 			}
 			if restarted && s.started {
 				s.restarts++
@@ -289,7 +309,7 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 			}
 			s.view.Placement = p
 			s.view.Running = true
-			s.rates, s.delays = rates, delays
+			s.rates, s.delays, s.comm = rates, delays, comm
 		}
 		return nil
 	}
@@ -369,6 +389,9 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 				}
 				s.gpuSeconds += float64(gpus) * dt
 				for k, r := range s.rates {
+					if s.comm != nil {
+						s.commTime += s.comm[k] * math.Max(0, dt-s.delays[k])
+					}
 					s.view.Remaining -= r * math.Max(0, dt-s.delays[k])
 					s.delays[k] = math.Max(0, s.delays[k]-dt)
 				}
@@ -482,7 +505,8 @@ func summarize(res Result, jobs []*jobState, totalGPUs float64) Result {
 	var jcts []float64
 	busy := 0.0
 	for _, s := range jobs {
-		jr := JobResult{ID: s.view.ID, Model: s.view.Model, SF: s.view.ScaleFactor, Arrival: s.view.Arrival, Start: -1, Restarts: s.restarts, GPUSeconds: s.gpuSeconds}
+		jr := JobResult{ID: s.view.ID, Model: s.view.Model, SF: s.view.ScaleFactor, Arrival: s.view.Arrival, Start: -1, Restarts: s.restarts, GPUSeconds: s.gpuSeconds, CommSeconds: s.commTime}
+		res.CommOverhead += s.commTime
 		if s.started {
 			jr.Start = s.start
 		}
