@@ -204,55 +204,32 @@ func TestUnrunnableJobIsAnError(t *testing.T) {
 	}
 }
 
+// benchSim replays jobs through each named policy, with the simulator's
+// default restart and merge costs.
+func benchSim(b *testing.B, jobs []planner.Job, names ...string) {
+	c := cluster(b, "v100=36,p100=36,k80=36")
+	for _, name := range names {
+		b.Run("policy="+name, func(b *testing.B) {
+			for b.Loop() {
+				model := speed.Model{Profile: profile.Default()}
+				s, err := registry.New(name, registry.Options{Types: c.Types(), Speed: model, RestartCost: 20, MergeCost: 10})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := sim.Run(context.Background(), sim.Config{Cluster: c, Jobs: jobs, Speed: model, RestartCost: 20, MergeCost: 10}, s); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkContinuousTrace: 1,000 jobs arriving at 6 per hour on 108 GPUs.
 func BenchmarkContinuousTrace(b *testing.B) {
-	c := cluster(b, "v100=36,p100=36,k80=36")
-	jobs := synth(b, 1000, 6, 1)
-	for _, name := range []string{"fifo", "gavel-maxmin", "gavel-makespan", "gavel-ftf"} {
-		b.Run("policy="+name, func(b *testing.B) {
-			for b.Loop() {
-				s, _ := registry.New(name, registry.Options{Types: c.Types()})
-				if _, err := sim.Run(context.Background(), sim.Config{Cluster: c, Jobs: jobs, Speed: speed.Model{Profile: profile.Default()}}, s); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	benchSim(b, synth(b, 1000, 6, 1), "fifo", "gavel-maxmin", "gavel-makespan", "gavel-ftf", "hadar", "hadare")
 }
 
-func BenchmarkStaticHadar(b *testing.B) {
-	c := cluster(b, "v100=36,p100=36,k80=36")
-	jobs := synth(b, 300, 0, 1)
-	for _, name := range []string{"hadar", "hadare"} {
-		b.Run("policy="+name, func(b *testing.B) {
-			for b.Loop() {
-				model := speed.Model{Profile: profile.Default()}
-				s, err := registry.New(name, registry.Options{Types: c.Types(), Speed: model, RestartCost: 20, MergeCost: 10})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := sim.Run(context.Background(), sim.Config{Cluster: c, Jobs: jobs, Speed: model, RestartCost: 20, MergeCost: 10}, s); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
-
-func BenchmarkContinuousHadar(b *testing.B) {
-	c := cluster(b, "v100=36,p100=36,k80=36")
-	jobs := synth(b, 1000, 6, 1)
-	for _, name := range []string{"hadar", "hadare"} {
-		b.Run("policy="+name, func(b *testing.B) {
-			for b.Loop() {
-				model := speed.Model{Profile: profile.Default()}
-				s, err := registry.New(name, registry.Options{Types: c.Types(), Speed: model, RestartCost: 20, MergeCost: 10})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := sim.Run(context.Background(), sim.Config{Cluster: c, Jobs: jobs, Speed: model, RestartCost: 20, MergeCost: 10}, s); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+// BenchmarkStatic: 300 jobs at t=0.
+func BenchmarkStatic(b *testing.B) {
+	benchSim(b, synth(b, 300, 0, 1), "gavel-makespan", "hadar", "hadare")
 }
