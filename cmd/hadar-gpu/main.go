@@ -1,0 +1,14 @@
+// Command hadar-gpu is hadar's Nomad device plugin; install it in the
+// agent's plugin_dir (see docs/driver.md).
+package main
+
+import (
+	log "github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/plugins"
+
+	"github.com/hadar-sched/hadar/driver/device"
+)
+
+func main() {
+	plugins.Serve(func(logger log.Logger) interface{} { return device.New(logger) })
+}

@@ -1,0 +1,211 @@
+package train
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+)
+
+// configSpec is the plugin block's schema (see docs/driver.md).
+var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
+	"enabled": hclspec.NewDefault(
+		hclspec.NewAttr("enabled", "bool", false),
+		hclspec.NewLiteral("true"),
+	),
+	"checkpoint_root": hclspec.NewAttr("checkpoint_root", "string", false),
+	"merge_root":      hclspec.NewAttr("merge_root", "string", false),
+	"progress_poll_interval": hclspec.NewDefault(
+		hclspec.NewAttr("progress_poll_interval", "string", false),
+		hclspec.NewLiteral(`"1s"`),
+	),
+	"progress_event_interval": hclspec.NewDefault(
+		hclspec.NewAttr("progress_event_interval", "string", false),
+		hclspec.NewLiteral(`"30s"`),
+	),
+})
+
+// taskConfigSpec is the schema of a task's config block.
+var taskConfigSpec = hclspec.NewObject(map[string]*hclspec.Spec{
+	"command":        hclspec.NewAttr("command", "string", true),
+	"args":           hclspec.NewAttr("args", "list(string)", false),
+	"work_dir":       hclspec.NewAttr("work_dir", "string", false),
+	"total_steps":    hclspec.NewAttr("total_steps", "number", false),
+	"checkpoint_dir": hclspec.NewAttr("checkpoint_dir", "string", false),
+	"progress_file":  hclspec.NewAttr("progress_file", "string", false),
+	"emulate": hclspec.NewBlock("emulate", false, hclspec.NewObject(map[string]*hclspec.Spec{
+		// list(map(...)) as Nomad's own drivers declare maps: a jobspec
+		// map reaches the driver as a list of maps after the API's JSON.
+		"steps_per_sec": hclspec.NewAttr("steps_per_sec", "list(map(number))", true),
+	})),
+	"hadare": hclspec.NewBlock("hadare", false, hclspec.NewObject(map[string]*hclspec.Spec{
+		"copies":      hclspec.NewAttr("copies", "number", true),
+		"copy_index":  hclspec.NewAttr("copy_index", "number", false),
+		"merge_every": hclspec.NewAttr("merge_every", "number", false),
+		"merge_dir":   hclspec.NewAttr("merge_dir", "string", false),
+	})),
+})
+
+// Config is the plugin block.
+type Config struct {
+	Enabled               bool   `codec:"enabled"`
+	CheckpointRoot        string `codec:"checkpoint_root"`
+	MergeRoot             string `codec:"merge_root"`
+	ProgressPollInterval  string `codec:"progress_poll_interval"`
+	ProgressEventInterval string `codec:"progress_event_interval"`
+}
+
+type settings struct {
+	enabled        bool
+	checkpointRoot string
+	mergeRoot      string
+	pollEvery      time.Duration
+	eventEvery     time.Duration
+}
+
+func parseConfig(c Config) (*settings, error) {
+	s := &settings{enabled: c.Enabled, checkpointRoot: c.CheckpointRoot, mergeRoot: c.MergeRoot}
+	for _, root := range []struct{ name, v string }{{"checkpoint_root", c.CheckpointRoot}, {"merge_root", c.MergeRoot}} {
+		if root.v != "" && !filepath.IsAbs(root.v) {
+			return nil, fmt.Errorf("%s %q: want an absolute path", root.name, root.v)
+		}
+	}
+	var err error
+	if s.pollEvery, err = positiveDuration("progress_poll_interval", c.ProgressPollInterval, time.Second); err != nil {
+		return nil, err
+	}
+	if s.eventEvery, err = positiveDuration("progress_event_interval", c.ProgressEventInterval, 30*time.Second); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func positiveDuration(field, v string, def time.Duration) (time.Duration, error) {
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s %q: want a positive duration such as \"2s\"", field, v)
+	}
+	return d, nil
+}
+
+// TaskConfig is a task's config block.
+type TaskConfig struct {
+	Command       string         `codec:"command"`
+	Args          []string       `codec:"args"`
+	WorkDir       string         `codec:"work_dir"`
+	TotalSteps    int64          `codec:"total_steps"`
+	CheckpointDir string         `codec:"checkpoint_dir"`
+	ProgressFile  string         `codec:"progress_file"`
+	Emulate       *EmulateConfig `codec:"emulate"`
+	HadarE        *HadarEConfig  `codec:"hadare"`
+}
+
+// EmulateConfig sets the pace of a training process on a machine
+// without GPUs: steps/s of the job on each GPU model it may be given.
+type EmulateConfig struct {
+	StepsPerSec RateMap `codec:"steps_per_sec"`
+}
+
+// RateMap maps a GPU model to steps/s. It decodes the list-of-maps form
+// jobspec maps take on their way to the driver, merging the maps.
+type RateMap map[string]float64
+
+// CodecEncodeSelf writes the list-of-maps form.
+func (m *RateMap) CodecEncodeSelf(enc *codec.Encoder) {
+	enc.MustEncode([]map[string]float64{*m})
+}
+
+// CodecDecodeSelf reads the list-of-maps form.
+func (m *RateMap) CodecDecodeSelf(dec *codec.Decoder) {
+	var ms []map[string]float64
+	dec.MustDecode(&ms)
+	out := RateMap{}
+	for _, x := range ms {
+		for k, v := range x {
+			out[k] = v
+		}
+	}
+	*m = out
+}
+
+// HadarEConfig makes the task one copy of a HadarE job.
+type HadarEConfig struct {
+	Copies     int    `codec:"copies"`
+	CopyIndex  *int   `codec:"copy_index"`
+	MergeEvery int    `codec:"merge_every"`
+	MergeDir   string `codec:"merge_dir"`
+}
+
+func (tc *TaskConfig) validate() error {
+	if strings.TrimSpace(tc.Command) == "" {
+		return fmt.Errorf("command: empty; give the training program to run")
+	}
+	if tc.WorkDir != "" && !filepath.IsAbs(tc.WorkDir) {
+		return fmt.Errorf("work_dir %q: want an absolute path", tc.WorkDir)
+	}
+	if tc.CheckpointDir != "" && !filepath.IsAbs(tc.CheckpointDir) {
+		return fmt.Errorf("checkpoint_dir %q: want an absolute path", tc.CheckpointDir)
+	}
+	if tc.ProgressFile != "" && !filepath.IsAbs(tc.ProgressFile) {
+		return fmt.Errorf("progress_file %q: want an absolute path", tc.ProgressFile)
+	}
+	if tc.TotalSteps < 0 {
+		return fmt.Errorf("total_steps %d: want a positive number of steps", tc.TotalSteps)
+	}
+	if e := tc.Emulate; e != nil {
+		if len(e.StepsPerSec) == 0 {
+			return fmt.Errorf("emulate.steps_per_sec: empty; map each GPU model to the job's steps/s on it")
+		}
+		for m, v := range e.StepsPerSec {
+			if v <= 0 {
+				return fmt.Errorf("emulate.steps_per_sec[%q] = %v: want a positive rate", m, v)
+			}
+		}
+	}
+	if h := tc.HadarE; h != nil {
+		if h.Copies < 1 {
+			return fmt.Errorf("hadare.copies %d: want at least 1", h.Copies)
+		}
+		if h.CopyIndex != nil && (*h.CopyIndex < 0 || *h.CopyIndex >= h.Copies) {
+			return fmt.Errorf("hadare.copy_index %d: want 0..%d", *h.CopyIndex, h.Copies-1)
+		}
+		if h.MergeEvery < 0 {
+			return fmt.Errorf("hadare.merge_every %d: want a positive number of steps", h.MergeEvery)
+		}
+		if h.MergeDir != "" && !filepath.IsAbs(h.MergeDir) {
+			return fmt.Errorf("hadare.merge_dir %q: want an absolute path", h.MergeDir)
+		}
+	}
+	return nil
+}
+
+// stepsPerSec picks the emulated pace for the GPU models Nomad gave.
+func (e *EmulateConfig) stepsPerSec(models []string) (float64, error) {
+	if len(models) == 0 {
+		return 0, fmt.Errorf("emulate: the task got no GPU; ask for one with device \"nvidia/gpu\"")
+	}
+	// A task with several device requests runs at its slowest GPU's pace.
+	rate := 0.0
+	for _, m := range models {
+		v, ok := e.StepsPerSec[m]
+		if !ok {
+			known := make([]string, 0, len(e.StepsPerSec))
+			for k := range e.StepsPerSec {
+				known = append(known, k)
+			}
+			sort.Strings(known)
+			return 0, fmt.Errorf("emulate.steps_per_sec: no entry for GPU model %q (have %q); add one", m, known)
+		}
+		if rate == 0 || v < rate {
+			rate = v
+		}
+	}
+	return rate, nil
+}

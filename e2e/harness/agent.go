@@ -1,0 +1,493 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Mode is what an agent runs.
+type Mode int
+
+const (
+	// ModeDev is `nomad agent -dev`: server and client in one process,
+	// state in memory; it destroys its allocations when it stops.
+	ModeDev Mode = iota
+	// ModePersistent is a regular agent with server and client enabled
+	// and its state on disk, so Restart keeps jobs and running tasks, as
+	// a production client restart does.
+	ModePersistent
+	// ModeServer is a server only (bootstrap_expect = 1). Join clients to
+	// its RPCAddr.
+	ModeServer
+	// ModeClient is a client only, joining Options.Servers.
+	ModeClient
+)
+
+// Options describes one agent.
+type Options struct {
+	// Mode defaults to ModeDev.
+	Mode Mode
+	// Servers are the RPC addresses ("127.0.0.1:4647") a ModeClient agent
+	// joins; Agent.RPCAddr of a ModeServer agent.
+	Servers []string
+	// Name is the node name; default "hadar-e2e".
+	Name string
+	// NomadBin defaults to NomadBinary(t).
+	NomadBin string
+	// PluginDir defaults to PluginDir(t) (hadar-gpu and hadar-train).
+	PluginDir string
+	// Plugins maps a plugin file name to the body of its config block,
+	// e.g. {"hadar-gpu": `gpu { id = "g0" ... }`}. Nomad loads only the
+	// plugins named here.
+	Plugins map[string]string
+	// Meta is the client's node meta.
+	Meta map[string]string
+	// Drivers are task drivers that must be detected and healthy before
+	// StartAgent returns; default: "hadar-train" when Plugins configures
+	// it. (Device plugins need no wait: the client registers its node only
+	// after their first fingerprint.)
+	Drivers []string
+	// ExtraConfig is appended to the generated agent.hcl.
+	ExtraConfig string
+	// StartTimeout bounds the wait for a ready node; default 60s.
+	StartTimeout time.Duration
+}
+
+// Agent is a running Nomad agent.
+type Agent struct {
+	// Addr is the HTTP API address, "http://127.0.0.1:<port>".
+	Addr string
+	// RPCAddr is the RPC address clients join, "127.0.0.1:<port>".
+	RPCAddr string
+	// Client talks to Addr.
+	Client *api.Client
+	// NodeID is the client node's ID, once ready (empty for ModeServer).
+	NodeID string
+	// Dir holds agent.hcl, data/, and agent.log.
+	Dir        string
+	ConfigFile string
+	LogFile    string
+
+	opts Options
+	mu   sync.Mutex
+	proc *agentProc
+}
+
+// agentProc is one run of the agent process.
+type agentProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // valid once done is closed
+}
+
+// FreePorts returns n distinct free TCP ports on 127.0.0.1.
+func FreePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// AgentConfig renders the agent.hcl the harness uses: loopback ports,
+// no cloud fingerprinters (they fail without internet), no docker, java
+// or qemu, one plugin block per entry of Plugins, and the server and
+// client blocks of opts.Mode.
+func AgentConfig(opts Options, http, rpc, serf int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "name = %q\nbind_addr = \"127.0.0.1\"\ndisable_update_check = true\nlog_level = \"DEBUG\"\n", opts.Name)
+	fmt.Fprintf(&b, "ports {\n  http = %d\n  rpc  = %d\n  serf = %d\n}\n", http, rpc, serf)
+	if opts.Mode != ModeDev {
+		// Outside dev mode Nomad refuses to advertise loopback by default.
+		b.WriteString("advertise {\n  http = \"127.0.0.1\"\n  rpc  = \"127.0.0.1\"\n  serf = \"127.0.0.1\"\n}\n")
+	}
+	if opts.Mode == ModePersistent || opts.Mode == ModeServer {
+		b.WriteString("server {\n  enabled          = true\n  bootstrap_expect = 1\n}\n")
+	}
+	if opts.Mode == ModeServer {
+		return b.String() + opts.ExtraConfig
+	}
+	b.WriteString("client {\n")
+	if opts.Mode != ModeDev {
+		b.WriteString("  enabled           = true\n  network_interface = \"lo\"\n")
+	}
+	if opts.Mode == ModeClient {
+		quoted := make([]string, len(opts.Servers))
+		for i, s := range opts.Servers {
+			quoted[i] = fmt.Sprintf("%q", s)
+		}
+		fmt.Fprintf(&b, "  servers           = [%s]\n", strings.Join(quoted, ", "))
+	}
+	b.WriteString("  options = {\n    \"fingerprint.denylist\" = \"env_aws,env_gce,env_azure,env_digitalocean\"\n    \"driver.denylist\"      = \"docker,java,qemu\"\n  }\n")
+	if len(opts.Meta) > 0 {
+		b.WriteString("  meta {\n")
+		for _, k := range sortedKeys(opts.Meta) {
+			fmt.Fprintf(&b, "    %q = %q\n", k, opts.Meta[k])
+		}
+		b.WriteString("  }\n")
+	}
+	b.WriteString("}\n")
+	for _, name := range sortedKeys(opts.Plugins) {
+		fmt.Fprintf(&b, "plugin %q {\n  config {\n%s\n  }\n}\n", name, opts.Plugins[name])
+	}
+	b.WriteString(opts.ExtraConfig)
+	return b.String()
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// StartAgent starts an agent and waits until its node is ready with the
+// drivers of opts healthy; it fails the test otherwise. In t.Cleanup it
+// purges the agent's jobs (hadar-train tasks run in their own process
+// groups and would outlive the agent), stops the agent, and prints the
+// agent log when the test failed.
+func StartAgent(t testing.TB, opts Options) *Agent {
+	t.Helper()
+	a, err := TryStartAgent(t, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TryStartAgent is StartAgent returning the failure, which includes the
+// agent's output when it exited (e.g. a rejected plugin config).
+func TryStartAgent(t testing.TB, opts Options) (*Agent, error) {
+	t.Helper()
+	if opts.Name == "" {
+		opts.Name = "hadar-e2e"
+	}
+	if opts.NomadBin == "" {
+		opts.NomadBin = NomadBinary(t)
+	}
+	if opts.PluginDir == "" {
+		opts.PluginDir = PluginDir(t)
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 60 * time.Second
+	}
+	if opts.Mode == ModeClient && len(opts.Servers) == 0 {
+		return nil, fmt.Errorf("harness: a ModeClient agent needs Options.Servers")
+	}
+	if opts.Drivers == nil {
+		if _, ok := opts.Plugins["hadar-train"]; ok {
+			opts.Drivers = []string{"hadar-train"}
+		}
+	}
+	// Short paths: Nomad puts unix sockets under the data dir, and
+	// socket paths are limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "hadar-e2e-")
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	ports, err := FreePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		Addr:       fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
+		RPCAddr:    fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		Dir:        dir,
+		ConfigFile: filepath.Join(dir, "agent.hcl"),
+		LogFile:    filepath.Join(dir, "agent.log"),
+		opts:       opts,
+	}
+	cfg := AgentConfig(opts, ports[0], ports[1], ports[2])
+	if err := os.WriteFile(a.ConfigFile, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	if a.Client, err = api.NewClient(&api.Config{Address: a.Addr}); err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			a.dumpLog(t)
+		}
+	})
+	t.Cleanup(func() { a.stop(t, true) })
+	if err := a.start(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *Agent) start() error {
+	logf, err := os.OpenFile(a.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	args := []string{"agent", "-config", a.ConfigFile, "-data-dir", filepath.Join(a.Dir, "data"), "-plugin-dir", a.opts.PluginDir}
+	if a.opts.Mode == ModeDev {
+		args = append(args, "-dev", "-bind", "127.0.0.1")
+	}
+	p := &agentProc{cmd: exec.Command(a.opts.NomadBin, args...), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start nomad agent: %w", err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	a.mu.Lock()
+	a.proc = p
+	a.mu.Unlock()
+	return a.waitReady(p)
+}
+
+func (a *Agent) waitReady(p *agentProc) error {
+	var exited bool
+	// Stop waiting as soon as the agent exits.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := Eventually(ctx, a.opts.StartTimeout, 250*time.Millisecond, func() error {
+		select {
+		case <-p.done:
+			exited = true
+			return fmt.Errorf("agent exited: %v", p.err)
+		default:
+		}
+		if a.opts.Mode == ModeServer {
+			leader, err := a.Client.Status().Leader()
+			if err != nil || leader == "" {
+				return fmt.Errorf("no leader yet (%v)", err)
+			}
+			return nil
+		}
+		// A client's own HTTP API answers for the whole cluster: find this
+		// agent's node by name.
+		nodes, _, err := a.Client.Nodes().List(nil)
+		if err != nil {
+			return err
+		}
+		var n *api.NodeListStub
+		for _, x := range nodes {
+			if x.Name == a.opts.Name {
+				n = x
+			}
+		}
+		if n == nil {
+			return fmt.Errorf("node %s not registered yet", a.opts.Name)
+		}
+		if n.Status != "ready" {
+			return fmt.Errorf("node %s is %s", n.Name, n.Status)
+		}
+		node, _, err := a.Client.Nodes().Info(n.ID, nil)
+		if err != nil {
+			return err
+		}
+		for _, d := range a.opts.Drivers {
+			if info, ok := node.Drivers[d]; !ok || !info.Detected || !info.Healthy {
+				return fmt.Errorf("driver %s not healthy on node %s yet", d, n.Name)
+			}
+		}
+		a.NodeID = n.ID
+		return nil
+	})
+	if err == nil {
+		return nil
+	}
+	if !exited {
+		select {
+		case <-p.done:
+			exited = true
+		default:
+		}
+	}
+	if exited {
+		b, _ := os.ReadFile(a.LogFile)
+		return fmt.Errorf("nomad agent exited before its node was ready: %v\n%s", p.err, tail(b, 8<<10))
+	}
+	return fmt.Errorf("nomad agent not ready within %v: %w", a.opts.StartTimeout, err)
+}
+
+// Restart stops the agent without touching its jobs and starts it again
+// with the same config and data dir, as an operator restarting a client
+// would; with ModePersistent or ModeClient, running tasks must survive it.
+func (a *Agent) Restart(t testing.TB) {
+	t.Helper()
+	a.stop(t, false)
+	if err := a.start(); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+}
+
+// Exited is closed when the current agent process ends.
+func (a *Agent) Exited() <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.proc.done
+}
+
+func (a *Agent) stop(t testing.TB, purge bool) {
+	a.mu.Lock()
+	p := a.proc
+	a.mu.Unlock()
+	if p == nil {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	if purge {
+		a.purgeJobs(t)
+		defer a.killStrays(t)
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Logf("nomad agent did not stop in 20s; killing its process group")
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// purgeJobs stops every job, waits until their allocations are terminal
+// (so hadar-train has stopped each task through StopTask), then purges
+// them. Purging at once would drop the allocations from the state while
+// their tasks still run.
+func (a *Agent) purgeJobs(t testing.TB) {
+	jobs, _, err := a.Client.Jobs().List(nil)
+	if err != nil {
+		t.Logf("cleanup: list jobs: %v", err)
+		return
+	}
+	for _, j := range jobs {
+		_, _, _ = a.Client.Jobs().Deregister(j.ID, false, nil)
+	}
+	err = Eventually(context.Background(), 60*time.Second, 250*time.Millisecond, func() error {
+		allocs, _, err := a.Client.Allocations().List(nil)
+		if err != nil {
+			return err
+		}
+		for _, al := range allocs {
+			if al.ClientStatus == api.AllocClientStatusRunning || al.ClientStatus == api.AllocClientStatusPending {
+				return fmt.Errorf("alloc %s still %s", al.ID, al.ClientStatus)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+	}
+	for _, j := range jobs {
+		_, _, _ = a.Client.Jobs().Deregister(j.ID, true, nil)
+	}
+}
+
+// killStrays kills the process groups of hadar-train supervisors that
+// belong to this agent (their exit file lies under a.Dir) and outlived
+// it, so a failed test leaves no training process behind.
+func (a *Agent) killStrays(t testing.TB) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 2 && args[1] == "supervise" && strings.HasPrefix(args[2], a.Dir+"/") {
+			t.Logf("cleanup: killing training process group %d left behind by the agent: %s", pid, strings.Join(args, " "))
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// dumpLog prints the end of the agent log into the test output.
+func (a *Agent) dumpLog(t testing.TB) {
+	b, err := os.ReadFile(a.LogFile)
+	if err != nil {
+		t.Logf("agent log %s: %v", a.LogFile, err)
+		return
+	}
+	b = tail(b, 64<<10)
+	t.Logf("nomad agent log (%s, last %d bytes):\n%s", a.LogFile, len(b), b)
+}
+
+func tail(b []byte, max int) []byte {
+	if len(b) <= max {
+		return b
+	}
+	b = b[len(b)-max:]
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[i+1:]
+	}
+	return b
+}
+
+// ErrTimeout is wrapped by Eventually's error when no attempt succeeded.
+var ErrTimeout = errors.New("timed out")
+
+// Eventually calls f every interval until it returns nil, ctx ends, or
+// timeout passes; it then returns f's last error, wrapping ErrTimeout.
+func Eventually(ctx context.Context, timeout, interval time.Duration, f func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w after %v: %w", ErrTimeout, timeout, err)
+		case <-t.C:
+		}
+	}
+}

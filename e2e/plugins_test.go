@@ -1,0 +1,702 @@
+// Package e2e holds hadar's end-to-end tests against real Nomad agents
+// (see e2e/harness). They build Nomad and the plugins on first use;
+// `go test -short` skips them.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/e2e/harness"
+)
+
+// inventory is the hadar-gpu plugin block of the test node: a mixed
+// cluster in one node, declared because CI has no GPUs.
+const inventory = `
+fingerprint_period = "2s"
+gpu {
+  id                 = "v100-0"
+  model              = "Tesla V100-SXM2-16GB"
+  memory             = "16GiB"
+  compute_capability = "7.0"
+  pci_bus_id         = "0000:06:00.0"
+  nvlink_group       = "a"
+  utilization        = 80
+  memory_used        = "10GiB"
+}
+gpu {
+  id                 = "v100-1"
+  model              = "Tesla V100-SXM2-16GB"
+  memory             = "16GiB"
+  compute_capability = "7.0"
+  pci_bus_id         = "0000:07:00.0"
+  nvlink_group       = "a"
+}
+gpu {
+  id                 = "k80-0"
+  model              = "Tesla K80"
+  memory             = "12GiB"
+  compute_capability = "3.7"
+  pcie_switch        = "s0"
+}
+gpu {
+  id                 = "k80-1"
+  model              = "Tesla K80"
+  memory             = "12GiB"
+  compute_capability = "3.7"
+  pcie_switch        = "s0"
+}
+gpu {
+  id                 = "p100-0"
+  model              = "Tesla P100-PCIE-16GB"
+  memory             = "16GiB"
+  compute_capability = "6.0"
+  healthy            = false
+}
+`
+
+func skipShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-Nomad test; skipped with -short")
+	}
+}
+
+func startAgent(t *testing.T, checkpointRoot string) *harness.Agent {
+	return startAgentMerge(t, checkpointRoot, t.TempDir())
+}
+
+func startAgentMerge(t *testing.T, checkpointRoot, mergeRoot string) *harness.Agent {
+	return harness.StartAgent(t, harness.Options{
+		Plugins: map[string]string{
+			"hadar-gpu": inventory,
+			"hadar-train": fmt.Sprintf(`
+checkpoint_root         = %q
+merge_root              = %q
+progress_poll_interval  = "500ms"
+progress_event_interval = "2s"`, checkpointRoot, mergeRoot),
+		},
+	})
+}
+
+// parseJobspec parses a file of jobspecs/ through the agent, with
+// trainer as the value of its "trainer" variable.
+func parseJobspec(t *testing.T, a *harness.Agent, name, trainer string, vars ...string) *api.Job {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join(root, "jobspecs", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := a.Client.Jobs().ParseHCLOpts(&api.JobsParseRequest{
+		JobHCL:       string(src),
+		Variables:    fmt.Sprintf("trainer = %q\n", trainer) + strings.Join(vars, "\n"),
+		Canonicalize: true,
+	})
+	if err != nil {
+		t.Fatalf("parse jobspec %s: %v", name, err)
+	}
+	return job
+}
+
+func TestNodeDevices(t *testing.T) {
+	skipShort(t)
+	a := startAgent(t, t.TempDir())
+	node, _, err := a.Client.Nodes().Info(a.NodeID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := map[string]*api.NodeDeviceResource{}
+	for _, g := range node.NodeResources.Devices {
+		groups[g.Name] = g
+	}
+	tests := []struct {
+		model   string
+		attrs   map[string]string
+		ids     []string
+		healthy int
+	}{
+		{"Tesla V100-SXM2-16GB", map[string]string{"memory": "16384 MiB", "compute_capability": "7.0", "nvlink_domain_size": "2", "nvlink_domains": "v100-0,v100-1", "source": "declared"}, []string{"v100-0", "v100-1"}, 2},
+		{"Tesla K80", map[string]string{"memory": "12288 MiB", "compute_capability": "3.7", "nvlink_domain_size": "0", "pcie_switch_domains": "k80-0,k80-1"}, []string{"k80-0", "k80-1"}, 2},
+		{"Tesla P100-PCIE-16GB", map[string]string{"memory": "16384 MiB", "compute_capability": "6.0"}, []string{"p100-0"}, 0},
+	}
+	if len(groups) != len(tests) {
+		t.Errorf("node has %d device groups, want %d: %v", len(groups), len(tests), keys(groups))
+	}
+	for _, tc := range tests {
+		t.Run(tc.model, func(t *testing.T) {
+			g, ok := groups[tc.model]
+			if !ok {
+				t.Fatalf("no device group %q on the node (have %v)", tc.model, keys(groups))
+			}
+			if g.Vendor != "nvidia" || g.Type != "gpu" {
+				t.Errorf("group %s/%s, want nvidia/gpu", g.Vendor, g.Type)
+			}
+			for k, want := range tc.attrs {
+				a, ok := g.Attributes[k]
+				if !ok {
+					t.Errorf("attribute %s missing; have %v", k, g.Attributes)
+					continue
+				}
+				if got := a.String(); got != want {
+					t.Errorf("attribute %s = %q, want %q", k, got, want)
+				}
+			}
+			var ids []string
+			healthy := 0
+			for _, d := range g.Instances {
+				ids = append(ids, d.ID)
+				if d.Healthy {
+					healthy++
+				}
+			}
+			if strings.Join(sorted(ids), ",") != strings.Join(tc.ids, ",") || healthy != tc.healthy {
+				t.Errorf("instances %v (%d healthy), want %v (%d healthy)", ids, healthy, tc.ids, tc.healthy)
+			}
+		})
+	}
+	if node.Attributes["driver.hadar-train"] != "1" {
+		t.Errorf("node attribute driver.hadar-train = %q, want 1 (Nomad renders true as 1)", node.Attributes["driver.hadar-train"])
+	}
+}
+
+// TestTrainStopResume runs jobspecs/train-emulated.nomad.hcl with
+// hadar-trainer: it must land on the two V100s, see them in its
+// environment, report progress, checkpoint when stopped, and resume from
+// the checkpoint when the job is run again.
+func TestTrainStopResume(t *testing.T) {
+	skipShort(t)
+	trainer := harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
+	ckRoot := t.TempDir()
+	a := startAgent(t, ckRoot)
+	parse := func() *api.Job { return parseJobspec(t, a, "train-emulated.nomad.hcl", trainer) }
+	jobID := "train-emulated"
+
+	// First run.
+	if _, _, err := a.Client.Jobs().Register(parse(), nil); err != nil {
+		t.Fatal(err)
+	}
+	alloc := waitRunning(t, a, jobID, "")
+	devs := alloc.AllocatedResources.Tasks["trainer"].Devices
+	if len(devs) != 1 || devs[0].Name != "Tesla V100-SXM2-16GB" || len(devs[0].DeviceIDs) != 2 {
+		t.Fatalf("allocated devices %+v, want 2 of Tesla V100-SXM2-16GB", devs)
+	}
+	ids := sorted(devs[0].DeviceIDs)
+	if strings.Join(ids, ",") != "v100-0,v100-1" {
+		t.Fatalf("allocated %v, want v100-0,v100-1", ids)
+	}
+
+	// The driver's start event says what the process was given.
+	ev := waitEvent(t, a, alloc.ID, "training process started", 30*time.Second)
+	if got := strings.Join(sorted(strings.Split(ev.Details["hadar.gpus"], ",")), ","); got != "v100-0,v100-1" {
+		t.Errorf("process got NVIDIA_VISIBLE_DEVICES %q, want the two allocated V100s", ev.Details["hadar.gpus"])
+	}
+	if ev.Details["hadar.gpu_model"] != "Tesla V100-SXM2-16GB" || ev.Details["hadar.steps_per_sec"] != "40" {
+		t.Errorf("start event details %v: want model Tesla V100-SXM2-16GB at 40 steps/s", ev.Details)
+	}
+
+	// The training process itself has them in its environment.
+	env := processEnv(t, alloc.ID, "hadar-trainer")
+	for k, want := range map[string]string{"HADAR_STEPS_PER_SEC": "40", "HADAR_GPU_MODEL": "Tesla V100-SXM2-16GB", "HADAR_TOTAL_STEPS": "100000", "HADAR_JOB_ID": jobID} {
+		if env[k] != want {
+			t.Errorf("trainer env %s = %q, want %q", k, env[k], want)
+		}
+	}
+	for _, k := range []string{"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"} {
+		if got := strings.Join(sorted(strings.Split(env[k], ",")), ","); got != "v100-0,v100-1" {
+			t.Errorf("trainer env %s = %q, want the two allocated V100s", k, env[k])
+		}
+	}
+
+	// Progress through the alloc filesystem, paced at the V100 rate.
+	p := waitProgress(t, a, alloc, 60*time.Second, func(p progress) bool { return p.StepsDone >= 200 })
+	if p.TotalSteps != 100000 || p.StepsPerSec < 20 || p.StepsPerSec > 60 {
+		t.Errorf("progress %+v: want total 100000 at about 40 steps/s", p)
+	}
+	// ... and through task events.
+	pe := waitEvent(t, a, alloc.ID, "progress", 30*time.Second)
+	if n, _ := strconv.Atoi(pe.Details["hadar.steps_done"]); n <= 0 {
+		t.Errorf("progress event details %v", pe.Details)
+	}
+
+	// Stop mid-run: the trainer checkpoints and exits 0.
+	if _, _, err := a.Client.Jobs().Deregister(jobID, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	stopped := waitAlloc(t, a, alloc.ID, 60*time.Second, func(al *api.Allocation) bool {
+		return al.ClientStatus == api.AllocClientStatusComplete || al.ClientStatus == api.AllocClientStatusFailed
+	})
+	ts := stopped.TaskStates["trainer"]
+	var exit *api.TaskEvent
+	for _, e := range ts.Events {
+		if e.Type == api.TaskTerminated {
+			exit = e
+		}
+	}
+	if exit == nil || exit.ExitCode != 0 || exit.Signal != 0 {
+		t.Fatalf("stopped task did not exit cleanly: %+v (events %s)", exit, eventList(ts.Events))
+	}
+	ck := waitEvent(t, a, alloc.ID, "checkpoint saved", 10*time.Second)
+	saved, _ := strconv.Atoi(ck.Details["hadar.steps_done"])
+	ckPath := ck.Details["hadar.checkpoint"]
+	wantDir := filepath.Join(ckRoot, "default", jobID, "train", "trainer")
+	if saved < 200 || !strings.HasPrefix(ckPath, wantDir+string(filepath.Separator)) {
+		t.Fatalf("checkpoint event %v: want step >= 200 under %s", ck.Details, wantDir)
+	}
+	if _, err := os.Stat(ckPath); err != nil {
+		t.Fatalf("checkpoint file: %v", err)
+	}
+
+	// Run again: a new allocation that resumes from the checkpoint.
+	if _, _, err := a.Client.Jobs().Register(parse(), nil); err != nil {
+		t.Fatal(err)
+	}
+	alloc2 := waitRunning(t, a, jobID, alloc.ID)
+	first := waitProgress(t, a, alloc2, 60*time.Second, func(p progress) bool { return p.StepsDone > 0 })
+	if first.StepsDone < int64(saved) {
+		t.Fatalf("second run started at step %d, want resumed from the checkpoint at %d", first.StepsDone, saved)
+	}
+	logs := taskLog(t, a, alloc2, "stderr") + taskLog(t, a, alloc2, "stdout")
+	if !strings.Contains(logs, "resumed") || !strings.Contains(logs, filepath.Base(ckPath)) {
+		t.Errorf("second run's log does not say it resumed from %s:\n%s", ckPath, logs)
+	}
+	t.Logf("first run checkpointed at step %d (%s); second run resumed at step %d", saved, ckPath, first.StepsDone)
+}
+
+// TestBadConfigRejected: a declared inventory with a bad unit stops the
+// agent at plugin load, with a message naming the field.
+func TestBadConfigRejected(t *testing.T) {
+	skipShort(t)
+	_, err := harness.TryStartAgent(t, harness.Options{
+		Plugins:      map[string]string{"hadar-gpu": `gpu { id = "a"  model = "Tesla K80"  memory = "12GX" }`},
+		StartTimeout: 30 * time.Second,
+	})
+	want := `gpu[0] (id "a").memory: "12GX": unknown unit "GX"`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("agent start error %v, want one containing %q", err, want)
+	}
+}
+
+// TestRecoverAfterClientRestart restarts a (non-dev) agent under a
+// running training task: the driver plugin is restarted, RecoverTask
+// reattaches, the task keeps running without a restart, and a later stop
+// still checkpoints it.
+func TestRecoverAfterClientRestart(t *testing.T) {
+	skipShort(t)
+	trainer := harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
+	a := harness.StartAgent(t, harness.Options{
+		Mode: harness.ModePersistent,
+		Plugins: map[string]string{
+			"hadar-gpu": inventory,
+			"hadar-train": fmt.Sprintf(`
+checkpoint_root         = %q
+progress_poll_interval  = "500ms"
+progress_event_interval = "2s"`, t.TempDir()),
+		},
+	})
+	if _, _, err := a.Client.Jobs().Register(parseJobspec(t, a, "train-emulated.nomad.hcl", trainer), nil); err != nil {
+		t.Fatal(err)
+	}
+	alloc := waitRunning(t, a, "train-emulated", "")
+	before := waitProgress(t, a, alloc, 60*time.Second, func(p progress) bool { return p.StepsDone >= 80 })
+
+	begin := time.Now()
+	a.Restart(t)
+	t.Logf("agent restarted in %v", time.Since(begin).Round(time.Millisecond))
+
+	// The same allocation goes on counting from where it was.
+	after := waitProgress(t, a, alloc, 60*time.Second, func(p progress) bool { return p.StepsDone >= before.StepsDone+80 })
+	al, _, err := a.Client.Allocations().Info(alloc.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := al.TaskStates["trainer"]
+	if al.ClientStatus != api.AllocClientStatusRunning || ts.Restarts != 0 {
+		t.Fatalf("after the restart the alloc is %s with %d task restarts; events: %s", al.ClientStatus, ts.Restarts, eventList(ts.Events))
+	}
+	for _, e := range ts.Events {
+		if e.Type == api.TaskTerminated || e.Type == api.TaskStarted && e.Time > ts.StartedAt.UnixNano() {
+			t.Fatalf("task ended or started again across the client restart: %s", eventList(ts.Events))
+		}
+	}
+	t.Logf("steps %d before the client restart, %d after", before.StepsDone, after.StepsDone)
+
+	// The recovered driver still stops it properly.
+	stopAt := time.Now()
+	if _, _, err := a.Client.Jobs().Deregister("train-emulated", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Logged because it varies (2-30 s here) with how soon the restarted
+	// client picks up the stop from the server.
+	defer func() { t.Logf("stop to checkpoint event: %v", time.Since(stopAt).Round(time.Millisecond)) }()
+	stopped := waitAlloc(t, a, alloc.ID, 60*time.Second, func(al *api.Allocation) bool {
+		return al.ClientStatus == api.AllocClientStatusComplete || al.ClientStatus == api.AllocClientStatusFailed
+	})
+	var exit *api.TaskEvent
+	for _, e := range stopped.TaskStates["trainer"].Events {
+		if e.Type == api.TaskTerminated {
+			exit = e
+		}
+	}
+	if exit == nil || exit.ExitCode != 0 || exit.Signal != 0 {
+		t.Fatalf("recovered task did not exit cleanly on stop: %s", eventList(stopped.TaskStates["trainer"].Events))
+	}
+	ck := waitEvent(t, a, alloc.ID, "checkpoint saved", 10*time.Second)
+	if n, _ := strconv.Atoi(ck.Details["hadar.steps_done"]); int64(n) < after.StepsDone {
+		t.Fatalf("checkpoint at step %d, before the last progress seen (%d)", n, after.StepsDone)
+	}
+}
+
+// TestHeterogeneousCluster runs one server and two client agents on
+// loopback, one declaring V100s (rack r1) and one K80s (rack r2), and
+// runs the training jobspec on K80s: it must land on the K80 node and
+// keep the K80's emulated pace.
+func TestHeterogeneousCluster(t *testing.T) {
+	skipShort(t)
+	trainer := harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
+	server := harness.StartAgent(t, harness.Options{Name: "server", Mode: harness.ModeServer})
+	train := fmt.Sprintf(`checkpoint_root = %q
+progress_poll_interval = "500ms"`, t.TempDir())
+	gpus := func(model, mem string, ids ...string) string {
+		var b strings.Builder
+		for _, id := range ids {
+			fmt.Fprintf(&b, "gpu {\n  id = %q\n  model = %q\n  memory = %q\n}\n", id, model, mem)
+		}
+		return b.String()
+	}
+	nodes := map[string]string{}
+	for _, c := range []struct{ name, rack, inv string }{
+		{"node-v100", "r1", gpus("Tesla V100-SXM2-16GB", "16GiB", "v100-a", "v100-b")},
+		{"node-k80", "r2", gpus("Tesla K80", "12GiB", "k80-a", "k80-b")},
+	} {
+		a := harness.StartAgent(t, harness.Options{
+			Name: c.name, Mode: harness.ModeClient, Servers: []string{server.RPCAddr},
+			Meta:    map[string]string{"rack": c.rack},
+			Plugins: map[string]string{"hadar-gpu": c.inv, "hadar-train": train},
+		})
+		nodes[a.NodeID] = c.name
+	}
+	// The server sees both nodes with their own device groups.
+	list, _, err := server.Client.Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, n := range list {
+		node, _, err := server.Client.Nodes().Info(n.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range node.NodeResources.Devices {
+			seen[node.Name] += g.Name + "x" + strconv.Itoa(len(g.Instances)) + " rack=" + node.Meta["rack"]
+		}
+	}
+	want := map[string]string{"node-v100": "Tesla V100-SXM2-16GBx2 rack=r1", "node-k80": "Tesla K80x2 rack=r2"}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("devices per node %v, want %v", seen, want)
+	}
+
+	job := parseJobspec(t, server, "train-emulated.nomad.hcl", trainer, `gpu_model = "Tesla K80"`)
+	if _, _, err := server.Client.Jobs().Register(job, nil); err != nil {
+		t.Fatal(err)
+	}
+	alloc := waitRunning(t, server, "train-emulated", "")
+	if nodes[alloc.NodeID] != "node-k80" {
+		t.Fatalf("placed on %s, want node-k80", nodes[alloc.NodeID])
+	}
+	// Let the rate settle over a few progress intervals, then check the
+	// K80 pace (12 steps/s) rather than the V100's (40).
+	p := waitProgress(t, server, alloc, 60*time.Second, func(p progress) bool { return p.StepsDone >= 60 })
+	if p.StepsPerSec < 6 || p.StepsPerSec > 18 {
+		t.Errorf("progress %+v: want about 12 steps/s on a K80", p)
+	}
+}
+
+// TestHadarE runs jobspecs/hadare-emulated.nomad.hcl: two copies of one
+// job on different GPUs merge parameters through the driver's merge_root,
+// and each copy's progress counts the whole job's steps.
+func TestHadarE(t *testing.T) {
+	skipShort(t)
+	trainer := harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
+	mergeRoot := t.TempDir()
+	a := startAgentMerge(t, t.TempDir(), mergeRoot)
+	jobID := "hadare-emulated"
+	if _, _, err := a.Client.Jobs().Register(parseJobspec(t, a, "hadare-emulated.nomad.hcl", trainer), nil); err != nil {
+		t.Fatal(err)
+	}
+	var allocs []*api.Allocation
+	err := harness.Eventually(context.Background(), 60*time.Second, 250*time.Millisecond, func() error {
+		stubs, _, err := a.Client.Jobs().Allocations(jobID, false, nil)
+		if err != nil {
+			return err
+		}
+		allocs = allocs[:0]
+		for _, s := range stubs {
+			if s.ClientStatus == api.AllocClientStatusFailed {
+				return fmt.Errorf("alloc %s failed: %s", s.ID, taskEvents(s.TaskStates))
+			}
+			if s.ClientStatus == api.AllocClientStatusRunning {
+				al, _, err := a.Client.Allocations().Info(s.ID, nil)
+				if err != nil {
+					return err
+				}
+				allocs = append(allocs, al)
+			}
+		}
+		if len(allocs) != 2 {
+			return fmt.Errorf("%d of 2 copies running", len(allocs))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, al := range allocs {
+		// Each copy counts the job's steps: after merging, more than its
+		// own.
+		p := waitProgress(t, a, al, 90*time.Second, func(p progress) bool { return p.Merges >= 2 && p.StepsDone > p.LocalSteps })
+		if p.Copies != 2 {
+			t.Errorf("copy %d reports %d copies, want 2", p.CopyIndex, p.Copies)
+		}
+		t.Logf("copy %d on %s: steps_done %d, local %d, merges %d", p.CopyIndex, al.AllocatedResources.Tasks["trainer"].Devices[0].Name, p.StepsDone, p.LocalSteps, p.Merges)
+	}
+	for _, f := range []string{"round-1/copy-0.json", "round-1/copy-1.json"} {
+		if _, err := os.Stat(filepath.Join(mergeRoot, "default", jobID, f)); err != nil {
+			t.Errorf("merge file: %v", err)
+		}
+	}
+}
+
+// processEnv returns the environment of the process of allocation
+// allocID whose program is named prog (the agent runs on this machine).
+func processEnv(t *testing.T, allocID, prog string) map[string]string {
+	t.Helper()
+	var env map[string]string
+	err := harness.Eventually(context.Background(), 10*time.Second, 200*time.Millisecond, func() error {
+		entries, err := os.ReadDir("/proc")
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if _, err := strconv.Atoi(e.Name()); err != nil {
+				continue
+			}
+			cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			if err != nil || filepath.Base(strings.SplitN(string(cmdline), "\x00", 2)[0]) != prog {
+				continue
+			}
+			raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+			if err != nil {
+				continue
+			}
+			m := map[string]string{}
+			for _, kv := range strings.Split(string(raw), "\x00") {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					m[k] = v
+				}
+			}
+			if m["NOMAD_ALLOC_ID"] == allocID {
+				env = m
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s process of allocation %s", prog, allocID)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+type progress struct {
+	CopyIndex   int     `json:"copy_index"`
+	Copies      int     `json:"copies"`
+	LocalSteps  int64   `json:"local_steps"`
+	Merges      int     `json:"merges"`
+	StepsDone   int64   `json:"steps_done"`
+	TotalSteps  int64   `json:"total_steps"`
+	StepsPerSec float64 `json:"steps_per_sec"`
+	Loss        float64 `json:"loss"`
+	Checkpoint  string  `json:"checkpoint"`
+}
+
+func waitRunning(t *testing.T, a *harness.Agent, jobID, notID string) *api.Allocation {
+	t.Helper()
+	var found *api.Allocation
+	err := harness.Eventually(context.Background(), 60*time.Second, 250*time.Millisecond, func() error {
+		allocs, _, err := a.Client.Jobs().Allocations(jobID, true, nil)
+		if err != nil {
+			return err
+		}
+		for _, s := range allocs {
+			if s.ID == notID {
+				continue
+			}
+			if s.ClientStatus == api.AllocClientStatusFailed {
+				return fmt.Errorf("alloc %s failed: %s", s.ID, taskEvents(s.TaskStates))
+			}
+			if s.ClientStatus == api.AllocClientStatusRunning {
+				found, _, err = a.Client.Allocations().Info(s.ID, nil)
+				return err
+			}
+		}
+		return fmt.Errorf("no running allocation of %s yet (%d allocs)", jobID, len(allocs))
+	})
+	if err != nil {
+		if evals, _, e := a.Client.Jobs().Evaluations(jobID, nil); e == nil {
+			for _, ev := range evals {
+				t.Logf("eval %s %s: %v", ev.ID, ev.Status, ev.FailedTGAllocs)
+			}
+		}
+		t.Fatal(err)
+	}
+	return found
+}
+
+func waitAlloc(t *testing.T, a *harness.Agent, id string, within time.Duration, ok func(*api.Allocation) bool) *api.Allocation {
+	t.Helper()
+	var al *api.Allocation
+	err := harness.Eventually(context.Background(), within, 250*time.Millisecond, func() error {
+		var err error
+		if al, _, err = a.Client.Allocations().Info(id, nil); err != nil {
+			return err
+		}
+		if !ok(al) {
+			return fmt.Errorf("alloc %s is %s", id, al.ClientStatus)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return al
+}
+
+// waitEvent waits for a driver task event whose message starts with
+// prefix and returns the newest such.
+func waitEvent(t *testing.T, a *harness.Agent, allocID, prefix string, within time.Duration) *api.TaskEvent {
+	t.Helper()
+	var found *api.TaskEvent
+	err := harness.Eventually(context.Background(), within, 250*time.Millisecond, func() error {
+		al, _, err := a.Client.Allocations().Info(allocID, nil)
+		if err != nil {
+			return err
+		}
+		ts := al.TaskStates["trainer"]
+		if ts == nil {
+			return fmt.Errorf("no task state yet")
+		}
+		for _, e := range ts.Events {
+			if e.Type == "Driver" && strings.HasPrefix(e.DriverMessage, prefix) {
+				found = e
+			}
+		}
+		if found == nil {
+			return fmt.Errorf("no %q driver event; events: %s", prefix, eventList(ts.Events))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// waitProgress reads the progress file through Nomad's alloc filesystem
+// API, the way the sidecar does.
+func waitProgress(t *testing.T, a *harness.Agent, alloc *api.Allocation, within time.Duration, ok func(progress) bool) progress {
+	t.Helper()
+	var p progress
+	err := harness.Eventually(context.Background(), within, 250*time.Millisecond, func() error {
+		rc, err := a.Client.AllocFS().Cat(alloc, "trainer/local/hadar-progress.json", nil)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(b, &p); err != nil {
+			return fmt.Errorf("progress file %q: %w", b, err)
+		}
+		if !ok(p) {
+			return fmt.Errorf("progress %+v", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func taskLog(t *testing.T, a *harness.Agent, alloc *api.Allocation, stream string) string {
+	t.Helper()
+	cancel := make(chan struct{})
+	defer close(cancel)
+	frames, errs := a.Client.AllocFS().Logs(alloc, false, "trainer", stream, "start", 0, cancel, nil)
+	var b strings.Builder
+	for {
+		select {
+		case f, ok := <-frames:
+			if !ok {
+				return b.String()
+			}
+			b.Write(f.Data)
+		case err := <-errs:
+			if err != nil {
+				t.Logf("logs %s: %v", stream, err)
+			}
+			return b.String()
+		case <-time.After(10 * time.Second):
+			return b.String()
+		}
+	}
+}
+
+func eventList(evs []*api.TaskEvent) string {
+	var parts []string
+	for _, e := range evs {
+		parts = append(parts, fmt.Sprintf("%s: %s%s", e.Type, e.DisplayMessage, e.DriverMessage))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func taskEvents(states map[string]*api.TaskState) string {
+	var parts []string
+	for name, s := range states {
+		parts = append(parts, name+": "+eventList(s.Events))
+	}
+	return strings.Join(parts, " | ")
+}
+
+func keys(m map[string]*api.NodeDeviceResource) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return sorted(out)
+}
+
+func sorted(s []string) []string {
+	out := append([]string(nil), s...)
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j] < out[j-1]; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
