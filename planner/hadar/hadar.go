@@ -252,6 +252,7 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 	if err := s.guide(v, infos); err != nil {
 		return nil, err
 	}
+	s.value(v, infos)
 	horizon := s.cfg.Horizon
 	if v.MidRound {
 		horizon = 1
@@ -423,7 +424,6 @@ func (g *grid) commit(t int, o *option) {
 
 func (s *Scheduler) jobInfos(v *round.View) []*jobInfo {
 	var infos []*jobInfo
-	maxRem := 0.0
 	for i, jb := range v.Jobs {
 		if v.MidRound && jb.Running {
 			continue
@@ -441,8 +441,30 @@ func (s *Scheduler) jobInfos(v *round.View) []*jobInfo {
 				ji.spread[k], _ = s.cfg.Speed.Profile.Throughput(jb.Model, jb.ScaleFactor, t, true)
 			}
 		}
-		maxRem = math.Max(maxRem, ji.remTime)
 		infos = append(infos, ji)
+	}
+	return infos
+}
+
+// value sets each job's utility per step and dual value. A job's best
+// speed and remaining time count only the types it may use, so a job the
+// fluid guide confines to slow GPUs is seen as the longer job it is.
+func (s *Scheduler) value(v *round.View, infos []*jobInfo) {
+	maxRem := 0.0
+	for _, ji := range infos {
+		if ji.allowed != nil {
+			best := 0.0
+			for k, x := range ji.tp {
+				if ji.allowed[k] {
+					best = math.Max(best, x)
+				}
+			}
+			if best > 0 {
+				ji.best = best
+			}
+		}
+		ji.remTime = ji.view.Remaining / ji.best
+		maxRem = math.Max(maxRem, ji.remTime)
 	}
 	for _, ji := range infos {
 		w := ji.view.Weight
@@ -457,7 +479,6 @@ func (s *Scheduler) jobInfos(v *round.View) []*jobInfo {
 		}
 		ji.density = ji.valueSec * ji.best * v.Round / float64(ji.view.ScaleFactor)
 	}
-	return infos
 }
 
 // dual is the dual subroutine: the best schedule of one job over the
