@@ -208,12 +208,13 @@ func (g *grid) setPrices(lo, hi float64) {
 	}
 }
 
-// price of the next GPU of cell (n, k) in round t with extra more taken.
-// A type's price follows its utilization across the cluster, so every
-// node of a type costs the same and packing a job onto one node is never
-// dearer than spreading it.
-func (g *grid) price(t, n, k, extra int) float64 {
-	return g.table[k][min(g.typeUsed[t][k]+extra, g.typeCap[k])]
+// price of one GPU of type k in round t at the type's current
+// utilization, as in OASiS: a job pays the prices it sees before its own
+// allocation raises them. A type's price follows its utilization across
+// the cluster, so every node of a type costs the same and packing a job
+// onto one node is never dearer than spreading it.
+func (g *grid) price(t, k int) float64 {
+	return g.table[k][min(g.typeUsed[t][k], g.typeCap[k])]
 }
 
 func (g *grid) free(t, n, k int) int { return g.capacity[n][k] - g.used[t][n][k] }
@@ -577,10 +578,7 @@ func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, t int, free 
 		if n < 0 {
 			continue
 		}
-		c := 0.0
-		for q := range sf {
-			c += g.price(t, n, k, q)
-		}
+		c := float64(sf) * g.price(t, k)
 		r := ji.tp[k] * restartLoss
 		sc := r
 		if !free {
@@ -666,9 +664,7 @@ func (s *Scheduler) takeRate(v *round.View, g *grid, ji *jobInfo, take []slotIdx
 func (s *Scheduler) cost(g *grid, t int, take []slotIdx) float64 {
 	c := 0.0
 	for _, sl := range take {
-		for q := range sl.count {
-			c += g.price(t, sl.n, sl.k, q)
-		}
+		c += float64(sl.count) * g.price(t, sl.k)
 	}
 	return c
 }
@@ -749,7 +745,7 @@ func (g *grid) cheapest(t, count int, allowed []bool) []slotIdx {
 					continue
 				}
 				q := taken[n*len(g.types)+k]
-				cost := g.price(t, n, k, q)
+				cost := g.price(t, k)
 				// Same price: stay on a cell already in use (fewer
 				// servers), else the one with the most free GPUs left.
 				better := cost < pickCost*(1-1e-12)
