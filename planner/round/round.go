@@ -239,26 +239,25 @@ func Assign(v *View, x [][]float64, opt AssignOptions) []planner.Placement {
 		// servers is free, so a lease never locks in a slow spread
 		// placement.
 		var rest, spread []int
-		for _, i := range chosen {
-			if prev := v.Jobs[i].Placement.Units; len(prev) == 1 && prev[0].Nodes() > 1 {
-				spread = append(spread, i)
-				continue
-			}
+		tryKeep := func(i int) {
 			if u, ok := keep(v.Pool, v.Jobs[i], t); ok {
 				out[i] = planner.Placement{Units: []planner.Unit{u}}
 			} else {
 				rest = append(rest, i)
 			}
 		}
+		for _, i := range chosen {
+			if prev := v.Jobs[i].Placement.Units; len(prev) == 1 && prev[0].Nodes() > 1 {
+				spread = append(spread, i)
+			} else {
+				tryKeep(i)
+			}
+		}
 		for _, i := range spread {
 			if u, ok := v.Pool.Pack(t, v.Jobs[i].ScaleFactor); ok && u.Nodes() < v.Jobs[i].Placement.Units[0].Nodes() {
 				rest = append(rest, i)
-				continue
-			}
-			if u, ok := keep(v.Pool, v.Jobs[i], t); ok {
-				out[i] = planner.Placement{Units: []planner.Unit{u}}
 			} else {
-				rest = append(rest, i)
+				tryKeep(i)
 			}
 		}
 		sort.SliceStable(rest, func(a, b int) bool {
