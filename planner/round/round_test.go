@@ -92,3 +92,25 @@ func TestAssignMidRoundKeepsRunningJobs(t *testing.T) {
 		t.Fatalf("waiting job placed at %v, want v1", ps[1])
 	}
 }
+
+func TestSpreadLeaseMovesWhenANodeIsFree(t *testing.T) {
+	c := twoTypeCluster()
+	j := job("j", 4)
+	j.Placement = planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{
+		{Node: "v0", Type: "v100", Count: 2}, {Node: "v1", Type: "v100", Count: 2},
+	}}}}
+	v := view(c, j)
+	ps := Assign(v, [][]float64{{0, 1}}, AssignOptions{})
+	if got := ps[0].Units[0]; got.Nodes() != 1 {
+		t.Fatalf("spread job kept %v although a whole node is free", got.Slots)
+	}
+	// When no single node has room, the spread lease is kept (no restart).
+	b0, b1 := job("b0", 2), job("b1", 2)
+	b0.Placement = planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{{Node: "v0", Type: "v100", Count: 2}}}}}
+	b1.Placement = planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{{Node: "v1", Type: "v100", Count: 2}}}}}
+	v = view(c, j, b0, b1)
+	ps = Assign(v, [][]float64{{0, 1}, {0, 1}, {0, 1}}, AssignOptions{})
+	if !ps[0].Units[0].Equal(j.Placement.Units[0]) {
+		t.Fatalf("spread job moved to %v although no node could hold it whole", ps[0].Units[0].Slots)
+	}
+}
