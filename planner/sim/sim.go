@@ -255,7 +255,7 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 				}
 				check.Take(u)
 			}
-			if err := validPlacement(s.view.Job, p, v.MidRound); err != nil {
+			if err := validPlacement(s.view.Job, p); err != nil {
 				return fmt.Errorf("t=%.0fs: scheduler %s: %w", now, sched.Name(), err)
 			}
 			if len(p.Units) == 0 {
@@ -485,7 +485,7 @@ func oneUnit(p planner.Placement) planner.Unit {
 // validPlacement checks that every unit holds a positive number of GPUs
 // and that a single-unit placement holds exactly the job's scale factor
 // (copies may be smaller).
-func validPlacement(j planner.Job, p planner.Placement, _ bool) error {
+func validPlacement(j planner.Job, p planner.Placement) error {
 	for _, u := range p.Units {
 		if u.GPUs() <= 0 {
 			return fmt.Errorf("job %s: a unit with no GPUs", j.ID)
