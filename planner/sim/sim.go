@@ -230,20 +230,26 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 		}
 		return v
 	}
+	// freePool offers every GPU at a round boundary and only the idle ones
+	// mid-round.
+	freePool := func(mid bool) *round.Pool {
+		pool := round.NewPool(cfg.Cluster)
+		for _, s := range active {
+			if mid && s.view.Running {
+				for _, u := range s.view.Placement.Units {
+					pool.Take(u)
+				}
+			}
+		}
+		return pool
+	}
 	// apply installs new placements; jobs whose GPUs changed pay the
 	// restart cost.
 	apply := func(v *round.View, ps []planner.Placement) error {
 		if len(ps) != len(v.Jobs) {
 			return fmt.Errorf("scheduler %s returned %d placements for %d jobs", sched.Name(), len(ps), len(v.Jobs))
 		}
-		check := round.NewPool(cfg.Cluster)
-		if v.MidRound {
-			for _, s := range active {
-				if s.view.Running {
-					check.Take(oneUnit(s.view.Placement))
-				}
-			}
-		}
+		check := freePool(v.MidRound)
 		for i, s := range active {
 			if v.MidRound && s.view.Running {
 				continue
@@ -314,20 +320,7 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 		return nil
 	}
 	schedule := func(mid bool) error {
-		var pool *round.Pool
-		if mid {
-			pool = round.NewPool(cfg.Cluster)
-			for _, s := range active {
-				if s.view.Running {
-					for _, u := range s.view.Placement.Units {
-						pool.Take(u)
-					}
-				}
-			}
-		} else {
-			pool = round.NewPool(cfg.Cluster)
-		}
-		v := view(mid, pool)
+		v := view(mid, freePool(mid))
 		ps, err := sched.Schedule(v)
 		if err != nil {
 			return err
@@ -474,13 +467,6 @@ func timeToFinish(rem float64, rates, delays []float64) float64 {
 	return t + math.Max(0, rem)/rate
 }
 
-func oneUnit(p planner.Placement) planner.Unit {
-	var u planner.Unit
-	for _, x := range p.Units {
-		u.Slots = append(u.Slots, x.Slots...)
-	}
-	return u
-}
 
 // validPlacement checks that every unit holds a positive number of GPUs
 // and that a single-unit placement holds exactly the job's scale factor
