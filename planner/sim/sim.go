@@ -467,7 +467,6 @@ func timeToFinish(rem float64, rates, delays []float64) float64 {
 	return t + math.Max(0, rem)/rate
 }
 
-
 // validPlacement checks that every unit holds a positive number of GPUs
 // and that a single-unit placement holds exactly the job's scale factor
 // (copies may be smaller).
