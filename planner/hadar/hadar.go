@@ -176,6 +176,7 @@ func (s *Scheduler) Name() string {
 // grid is the planning state: GPUs committed per (round, node, type).
 type grid struct {
 	nodes    []string
+	racks    []string // rack of each node
 	types    []planner.GPUType
 	capacity [][]int     // [node][type]
 	used     [][][]int   // [round][node][type]
@@ -327,6 +328,7 @@ func (s *Scheduler) newGrid(v *round.View) *grid {
 	full := round.NewPool(v.Cluster)
 	for _, n := range v.Pool.Nodes() {
 		g.nodes = append(g.nodes, n)
+		g.racks = append(g.racks, v.Pool.Rack(n))
 		capRow := make([]int, len(v.Types))
 		for k, t := range v.Types {
 			capRow[k] = full.Free(n, t)
@@ -737,6 +739,10 @@ func (g *grid) cheapest(t, count int, allowed []bool) []slotIdx {
 		return nil
 	}
 	var out []slotIdx
+	// Equal prices: stay on a cell in use (fewer servers), then in a rack in
+	// use (traffic stays under one switch), then take the cell with the
+	// most free GPUs left.
+	rackUsed := map[string]bool{}
 	for range count {
 		pn, pk, pickCost := -1, -1, math.Inf(1)
 		for n := range g.nodes {
@@ -746,12 +752,12 @@ func (g *grid) cheapest(t, count int, allowed []bool) []slotIdx {
 				}
 				q := taken[n*len(g.types)+k]
 				cost := g.price(t, k)
-				// Same price: stay on a cell already in use (fewer
-				// servers), else the one with the most free GPUs left.
 				better := cost < pickCost*(1-1e-12)
 				if !better && cost <= pickCost*(1+1e-12) && pn >= 0 {
 					pq := taken[pn*len(g.types)+pk]
-					better = q > pq || (q == pq && g.free(t, n, k)-q > g.free(t, pn, pk)-pq)
+					ra, rb := rackUsed[g.racks[n]], rackUsed[g.racks[pn]]
+					better = q > pq || (q == pq && ra && !rb) ||
+						(q == pq && ra == rb && g.free(t, n, k)-q > g.free(t, pn, pk)-pq)
 				}
 				if better {
 					pn, pk, pickCost = n, k, cost
@@ -759,6 +765,7 @@ func (g *grid) cheapest(t, count int, allowed []bool) []slotIdx {
 			}
 		}
 		taken[pn*len(g.types)+pk]++
+		rackUsed[g.racks[pn]] = true
 	}
 	for n := range g.nodes {
 		for k := range g.types {
