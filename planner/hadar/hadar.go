@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/policy"
@@ -285,15 +284,29 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		}
 		plan := s.dual(v, g, ji, horizon)
 		if plan == nil {
+			v.Explain(ji.idx, round.Reason{Why: "no schedule over the horizon pays its prices now"})
 			continue
 		}
 		for t, o := range plan {
 			if o == nil {
 				continue
 			}
+			if t == 0 {
+				v.Explain(ji.idx, round.Reason{Price: o.cost, Utility: ji.valueSec * o.rate * v.Round,
+					Why: fmt.Sprintf("admitted: its progress this round is worth %.3g against a price of %.3g", ji.valueSec*o.rate*v.Round, o.cost)})
+			}
 			g.commit(t, o)
 			if t == 0 {
 				out[ji.idx] = planner.Placement{Units: []planner.Unit{o.unit}}
+			}
+		}
+		if plan[0] == nil {
+			for t, o := range plan {
+				if o != nil {
+					v.Explain(ji.idx, round.Reason{Price: o.cost, Utility: ji.valueSec * o.rate * v.Round,
+						Why: fmt.Sprintf("scheduled to start in %d round(s), when its prices are lower", t)})
+					break
+				}
 			}
 		}
 	}
@@ -308,6 +321,7 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 				s.finish(g, o)
 				g.commit(0, o)
 				out[ji.idx] = planner.Placement{Units: []planner.Unit{o.unit}}
+				v.Explain(ji.idx, round.Reason{Why: "backfilled onto GPUs no admitted job took this round"})
 			}
 		}
 	}
@@ -380,13 +394,7 @@ func (g *grid) bestFit(t, k, count int) int {
 	if n, ok := g.fitCache[t][key]; ok {
 		return n
 	}
-	best := -1
-	for n := range g.nodes {
-		f := g.free(t, n, k)
-		if f >= count && (best < 0 || f < g.free(t, best, k)) {
-			best = n
-		}
-	}
+	best := planner.BestFit(len(g.nodes), func(n int) int { return g.free(t, n, k) }, count)
 	if g.fitCache[t] == nil {
 		g.fitCache[t] = map[[2]int]int{}
 	}
@@ -791,19 +799,9 @@ func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
 		return nil
 	}
 	if !v.MidRound {
-		var b strings.Builder
-		for _, j := range v.Jobs {
-			b.WriteString(j.ID)
-			b.WriteByte(0)
-		}
-		key := b.String()
+		key := round.JobSetKey(v)
 		if key != s.fluidKey || s.fluid == nil {
-			in := policy.Input{Types: v.Types, Capacity: v.Capacity}
-			for _, j := range v.Jobs {
-				in.Jobs = append(in.Jobs, policy.JobState{ID: j.ID, ScaleFactor: j.ScaleFactor, Weight: j.Weight,
-					Throughput: j.Throughput, TotalSteps: j.TotalSteps, Remaining: j.Remaining, Age: v.Age(j)})
-			}
-			a, err := policy.Makespan{}.Allocate(in)
+			a, err := policy.Makespan{}.Allocate(round.PolicyInput(v, nil))
 			if err != nil {
 				return fmt.Errorf("hadar fluid guide: %w", err)
 			}

@@ -77,14 +77,8 @@ func Candidate(pool *round.Pool, t planner.GPUType, count int, lvl Level) (plann
 	}
 	switch lvl {
 	case SameNode:
-		best := ""
-		for _, n := range pool.Nodes() {
-			f := pool.Free(n, t)
-			if f >= count && (best == "" || f < pool.Free(best, t)) {
-				best = n
-			}
-		}
-		if best == "" {
+		best, ok := pool.BestFit(t, count)
+		if !ok {
 			return planner.Unit{}, false
 		}
 		return planner.Unit{Slots: []planner.Slot{{Node: best, Type: t, Count: count}}}, true

@@ -111,7 +111,8 @@ func New(name string, cfg Config) (*Policy, error) {
 	if cfg.Sensitive == 0 {
 		cfg.Sensitive = DefaultSensitive
 	}
-	p := &Policy{name: name, cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x73707264)), jobs: map[string]*jobState{}}
+	src := rand.NewPCG(uint64(cfg.Seed), 0x73707264)
+	p := &Policy{name: name, cfg: cfg, src: src, rng: rand.New(src), jobs: map[string]*jobState{}}
 	if name == DelayAutotune {
 		if cfg.Tuner.Seed == 0 {
 			cfg.Tuner.Seed = cfg.Seed
@@ -136,6 +137,7 @@ func New(name string, cfg Config) (*Policy, error) {
 type Policy struct {
 	name  string
 	cfg   Config
+	src   *rand.PCG // rng's source, saved in the engine snapshot
 	rng   *rand.Rand
 	tuner *Tuner
 	jobs  map[string]*jobState
@@ -144,6 +146,8 @@ type Policy struct {
 	last       *round.View
 	preempts   []Preemption
 	tightCache map[tightKey]Level
+	// tightEpoch is the cluster epoch tightCache was filled for.
+	tightEpoch uint64
 }
 
 type tightKey struct {
@@ -194,15 +198,15 @@ func (p *Policy) state(id string) *jobState {
 	return st
 }
 
-func (p *Policy) tightest(c planner.Cluster, t planner.GPUType, count int) Level {
-	if p.tightCache == nil {
-		p.tightCache = map[tightKey]Level{}
+func (p *Policy) tightest(v *round.View, t planner.GPUType, count int) Level {
+	if p.tightCache == nil || p.tightEpoch != v.Epoch {
+		p.tightCache, p.tightEpoch = map[tightKey]Level{}, v.Epoch
 	}
 	k := tightKey{t, count}
 	if l, ok := p.tightCache[k]; ok {
 		return l
 	}
-	l := Tightest(c, t, count)
+	l := Tightest(v.Cluster, t, count)
 	p.tightCache[k] = l
 	return l
 }
@@ -341,23 +345,32 @@ func (p *Policy) choose(v *round.View, jb *round.JobView, t planner.GPUType) (pl
 	case Spread:
 		return p.spread(v.Pool, t, n)
 	case Consolidate:
-		return Candidate(v.Pool, t, n, p.tightest(v.Cluster, t, n))
+		return Candidate(v.Pool, t, n, p.tightest(v, t, n))
 	}
-	best := p.tightest(v.Cluster, t, n)
+	best := p.tightest(v, t, n)
 	if u, ok := Candidate(v.Pool, t, n, best); ok {
 		return u, true
 	}
 	st := p.startWaiting(v, jb, t)
 	waited := v.Now - st.waitSince
+	r := round.Reason{Waited: waited, Why: fmt.Sprintf("waits for %d %s GPUs at %s level: none free there, and no looser placement yet", n, t, best)}
 	for lvl := best + 1; lvl <= Anywhere; lvl++ {
 		u, ok := Candidate(v.Pool, t, n, lvl)
 		if !ok {
 			continue
 		}
 		// A small tolerance: rounds are floats.
-		if waited >= p.Timer(jb, t, p.slowdown(jb.Job, u, v.Now))-1e-6 {
+		timer := p.Timer(jb, t, p.slowdown(jb.Job, u, v.Now))
+		if waited >= timer-1e-6 {
 			return u, true
 		}
+		if r.Timer == 0 || timer < r.Timer {
+			r.Timer = timer
+			r.Why = fmt.Sprintf("delay scheduling: waits for %d %s GPUs at %s level; accepts %s level after %.0f s (waited %.0f s)", n, t, best, lvl, timer, waited)
+		}
+	}
+	if i := slices.Index(v.Jobs, jb); i >= 0 {
+		v.Explain(i, r)
 	}
 	return planner.Unit{}, false
 }
@@ -442,7 +455,7 @@ func (p *Policy) Allow(v *round.View, jb *round.JobView, u planner.Unit) bool {
 		return true
 	}
 	t := u.Slots[0].Type
-	best := p.tightest(v.Cluster, t, u.GPUs())
+	best := p.tightest(v, t, u.GPUs())
 	if best != SameNode || LevelOf(v.Pool, u) == SameNode {
 		// Hadar proposes no per-rack candidates, so a job no node can
 		// hold keeps Hadar's own placement (vetoing it would starve it).

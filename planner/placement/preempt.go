@@ -20,7 +20,7 @@ import (
 func (p *Policy) preempt(v *round.View, t planner.GPUType, jobs []int, units []planner.Unit, k int) {
 	jb := v.Jobs[jobs[k]]
 	n := jb.ScaleFactor
-	if p.tightest(v.Cluster, t, n) != SameNode {
+	if p.tightest(v, t, n) != SameNode {
 		return // only single-node consolidation is worth a preemption
 	}
 	alt, ok := Candidate(v.Pool, t, n, Anywhere)
@@ -116,7 +116,7 @@ func (p *Policy) try(v *round.View, t planner.GPUType, jobs []int, units []plann
 		before := p.slowdown(vj.Job, units[q], v.Now)
 		var u planner.Unit
 		found := false
-		for lvl := p.tightest(v.Cluster, t, vj.ScaleFactor); lvl <= Anywhere && !found; lvl++ {
+		for lvl := p.tightest(v, t, vj.ScaleFactor); lvl <= Anywhere && !found; lvl++ {
 			u, found = Candidate(v.Pool, t, vj.ScaleFactor, lvl)
 		}
 		if found {

@@ -94,6 +94,7 @@ type TunerPoint struct {
 // observed online: no oracle, no replay.
 type Tuner struct {
 	cfg     TunerConfig
+	src     *rand.PCG // rng's source, saved in the engine snapshot
 	rng     *rand.Rand
 	classes []tunerClass
 	traj    []TunerPoint
@@ -112,7 +113,8 @@ func NewTuner(cfg TunerConfig) (*Tuner, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	t := &Tuner{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7475_6e65))}
+	src := rand.NewPCG(uint64(cfg.Seed), 0x7475_6e65)
+	t := &Tuner{cfg: cfg, src: src, rng: rand.New(src)}
 	for c := 0; c <= len(cfg.Classes); c++ {
 		t.classes = append(t.classes, tunerClass{cur: cfg.start, mean: make([]float64, len(cfg.Grid)), n: make([]int, len(cfg.Grid))})
 		t.traj = append(t.traj, TunerPoint{Time: 0, Class: c, Scale: cfg.Grid[cfg.start], Cost: math.NaN()})

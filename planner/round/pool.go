@@ -97,6 +97,22 @@ func (p *Pool) Release(u planner.Unit) {
 	}
 }
 
+// BestFit is the node with the fewest free GPUs of type t that still has
+// count free (planner.BestFit), ok=false when none has.
+func (p *Pool) BestFit(t planner.GPUType, count int) (string, bool) {
+	i := planner.BestFit(len(p.nodes), func(i int) int { return p.free[p.nodes[i]][t] }, count)
+	if i < 0 {
+		return "", false
+	}
+	return p.nodes[i], true
+}
+
+// Has reports whether node is in the pool.
+func (p *Pool) Has(node string) bool {
+	_, ok := p.free[node]
+	return ok
+}
+
 // Pack finds count GPUs of type t on as few servers as possible: the
 // best-fitting single node if one has room, else the nodes with the most
 // free GPUs first. It does not take them. ok is false when the type has
@@ -105,14 +121,7 @@ func (p *Pool) Pack(t planner.GPUType, count int) (planner.Unit, bool) {
 	if count <= 0 || p.FreeOfType(t) < count {
 		return planner.Unit{}, false
 	}
-	best := ""
-	for _, n := range p.nodes {
-		f := p.free[n][t]
-		if f >= count && (best == "" || f < p.free[best][t]) {
-			best = n
-		}
-	}
-	if best != "" {
+	if best, ok := p.BestFit(t, count); ok {
 		return planner.Unit{Slots: []planner.Slot{{Node: best, Type: t, Count: count}}}, true
 	}
 	order := append([]string(nil), p.nodes...)

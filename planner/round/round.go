@@ -6,17 +6,24 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/policy"
 )
 
-// JobView is what a scheduler sees of one active job.
+// JobView is what a scheduler sees of one active job: estimates, never the
+// truth (a live scheduler knows the profile, the declared steps and the
+// progress reported so far).
 type JobView struct {
 	planner.Job
-	// Remaining steps.
+	// Remaining steps: the declared steps minus the steps reported done,
+	// always > 0 while the job is active.
 	Remaining float64
-	// Throughput is the consolidated steps/s on each type of View.Types.
+	// Throughput is the estimated steps/s on each type of View.Types with
+	// all workers of one type: consolidated on one server, or spread
+	// over servers when the job is wider than any server of the type
+	// (that is the speed it would get there); 0 where it cannot run.
 	Throughput []float64
 	// Received is the wall time the job has run on each type, in seconds.
 	Received []float64
@@ -41,6 +48,75 @@ type View struct {
 	Pool *Pool
 	// Jobs are the active jobs in arrival order.
 	Jobs []*JobView
+	// Reasons, when not nil, has one entry per job of Jobs for the
+	// scheduler to explain its decision in its own numbers.
+	Reasons []Reason
+	// Epoch changes whenever the cluster (nodes, GPUs, drains) changes, so
+	// schedulers know when what they derived from it is stale.
+	Epoch uint64
+}
+
+// Reason is why a scheduler placed a job as it did, in the policy's own
+// numbers; fields that do not apply stay zero.
+type Reason struct {
+	// Share is the fraction of wall time the allocation policy gives the
+	// job on each type of View.Types (Gavel's X row).
+	Share []float64 `json:"share,omitempty"`
+	// Priority is Gavel's round priority: share over time received.
+	Priority float64 `json:"priority,omitempty"`
+	// Price is what Hadar's prices charge for the job's placement this
+	// round; Utility is the value of its progress in that round.
+	Price   float64 `json:"price,omitempty"`
+	Utility float64 `json:"utility,omitempty"`
+	// Timer is how long delay scheduling makes the job wait for a tighter
+	// placement; Waited how long it has waited (seconds).
+	Timer  float64 `json:"timer_s,omitempty"`
+	Waited float64 `json:"waited_s,omitempty"`
+	// Why says it in one line for a person.
+	Why string `json:"why,omitempty"`
+}
+
+// Explain sets the reason of job i when v collects reasons.
+func (v *View) Explain(i int, r Reason) {
+	if v.Reasons != nil {
+		v.Reasons[i] = r
+	}
+}
+
+// Stateful is a scheduler or placer whose decisions depend on what it
+// remembers between rounds. The engine saves that state in its snapshot
+// and restores it into a freshly built scheduler of the same name.
+type Stateful interface {
+	SaveState() ([]byte, error)
+	// LoadState replaces the state by a saved one, all or nothing: on an
+	// error the receiver is unchanged.
+	LoadState(data []byte) error
+}
+
+// JobSetKey identifies the set of active jobs of v (in order) on the
+// cluster of v.Epoch: schedulers that cache a solve per job set recompute
+// when it changes.
+func JobSetKey(v *View) string {
+	b := make([]byte, 0, 16+len(v.Jobs)*8)
+	b = strconv.AppendUint(b, v.Epoch, 10)
+	b = append(b, 0)
+	for _, j := range v.Jobs {
+		b = append(b, j.ID...)
+		b = append(b, 0)
+	}
+	return string(b)
+}
+
+// PolicyInput is the allocation problem of v's jobs for a policy.
+func PolicyInput(v *View, pricePerHour []float64) policy.Input {
+	in := policy.Input{Types: v.Types, Capacity: v.Capacity, PricePerHour: pricePerHour, Jobs: make([]policy.JobState, 0, len(v.Jobs))}
+	for _, j := range v.Jobs {
+		in.Jobs = append(in.Jobs, policy.JobState{
+			ID: j.ID, ScaleFactor: j.ScaleFactor, Weight: j.Weight, Throughput: j.Throughput,
+			TotalSteps: j.TotalSteps, Remaining: j.Remaining, Age: v.Age(j),
+		})
+	}
+	return in
 }
 
 // Scheduler decides placements for one round.
@@ -74,33 +150,21 @@ type PolicyScheduler struct {
 	lastReset float64
 	jobSet    string
 	started   bool
+	types     []planner.GPUType
 }
 
 // Name implements Scheduler.
 func (s *PolicyScheduler) Name() string { return s.Policy.Name() }
 
-func jobSetKey(jobs []*JobView) string {
-	b := make([]byte, 0, len(jobs)*8)
-	for _, j := range jobs {
-		b = append(b, j.ID...)
-		b = append(b, 0)
-	}
-	return string(b)
-}
-
 // Schedule implements Scheduler.
 func (s *PolicyScheduler) Schedule(v *View) ([]planner.Placement, error) {
-	key := jobSetKey(v.Jobs)
+	key := JobSetKey(v)
 	due := !s.started || v.Now-s.lastReset >= s.ResetInterval-1e-9
-	if key != s.jobSet && due {
-		in := policy.Input{Types: v.Types, Capacity: v.Capacity, PricePerHour: s.PricePerHour}
-		for _, j := range v.Jobs {
-			in.Jobs = append(in.Jobs, policy.JobState{
-				ID: j.ID, ScaleFactor: j.ScaleFactor, Weight: j.Weight, Throughput: j.Throughput,
-				TotalSteps: j.TotalSteps, Remaining: j.Remaining, Age: v.Age(j),
-			})
-		}
-		a, err := s.Policy.Allocate(in)
+	// Rows cached for another set of GPU types cannot be read: recompute
+	// whatever the reset interval says.
+	stale := !slices.Equal(s.types, v.Types)
+	if key != s.jobSet && due || stale {
+		a, err := s.Policy.Allocate(PolicyInput(v, s.PricePerHour))
 		if err != nil {
 			return nil, fmt.Errorf("round at t=%.0fs: %w", v.Now, err)
 		}
@@ -109,6 +173,7 @@ func (s *PolicyScheduler) Schedule(v *View) ([]planner.Placement, error) {
 			s.alloc[j.ID] = a.X[i]
 		}
 		s.lastReset, s.jobSet, s.started = v.Now, key, true
+		s.types = slices.Clone(v.Types)
 	}
 	x := make([][]float64, len(v.Jobs))
 	for i, j := range v.Jobs {
@@ -118,7 +183,11 @@ func (s *PolicyScheduler) Schedule(v *View) ([]planner.Placement, error) {
 			x[i] = make([]float64, len(v.Types))
 		}
 	}
-	return Assign(v, x, AssignOptions{Backfill: s.Backfill, Agnostic: isAgnostic(s.Policy), Placer: s.Placer}), nil
+	out := Assign(v, x, AssignOptions{Backfill: s.Backfill, Agnostic: isAgnostic(s.Policy), Placer: s.Placer})
+	if v.Reasons != nil {
+		explainShares(v, x, out)
+	}
+	return out, nil
 }
 
 func isAgnostic(p policy.Policy) bool {

@@ -1,10 +1,14 @@
-// Package sim is hadar's trace-driven cluster simulator. It replays jobs
-// through a round.Scheduler with the same round mechanism the sidecar
-// uses, and reports makespan, job completion times and utilization.
+// Package sim is hadar's trace-driven cluster simulator: a clock and a
+// source of events (arrivals, progress, completions, cluster changes)
+// around the round engine (planner/engine), the same engine the sidecar
+// drives. The simulator keeps only the truth the engine must not see —
+// each job's true steps and speed, restart and merge delays — and the
+// measurements (makespan, JCT, utilization); every round decision and its
+// bookkeeping is the engine's.
 //
 // Two fidelities: the default (improved) one lets arrivals and completions
-// take effect when they happen (waiting jobs are placed on idle GPUs at
-// once), charges a restart cost whenever a job's GPUs change, and applies
+// take effect when they happen (the engine fills idle GPUs at once),
+// charges a restart cost whenever a job's GPUs change, and applies
 // placement-dependent throughput; the Gavel one reproduces Gavel's
 // published simulator (arrivals and completions only acted on at round
 // boundaries, allocation recomputed at most every 1920 s, no restart cost,
@@ -18,6 +22,7 @@ import (
 	"sort"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/planner/speed"
 )
@@ -45,8 +50,18 @@ func ParseFidelity(s string) (Fidelity, error) {
 // Config is one simulation.
 type Config struct {
 	Cluster planner.Cluster
-	Jobs    []planner.Job
-	Speed   speed.Model
+	// Jobs as they truly are: TotalSteps is the true work.
+	Jobs []planner.Job
+	// Speed is the true speed model: how fast a placement really runs.
+	Speed speed.Model
+	// Plan is the model the engine and the scheduler plan with (see
+	// EstimatedModel); zero (no profile) means Speed: exact estimates.
+	Plan speed.Model
+	// Estimate makes declared step counts wrong (StepError); the profile
+	// error is in Plan's profile (EstimatedModel).
+	Estimate EstimateConfig
+	// Events change the cluster during the run (node drain, loss, join).
+	Events []Event
 	// Round is the round length in seconds (default 360).
 	Round float64
 	// RestartCost is the seconds of progress a job loses each time it
@@ -63,6 +78,12 @@ type Config struct {
 	// MaxTime aborts a run whose simulated time passes it (0 = 10 years),
 	// turning a scheduler that starves a job into an error, not a hang.
 	MaxTime float64
+	// Checkpoint, when set, is called at the start of each round with a
+	// snapshot from which Resume continues the run exactly; returning
+	// stop=true ends the run there (Run returns ErrStopped).
+	Checkpoint func(now float64, snapshot []byte) (stop bool, err error)
+	// Resume continues the run saved in a snapshot instead of starting.
+	Resume []byte
 }
 
 // JobResult is one job's outcome.
@@ -116,15 +137,23 @@ type Result struct {
 	CommOverhead float64
 }
 
+// jobState is the simulator's truth about one job.
 type jobState struct {
-	view round.JobView
-	idx  int
+	job planner.Job // true steps
+	idx int
+	rem float64 // true remaining steps
+	// ckptRem is the remaining steps at the job's last checkpoint (every
+	// round boundary and every stop): where a lost node sends it back.
+	ckptRem   float64
+	placement planner.Placement
+	running   bool
 	// One entry per unit of the placement: its speed and the seconds of
 	// restart or merging left before it makes progress.
 	rates      []float64
 	delays     []float64
 	comm       []float64 // communication share of each unit's step time
 	commTime   float64
+	admitted   bool
 	started    bool
 	done       bool
 	start      float64
@@ -133,10 +162,47 @@ type jobState struct {
 	gpuSeconds float64
 }
 
+// simulation is one run in progress.
+type simulation struct {
+	cfg       Config
+	eng       *engine.Engine
+	sched     round.Scheduler
+	gavel     bool
+	cn        CommNetwork
+	types     []planner.GPUType
+	typeIndex map[planner.GPUType]int
+	capacity  map[planner.GPUType]float64
+	totalGPUs float64
+
+	jobs   []*jobState
+	byID   map[string]*jobState
+	order  []*jobState // arrival order
+	active []*jobState
+	events []Event // sorted by time
+
+	nextArrival, nextEvent, done int
+	now                          float64
+	res                          Result
+	roundBusy                    []float64
+}
+
 // Run simulates cfg with sched until every job completes.
 func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error) {
+	s, err := newSimulation(cfg, sched)
+	if err != nil {
+		return Result{}, err
+	}
+	if cfg.Resume != nil {
+		if err := s.restore(cfg.Resume); err != nil {
+			return Result{}, err
+		}
+	}
+	return s.run(ctx)
+}
+
+func newSimulation(cfg Config, sched round.Scheduler) (*simulation, error) {
 	if cfg.Round <= 0 {
-		cfg.Round = 360
+		cfg.Round = engine.DefaultRound
 	}
 	if cfg.MaxTime <= 0 {
 		cfg.MaxTime = 10 * 365 * 24 * 3600
@@ -150,297 +216,338 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 		cfg.MergeCost = 0
 		cfg.Speed.IgnoreSpread = true
 	}
-	types := cfg.Cluster.Types()
-	if len(types) == 0 {
-		return Result{}, fmt.Errorf("simulation: the cluster has no GPUs")
+	if cfg.Plan.Profile == nil {
+		cfg.Plan = cfg.Speed
 	}
-	capacity := make([]float64, len(types))
-	totalGPUs := 0.0
-	for j, t := range types {
-		capacity[j] = float64(cfg.Cluster.Capacity(t))
-		totalGPUs += capacity[j]
+	if gavel {
+		cfg.Plan.IgnoreSpread = true
 	}
-	typeIndex := map[planner.GPUType]int{}
-	for j, t := range types {
-		typeIndex[t] = j
+	if err := cfg.Estimate.validate(); err != nil {
+		return nil, err
 	}
-
-	widest := map[planner.GPUType]int{}
-	for _, n := range cfg.Cluster.Nodes {
-		for t, k := range n.GPUs {
-			widest[t] = max(widest[t], k)
+	s := &simulation{cfg: cfg, sched: sched, gavel: gavel, byID: map[string]*jobState{}, capacity: map[planner.GPUType]float64{}}
+	s.cn, _ = cfg.Speed.Network.(CommNetwork)
+	events, err := sortEvents(cfg.Events, cfg.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	s.events = events
+	// Result types: the cluster's, and any a joining node brings.
+	all := cfg.Cluster
+	for _, ev := range events {
+		if ev.Kind == Join {
+			all.Nodes = append(all.Nodes, ev.Node)
 		}
 	}
-	jobs := make([]*jobState, len(cfg.Jobs))
+	s.types = all.Types()
+	if len(cfg.Cluster.Types()) == 0 {
+		return nil, fmt.Errorf("simulation: the cluster has no GPUs")
+	}
+	s.typeIndex = map[planner.GPUType]int{}
+	for j, t := range s.types {
+		s.typeIndex[t] = j
+	}
+	for _, t := range s.types {
+		s.capacity[t] = float64(cfg.Cluster.Capacity(t))
+		s.totalGPUs += s.capacity[t]
+	}
+	s.roundBusy = make([]float64, len(s.types))
+	s.eng, err = engine.New(engine.Config{Round: cfg.Round, NoFills: gavel, Speed: cfg.Plan}, sched)
+	if err != nil {
+		return nil, fmt.Errorf("simulation: %w", err)
+	}
+	if _, err := s.eng.SetNodes(cfg.Cluster.Nodes, 0); err != nil {
+		return nil, fmt.Errorf("simulation: %w", err)
+	}
 	for i, jb := range cfg.Jobs {
 		if err := jb.Validate(); err != nil {
-			return Result{}, fmt.Errorf("simulation: %w", err)
+			return nil, fmt.Errorf("simulation: %w", err)
 		}
-		tp := make([]float64, len(types))
-		runnable := false
-		for j, t := range types {
-			// A job wider than any server of the type is always spread:
-			// plan with the speed it will actually get.
-			spread := !cfg.Speed.IgnoreSpread && jb.ScaleFactor > widest[t]
-			v, err := cfg.Speed.Profile.Throughput(jb.Model, jb.ScaleFactor, t, spread)
-			if err != nil {
-				return Result{}, fmt.Errorf("simulation: job %s: %w", jb.ID, err)
-			}
-			tp[j] = v
-			runnable = runnable || (v > 0 && float64(jb.ScaleFactor) <= capacity[j])
+		ok, err := s.eng.Runnable(jb)
+		if err != nil {
+			return nil, fmt.Errorf("simulation: %w", err)
 		}
-		if !runnable {
-			return Result{}, fmt.Errorf("simulation: job %s (%s, %d GPUs) cannot run on any GPU type of the cluster: remove it from the trace or add a type it runs on", jb.ID, jb.Model, jb.ScaleFactor)
+		if !ok {
+			return nil, fmt.Errorf("simulation: job %s (%s, %d GPUs) cannot run on any GPU type of the cluster: remove it from the trace or add a type it runs on", jb.ID, jb.Model, jb.ScaleFactor)
 		}
-		jobs[i] = &jobState{idx: i, view: round.JobView{Job: jb, Remaining: jb.TotalSteps, Throughput: tp, Received: make([]float64, len(types))}}
+		if _, dup := s.byID[jb.ID]; dup {
+			return nil, fmt.Errorf("simulation: job ID %s appears twice", jb.ID)
+		}
+		js := &jobState{job: jb, idx: i, rem: jb.TotalSteps, ckptRem: jb.TotalSteps}
+		s.jobs = append(s.jobs, js)
+		s.byID[jb.ID] = js
 	}
 	// Arrival order; ties keep trace order.
-	order := make([]*jobState, len(jobs))
-	copy(order, jobs)
-	sort.SliceStable(order, func(a, b int) bool { return order[a].view.Arrival < order[b].view.Arrival })
-
-	// Rates (and communication shares) are recomputed for every running
-	// unit at each round boundary, so time-varying congestion reaches
-	// running jobs within a round.
-	cn, _ := cfg.Speed.Network.(CommNetwork)
-	res := Result{Scheduler: sched.Name(), Types: types, Total: len(jobs)}
-	if len(jobs) == 0 {
-		return res, nil
-	}
-	var active []*jobState
-	nextArrival := 0
-	now := 0.0
-	if gavel {
+	s.order = append([]*jobState(nil), s.jobs...)
+	sort.SliceStable(s.order, func(a, b int) bool { return s.order[a].job.Arrival < s.order[b].job.Arrival })
+	s.res = Result{Scheduler: sched.Name(), Types: s.types, Total: len(s.jobs)}
+	if gavel && len(s.order) > 0 {
 		// Gavel's rounds start at the first arrival.
-		now = order[0].view.Arrival
+		s.now = s.order[0].job.Arrival
 	}
-	done := 0
-	roundBusy := make([]float64, len(types))
+	return s, nil
+}
 
-	admit := func(upTo float64) {
-		for nextArrival < len(order) && order[nextArrival].view.Arrival <= upTo+1e-9 {
-			active = append(active, order[nextArrival])
-			nextArrival++
-		}
-	}
-	view := func(mid bool, pool *round.Pool) *round.View {
-		v := &round.View{Now: now, Round: cfg.Round, MidRound: mid, Types: types, Capacity: capacity, Cluster: cfg.Cluster, Pool: pool}
-		for _, s := range active {
-			v.Jobs = append(v.Jobs, &s.view)
-		}
-		return v
-	}
-	// freePool offers every GPU at a round boundary and only the idle ones
-	// mid-round.
-	freePool := func(mid bool) *round.Pool {
-		pool := round.NewPool(cfg.Cluster)
-		for _, s := range active {
-			if mid && s.view.Running {
-				for _, u := range s.view.Placement.Units {
-					pool.Take(u)
-				}
-			}
-		}
-		return pool
-	}
-	// apply installs new placements; jobs whose GPUs changed pay the
-	// restart cost.
-	apply := func(v *round.View, ps []planner.Placement) error {
-		if len(ps) != len(v.Jobs) {
-			return fmt.Errorf("scheduler %s returned %d placements for %d jobs", sched.Name(), len(ps), len(v.Jobs))
-		}
-		check := freePool(v.MidRound)
-		for i, s := range active {
-			if v.MidRound && s.view.Running {
-				continue
-			}
-			p := ps[i]
-			for _, u := range p.Units {
-				if !check.Fits(u) {
-					return fmt.Errorf("t=%.0fs: scheduler %s placed job %s on GPUs that are not free (%v)", now, sched.Name(), s.view.ID, u.Slots)
-				}
-				check.Take(u)
-			}
-			if err := validPlacement(s.view.Job, p); err != nil {
-				return fmt.Errorf("t=%.0fs: scheduler %s: %w", now, sched.Name(), err)
-			}
-			if len(p.Units) == 0 {
-				s.view.Running = false
-				s.view.Placement = planner.Placement{}
-				s.rates, s.delays, s.comm = nil, nil, nil
-				continue
-			}
-			// A unit that keeps exactly its GPUs keeps running; any other
-			// unit (re)starts and pays the restart cost.
-			rates := make([]float64, len(p.Units))
-			delays := make([]float64, len(p.Units))
-			comm := make([]float64, len(p.Units))
-			restarted := false
-			for k, u := range p.Units {
-				kept := -1
-				if s.view.Running {
-					for q, old := range s.view.Placement.Units {
-						if old.Equal(u) {
-							kept = q
-							break
-						}
-					}
-				}
-				if kept >= 0 {
-					delays[k] = s.delays[kept]
-				} else {
-					delays[k] = cfg.RestartCost
-					restarted = true
-				}
-				if len(p.Units) > 1 && !v.MidRound {
-					delays[k] += cfg.MergeCost
-				}
-				r, err := cfg.Speed.UnitRate(s.view.Job, u, now)
-				if err != nil {
-					return err
-				}
-				if r <= 0 {
-					return fmt.Errorf("t=%.0fs: scheduler %s placed job %s where it cannot run (speed 0 on %v)", now, sched.Name(), s.view.ID, u.Slots)
-				}
-				rates[k] = r
-				if cn != nil {
-					comm[k] = cn.CommFraction(s.view.Job, u, now)
-				}
-			}
-			if restarted && s.started {
-				s.restarts++
-			}
-			if !s.started {
-				s.started, s.start = true, now
-			}
-			s.view.Placement = p
-			s.view.Running = true
-			s.rates, s.delays, s.comm = rates, delays, comm
-		}
-		return nil
-	}
-	schedule := func(mid bool) error {
-		v := view(mid, freePool(mid))
-		ps, err := sched.Schedule(v)
-		if err != nil {
-			return err
-		}
-		return apply(v, ps)
-	}
+// ErrStopped is returned when Config.Checkpoint asked the run to stop.
+var ErrStopped = fmt.Errorf("simulation stopped at a checkpoint")
 
-	for done < len(jobs) {
+func (s *simulation) run(ctx context.Context) (Result, error) {
+	cfg := s.cfg
+	if len(s.jobs) == 0 {
+		return s.res, nil
+	}
+	for s.done < len(s.jobs) {
 		if err := ctx.Err(); err != nil {
-			return res, err
+			return s.res, err
 		}
-		if now > cfg.MaxTime {
-			return res, fmt.Errorf("simulation passed %.0f s with %d of %d jobs done: scheduler %s starves a job", cfg.MaxTime, done, len(jobs), sched.Name())
+		if s.now > cfg.MaxTime {
+			return s.res, fmt.Errorf("simulation passed %.0f s with %d of %d jobs done: scheduler %s starves a job", cfg.MaxTime, s.done, len(s.jobs), s.sched.Name())
+		}
+		if cfg.Checkpoint != nil {
+			snap, err := s.snapshot()
+			if err != nil {
+				return s.res, err
+			}
+			stop, err := cfg.Checkpoint(s.now, snap)
+			if err != nil {
+				return s.res, fmt.Errorf("simulation checkpoint at %.0f s: %w", s.now, err)
+			}
+			if stop {
+				return s.res, ErrStopped
+			}
 		}
 		// Idle cluster: jump to the next arrival (on the round grid in
 		// Gavel fidelity).
-		if len(active) == 0 {
-			next := order[nextArrival].view.Arrival
-			if gavel {
-				next = now + math.Ceil((next-now)/cfg.Round-1e-9)*cfg.Round
+		if len(s.active) == 0 {
+			next := s.order[s.nextArrival].job.Arrival
+			if s.gavel {
+				next = s.now + math.Ceil((next-s.now)/cfg.Round-1e-9)*cfg.Round
 			}
-			now = math.Max(now, next)
+			s.now = math.Max(s.now, next)
 		}
-		admit(now)
-		roundStart := now
-		roundEnd := now + cfg.Round
-		if err := schedule(false); err != nil {
-			return res, err
+		if _, err := s.clusterEvents(s.now); err != nil {
+			return s.res, err
 		}
-		res.Rounds++
-		for j := range roundBusy {
-			roundBusy[j] = 0
+		if _, err := s.admit(s.now); err != nil {
+			return s.res, err
 		}
-		for now < roundEnd-1e-9 {
+		roundStart := s.now
+		roundEnd := s.now + cfg.Round
+		// Jobs checkpoint at every round boundary.
+		for _, js := range s.active {
+			if js.running {
+				js.ckptRem = js.rem
+			}
+		}
+		if err := s.plan(ctx, engine.Boundary); err != nil {
+			return s.res, err
+		}
+		s.res.Rounds++
+		for j := range s.roundBusy {
+			s.roundBusy[j] = 0
+		}
+		roundCap := make([]float64, len(s.types))
+		for j, t := range s.types {
+			roundCap[j] = s.capacity[t]
+		}
+		for s.now < roundEnd-1e-9 {
 			// Next event inside this round.
 			next := roundEnd
-			if !gavel && nextArrival < len(order) {
-				next = math.Min(next, order[nextArrival].view.Arrival)
+			if !s.gavel && s.nextArrival < len(s.order) {
+				next = math.Min(next, s.order[s.nextArrival].job.Arrival)
 			}
-			for _, s := range active {
-				if s.view.Running {
-					next = math.Min(next, now+timeToFinish(s.view.Remaining, s.rates, s.delays))
-				}
+			if s.nextEvent < len(s.events) {
+				next = math.Min(next, s.events[s.nextEvent].Time)
 			}
-			next = math.Max(next, now)
-			dt := next - now
-			finished := false
-			for _, s := range active {
-				if !s.view.Running {
-					continue
-				}
-				gpus := 0
-				for _, u := range s.view.Placement.Units {
-					for _, sl := range u.Slots {
-						gpus += sl.Count
-						roundBusy[typeIndex[sl.Type]] += float64(sl.Count) * dt
-						s.view.Received[typeIndex[sl.Type]] += dt * float64(sl.Count) / float64(u.GPUs()) / float64(len(s.view.Placement.Units))
-					}
-				}
-				s.gpuSeconds += float64(gpus) * dt
-				for k, r := range s.rates {
-					if s.comm != nil {
-						s.commTime += s.comm[k] * math.Max(0, dt-s.delays[k])
-					}
-					s.view.Remaining -= r * math.Max(0, dt-s.delays[k])
-					s.delays[k] = math.Max(0, s.delays[k]-dt)
-				}
-				if s.view.Remaining <= 1e-9*s.view.TotalSteps {
-					s.view.Remaining = 0
-					s.done, s.finish = true, next
-					s.view.Running = false
-					finished = true
+			for _, js := range s.active {
+				if js.running {
+					next = math.Min(next, s.now+timeToFinish(js.rem, js.rates, js.delays))
 				}
 			}
-			now = next
-			if finished {
-				kept := active[:0]
-				for _, s := range active {
-					if s.done {
-						done++
-					} else {
-						kept = append(kept, s)
-					}
-				}
-				active = kept
+			next = math.Max(next, s.now)
+			finished, err := s.advance(next)
+			if err != nil {
+				return s.res, err
+			}
+			s.now = next
+			changed, err := s.clusterEvents(s.now)
+			if err != nil {
+				return s.res, err
 			}
 			arrived := false
-			if !gavel {
-				before := nextArrival
-				admit(now)
-				arrived = nextArrival > before
-			}
-			if !gavel && (finished || arrived) && now < roundEnd-1e-9 && len(active) > 0 {
-				if err := schedule(true); err != nil {
-					return res, err
+			if !s.gavel {
+				if arrived, err = s.admit(s.now); err != nil {
+					return s.res, err
 				}
 			}
-			if len(active) == 0 && done < len(jobs) && !gavel {
+			if (finished || arrived || changed) && s.now < roundEnd-1e-9 && len(s.active) > 0 {
+				if err := s.plan(ctx, engine.Fill); err != nil {
+					return s.res, err
+				}
+			}
+			if len(s.active) == 0 && s.done < len(s.jobs) && !s.gavel {
 				break // idle until the next arrival: start a new round then
 			}
-			if done == len(jobs) {
+			if s.done == len(s.jobs) {
 				break
 			}
 		}
-		length := now - roundStart
-		if length > 0 {
-			smp := Sample{Time: roundStart, Busy: make([]float64, len(types))}
-			for j := range types {
-				smp.Busy[j] = roundBusy[j] / (capacity[j] * length)
+		if length := s.now - roundStart; length > 0 {
+			smp := Sample{Time: roundStart, Busy: make([]float64, len(s.types))}
+			for j := range s.types {
+				if roundCap[j] > 0 {
+					smp.Busy[j] = s.roundBusy[j] / (roundCap[j] * length)
+				}
 			}
-			res.Samples = append(res.Samples, smp)
+			s.res.Samples = append(s.res.Samples, smp)
 		}
-		if gavel && len(active) == 0 && nextArrival < len(order) {
-			now = roundEnd
+		if s.gavel && len(s.active) == 0 && s.nextArrival < len(s.order) {
+			s.now = roundEnd
 		}
 		if cfg.Progress != nil {
-			cfg.Progress(now, done, len(jobs))
+			cfg.Progress(s.now, s.done, len(s.jobs))
 		}
 	}
-	return summarize(res, jobs, totalGPUs), nil
+	return summarize(s.res, s.jobs, s.totalGPUs), nil
+}
+
+// admit hands the jobs that arrived by upTo to the engine, with their
+// declared (possibly wrong) steps.
+func (s *simulation) admit(upTo float64) (bool, error) {
+	arrived := false
+	for s.nextArrival < len(s.order) && s.order[s.nextArrival].job.Arrival <= upTo+1e-9 {
+		js := s.order[s.nextArrival]
+		declared := js.job
+		declared.TotalSteps = s.cfg.Estimate.declaredSteps(js.job)
+		if err := s.eng.Admit(declared, s.now); err != nil {
+			return false, fmt.Errorf("simulation: %w", err)
+		}
+		js.admitted = true
+		s.active = append(s.active, js)
+		s.nextArrival++
+		arrived = true
+	}
+	return arrived, nil
+}
+
+// advance runs the cluster from s.now to next: running jobs make true
+// progress, which is reported to the engine as measured; jobs that reach
+// their true steps complete.
+func (s *simulation) advance(next float64) (bool, error) {
+	dt := next - s.now
+	finished := false
+	for _, js := range s.active {
+		if !js.running {
+			continue
+		}
+		gpus := 0
+		for _, u := range js.placement.Units {
+			for _, sl := range u.Slots {
+				gpus += sl.Count
+				s.roundBusy[s.typeIndex[sl.Type]] += float64(sl.Count) * dt
+			}
+		}
+		js.gpuSeconds += float64(gpus) * dt
+		for k, r := range js.rates {
+			if js.comm != nil {
+				js.commTime += js.comm[k] * math.Max(0, dt-js.delays[k])
+			}
+			steps := r * math.Max(0, dt-js.delays[k])
+			js.rem -= steps
+			if err := s.eng.AddProgress(js.job.ID, steps, next); err != nil {
+				return false, err
+			}
+			js.delays[k] = math.Max(0, js.delays[k]-dt)
+		}
+		if js.rem <= 1e-9*js.job.TotalSteps {
+			js.rem = 0
+			js.done, js.finish = true, next
+			js.running = false
+			finished = true
+		}
+	}
+	if !finished {
+		return false, nil
+	}
+	kept := s.active[:0]
+	for _, js := range s.active {
+		if js.done {
+			s.done++
+			if err := s.eng.Complete(js.job.ID, next); err != nil {
+				return false, err
+			}
+		} else {
+			kept = append(kept, js)
+		}
+	}
+	s.active = kept
+	return true, nil
+}
+
+// plan asks the engine for a decision and carries it out on the truth.
+func (s *simulation) plan(ctx context.Context, kind engine.Kind) error {
+	d, err := s.eng.Plan(ctx, s.now, kind)
+	if err != nil {
+		return err
+	}
+	if d.Kind == engine.None {
+		return nil
+	}
+	mid := kind == engine.Fill
+	for _, jd := range d.Jobs {
+		js := s.byID[jd.Job]
+		if mid && js.running {
+			continue
+		}
+		if len(jd.To.Units) == 0 {
+			if js.running {
+				js.ckptRem = js.rem // a stopped job checkpoints
+			}
+			js.running = false
+			js.placement = planner.Placement{}
+			js.rates, js.delays, js.comm = nil, nil, nil
+			continue
+		}
+		// A unit that keeps exactly its GPUs keeps running; any other
+		// unit (re)starts and pays the restart cost. Rates are recomputed
+		// at every boundary, so time-varying congestion reaches running
+		// jobs within a round.
+		n := len(jd.To.Units)
+		rates, delays, comm := make([]float64, n), make([]float64, n), make([]float64, n)
+		restarted := false
+		for k, u := range jd.To.Units {
+			if from := jd.KeptFrom[k]; from >= 0 && js.running {
+				delays[k] = js.delays[from]
+			} else {
+				delays[k] = s.cfg.RestartCost
+				restarted = true
+			}
+			if n > 1 && !mid {
+				delays[k] += s.cfg.MergeCost
+			}
+			r, err := s.cfg.Speed.UnitRate(js.job, u, s.now)
+			if err != nil {
+				return err
+			}
+			if r <= 0 {
+				return fmt.Errorf("t=%.0fs: scheduler %s placed job %s where it cannot run (speed 0 on %v)", s.now, s.sched.Name(), js.job.ID, u.Slots)
+			}
+			rates[k] = r
+			if s.cn != nil {
+				comm[k] = s.cn.CommFraction(js.job, u, s.now)
+			}
+		}
+		if restarted && js.started {
+			js.restarts++
+		}
+		if !js.started {
+			js.started, js.start = true, s.now
+		}
+		js.placement = jd.To
+		js.running = true
+		js.rates, js.delays, js.comm = rates, delays, comm
+	}
+	return nil
 }
 
 // timeToFinish is when units running at rates, each after its delay, have
@@ -467,39 +574,22 @@ func timeToFinish(rem float64, rates, delays []float64) float64 {
 	return t + math.Max(0, rem)/rate
 }
 
-// validPlacement checks that every unit holds a positive number of GPUs
-// and that a single-unit placement holds exactly the job's scale factor
-// (copies may be smaller).
-func validPlacement(j planner.Job, p planner.Placement) error {
-	for _, u := range p.Units {
-		if u.GPUs() <= 0 {
-			return fmt.Errorf("job %s: a unit with no GPUs", j.ID)
-		}
-		if u.GPUs() > j.ScaleFactor {
-			return fmt.Errorf("job %s: a unit of %d GPUs exceeds its scale factor %d", j.ID, u.GPUs(), j.ScaleFactor)
-		}
-	}
-	if len(p.Units) == 1 && p.Units[0].GPUs() != j.ScaleFactor {
-		return fmt.Errorf("job %s: placed on %d GPUs, want its scale factor %d", j.ID, p.Units[0].GPUs(), j.ScaleFactor)
-	}
-	return nil
-}
-
 func summarize(res Result, jobs []*jobState, totalGPUs float64) Result {
 	first, last := math.Inf(1), 0.0
 	var jcts []float64
 	busy := 0.0
+	res.Jobs, res.Completed, res.CommOverhead = nil, 0, 0
 	for _, s := range jobs {
-		jr := JobResult{ID: s.view.ID, Model: s.view.Model, SF: s.view.ScaleFactor, Arrival: s.view.Arrival, Start: -1, Restarts: s.restarts, GPUSeconds: s.gpuSeconds, CommSeconds: s.commTime}
+		jr := JobResult{ID: s.job.ID, Model: s.job.Model, SF: s.job.ScaleFactor, Arrival: s.job.Arrival, Start: -1, Restarts: s.restarts, GPUSeconds: s.gpuSeconds, CommSeconds: s.commTime}
 		res.CommOverhead += s.commTime
 		if s.started {
 			jr.Start = s.start
 		}
-		first = math.Min(first, s.view.Arrival)
+		first = math.Min(first, s.job.Arrival)
 		busy += s.gpuSeconds
 		if s.done {
 			jr.Finish = s.finish
-			jr.JCT = s.finish - s.view.Arrival
+			jr.JCT = s.finish - s.job.Arrival
 			jcts = append(jcts, jr.JCT)
 			last = math.Max(last, s.finish)
 			res.Completed++

@@ -1,0 +1,936 @@
+// Package engine is hadar's round engine: the one mechanism that both the
+// simulator (planner/sim) and the sidecar drive. It owns all round
+// bookkeeping — the active jobs and what a scheduler may know of them
+// (estimated throughputs, declared steps minus reported progress, the
+// time each job received on each GPU type), the cluster's capacity as it
+// changes, the pool of GPUs a plan may hand out (all of them at a round
+// boundary, the idle ones between boundaries), validation of what the
+// scheduler returns, and the diff against the previous placement — and it
+// answers each plan with a Decision: for every job start, keep, stop,
+// move, fork, unfork or wait, with the target placement and the policy's
+// reason. docs/engine.md is the page a sidecar author reads.
+//
+// The engine is not safe for concurrent use; its callers serialise calls
+// (the simulator is single-threaded, the sidecar holds a lock).
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/round"
+	"github.com/hadar-sched/hadar/planner/speed"
+)
+
+// Kind is what a plan may change.
+type Kind string
+
+// Kinds of plans.
+const (
+	// Boundary is a round boundary: every job may be re-placed.
+	Boundary Kind = "round"
+	// Fill places waiting jobs on idle GPUs between boundaries; running
+	// jobs keep theirs.
+	Fill Kind = "fill"
+	// None is the kind of an empty decision: a fill that had nothing to do.
+	None Kind = "none"
+)
+
+// Action is what a decision does to one job.
+type Action string
+
+// Actions.
+const (
+	Start  Action = "start"  // was waiting, now runs
+	Keep   Action = "keep"   // runs on exactly the GPUs it had
+	Stop   Action = "stop"   // ran, now waits (preempted or evicted)
+	Move   Action = "move"   // runs on other GPUs: some units restart
+	Fork   Action = "fork"   // keeps its units and gains copies (HadarE)
+	Unfork Action = "unfork" // keeps some of its units and loses others
+	Wait   Action = "wait"   // waited and still waits
+)
+
+// Changes reports whether the action needs anything done on the cluster.
+func (a Action) Changes() bool { return a != Keep && a != Wait }
+
+// DefaultRound is the round length when Config.Round is 0 (Gavel's).
+const DefaultRound = 360.0
+
+// DefaultOverrun is Config.Overrun's default.
+const DefaultOverrun = 0.05
+
+// Config of an Engine.
+type Config struct {
+	// Round is the round length in seconds (default DefaultRound).
+	Round float64
+	// NoFills turns off mid-round fills (Gavel's simulator acts only at
+	// round boundaries).
+	NoFills bool
+	// Speed is the model the schedulers plan with; its Profile should be
+	// an *Estimates for the engine to learn throughputs into it. It gives
+	// each job's per-type throughput and checks that a placement runs.
+	Speed speed.Model
+	// Overrun is the fraction of its declared steps a job that ran past
+	// them is assumed still to need (default DefaultOverrun): the engine
+	// never shows a scheduler an active job with nothing left.
+	Overrun float64
+}
+
+// Engine is the round engine. Build one with New; feed it what happens
+// (Admit, Progress, Complete, Fail, Interrupt, SetNode, Drain, RemoveNode)
+// and ask it to Plan.
+type Engine struct {
+	cfg   Config
+	sched round.Scheduler
+	est   *Estimates
+
+	nodes   []planner.Node
+	drained map[string]bool
+	epoch   uint64
+	// Derived from nodes and drained by refresh.
+	cluster  planner.Cluster // schedulable nodes only
+	types    []planner.GPUType
+	capacity []float64
+	widest   map[planner.GPUType]int
+
+	jobs []*job // arrival (admission) order
+	byID map[string]*job
+
+	now   float64
+	dirty bool
+	// tputGen is the (epoch, estimates generation) the jobs' throughputs
+	// were computed for.
+	tputEpoch, tputGen uint64
+}
+
+type job struct {
+	view round.JobView
+	rem  float64 // declared steps minus steps done (may go <= 0)
+	done float64
+	// placedAt is when the current placement started (learning skips a
+	// warm-up after it); since is when the job last started or stopped.
+	placedAt float64
+	// lastAt/lastDone: the previous progress report while running on the
+	// current placement (learning); lastAt < 0 when none.
+	lastAt, lastDone float64
+	reason           round.Reason
+	waitingSince     float64
+}
+
+// New returns an engine at time 0 with an empty cluster.
+func New(cfg Config, sched round.Scheduler) (*Engine, error) {
+	if sched == nil {
+		return nil, fmt.Errorf("engine: no scheduler")
+	}
+	if cfg.Speed.Profile == nil {
+		return nil, fmt.Errorf("engine: the speed model has no throughput profile")
+	}
+	if cfg.Round == 0 {
+		cfg.Round = DefaultRound
+	}
+	if !(cfg.Round > 0) || math.IsInf(cfg.Round, 0) {
+		return nil, fmt.Errorf("engine: round %v s: want a positive number of seconds", cfg.Round)
+	}
+	if cfg.Overrun == 0 {
+		cfg.Overrun = DefaultOverrun
+	}
+	if !(cfg.Overrun > 0) || cfg.Overrun > 1 {
+		return nil, fmt.Errorf("engine: overrun %v: want a fraction in (0, 1]", cfg.Overrun)
+	}
+	e := &Engine{cfg: cfg, sched: sched, drained: map[string]bool{}, byID: map[string]*job{}}
+	e.est, _ = cfg.Speed.Profile.(*Estimates)
+	e.refresh()
+	return e, nil
+}
+
+// Scheduler is the scheduler the engine runs.
+func (e *Engine) Scheduler() round.Scheduler { return e.sched }
+
+// Round is the round length in seconds.
+func (e *Engine) Round() float64 { return e.cfg.Round }
+
+// Now is the time of the latest call.
+func (e *Engine) Now() float64 { return e.now }
+
+// Estimates is the estimator the engine learns into (nil when the speed
+// model's profile is not one).
+func (e *Engine) Estimates() *Estimates { return e.est }
+
+// Cluster returns the schedulable cluster (drained nodes left out).
+func (e *Engine) Cluster() planner.Cluster { return cloneCluster(e.cluster) }
+
+// Types are the GPU types of the schedulable cluster, sorted.
+func (e *Engine) Types() []planner.GPUType { return slices.Clone(e.types) }
+
+// Active is the number of active jobs.
+func (e *Engine) Active() int { return len(e.jobs) }
+
+// advance moves the clock to now, charging the time since the previous
+// call to the running jobs' received time per type.
+func (e *Engine) advance(now float64) error {
+	if math.IsNaN(now) || math.IsInf(now, 0) {
+		return fmt.Errorf("engine: time %v: want a finite number of seconds", now)
+	}
+	if now < e.now {
+		return fmt.Errorf("engine: time %.3f s is before the engine's clock %.3f s: times must not go backwards", now, e.now)
+	}
+	dt := now - e.now
+	if dt > 0 {
+		idx := e.typeIndex()
+		for _, j := range e.jobs {
+			if !j.view.Running {
+				continue
+			}
+			units := float64(len(j.view.Placement.Units))
+			for _, u := range j.view.Placement.Units {
+				g := float64(u.GPUs())
+				for _, sl := range u.Slots {
+					if k, ok := idx[sl.Type]; ok {
+						j.view.Received[k] += dt * float64(sl.Count) / g / units
+					}
+				}
+			}
+		}
+	}
+	e.now = now
+	return nil
+}
+
+func (e *Engine) typeIndex() map[planner.GPUType]int {
+	m := make(map[planner.GPUType]int, len(e.types))
+	for k, t := range e.types {
+		m[t] = k
+	}
+	return m
+}
+
+// Admit adds a job at time now (its Arrival is when it was submitted,
+// now or earlier). Its TotalSteps are the declared steps. A job that no
+// GPU type of the cluster can run is admitted and waits, with that
+// reason, until capacity it can use joins.
+func (e *Engine) Admit(jb planner.Job, now float64) error {
+	if err := e.advance(now); err != nil {
+		return err
+	}
+	if err := jb.Validate(); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	if jb.Arrival > now+1e-9 {
+		return fmt.Errorf("engine: job %s arrives at %.0f s, after now (%.0f s): admit it when it arrives", jb.ID, jb.Arrival, now)
+	}
+	if _, ok := e.byID[jb.ID]; ok {
+		return fmt.Errorf("engine: job %s is already active", jb.ID)
+	}
+	j := &job{view: round.JobView{Job: jb, Remaining: jb.TotalSteps, Received: make([]float64, len(e.types))}, rem: jb.TotalSteps, lastAt: -1, waitingSince: now}
+	if err := e.throughputs(j); err != nil {
+		return err
+	}
+	e.jobs = append(e.jobs, j)
+	e.byID[jb.ID] = j
+	e.dirty = true
+	return nil
+}
+
+// Runnable reports whether jb can run on some GPU type of the cluster now.
+func (e *Engine) Runnable(jb planner.Job) (bool, error) {
+	j := &job{view: round.JobView{Job: jb}}
+	if err := e.throughputs(j); err != nil {
+		return false, err
+	}
+	for k, v := range j.view.Throughput {
+		if planner.Runnable(v, jb.ScaleFactor, e.capacity[k]) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// throughputs sets the job's estimated throughput on each type: with all
+// workers on one type, spread when the job is wider than any schedulable
+// server of the type (the speed it will actually get).
+func (e *Engine) throughputs(j *job) error {
+	tp := make([]float64, len(e.types))
+	for k, t := range e.types {
+		spread := !e.cfg.Speed.IgnoreSpread && j.view.ScaleFactor > e.widest[t]
+		v, err := e.cfg.Speed.Profile.Throughput(j.view.Model, j.view.ScaleFactor, t, spread)
+		if err != nil {
+			return fmt.Errorf("engine: job %s: %w", j.view.ID, err)
+		}
+		tp[k] = v
+	}
+	j.view.Throughput = tp
+	return nil
+}
+
+func (e *Engine) job(id string) (*job, error) {
+	j := e.byID[id]
+	if j == nil {
+		return nil, fmt.Errorf("engine: no active job %q", id)
+	}
+	return j, nil
+}
+
+// Progress reports that job id has done `done` steps in all (as measured:
+// from its progress file, or the simulator's truth). Progress may go back
+// when a job restarts from an older checkpoint.
+func (e *Engine) Progress(id string, done, now float64) error {
+	j, err := e.job(id)
+	if err != nil {
+		return err
+	}
+	if math.IsNaN(done) || math.IsInf(done, 0) || done < 0 {
+		return fmt.Errorf("engine: job %s: steps done %v: want a finite number >= 0", id, done)
+	}
+	return e.addProgress(j, done-j.done, done, now)
+}
+
+// AddProgress reports that job id made `steps` more steps (negative: it
+// lost them, restarting from a checkpoint). The simulator reports this
+// way so the arithmetic is the one it always did.
+func (e *Engine) AddProgress(id string, steps, now float64) error {
+	j, err := e.job(id)
+	if err != nil {
+		return err
+	}
+	if math.IsNaN(steps) || math.IsInf(steps, 0) {
+		return fmt.Errorf("engine: job %s: steps %v: want a finite number", id, steps)
+	}
+	return e.addProgress(j, steps, j.done+steps, now)
+}
+
+func (e *Engine) addProgress(j *job, steps, done, now float64) error {
+	if err := e.advance(now); err != nil {
+		return err
+	}
+	j.rem -= steps
+	j.done = done
+	e.learn(j, now)
+	return nil
+}
+
+// learn feeds the estimator with the job's progress since its previous
+// report, when it ran as one unit of one type on the same GPUs throughout
+// and past its warm-up.
+func (e *Engine) learn(j *job, now float64) {
+	if e.est == nil || !e.est.learn.On || !j.view.Running {
+		return
+	}
+	defer func() { j.lastAt, j.lastDone = now, j.done }()
+	if j.lastAt < 0 || j.lastAt < j.placedAt+e.est.learn.Warmup || now <= j.lastAt {
+		return
+	}
+	units := j.view.Placement.Units
+	if len(units) != 1 || len(units[0].Types()) != 1 || units[0].GPUs() != j.view.ScaleFactor {
+		return
+	}
+	base := e.cfg.Speed
+	base.Profile = e.est.base
+	pred, err := base.UnitRate(j.view.Job, units[0], now)
+	if err != nil || !(pred > 0) {
+		return
+	}
+	dt := now - j.lastAt
+	e.est.observe(estKey{j.view.Model, j.view.ScaleFactor, units[0].Slots[0].Type}, j.done-j.lastDone, pred*dt, dt)
+}
+
+// Complete removes job id: it finished.
+func (e *Engine) Complete(id string, now float64) error { return e.remove(id, now) }
+
+// Fail removes job id: it failed for good.
+func (e *Engine) Fail(id string, now float64) error { return e.remove(id, now) }
+
+func (e *Engine) remove(id string, now float64) error {
+	j, err := e.job(id)
+	if err != nil {
+		return err
+	}
+	if err := e.advance(now); err != nil {
+		return err
+	}
+	delete(e.byID, id)
+	e.jobs = slices.DeleteFunc(e.jobs, func(x *job) bool { return x == j })
+	e.dirty = true
+	return nil
+}
+
+// Interrupt records that job id stopped running outside a decision (its
+// node was lost, its allocation died): it waits until a plan places it.
+func (e *Engine) Interrupt(id string, now float64) error {
+	j, err := e.job(id)
+	if err != nil {
+		return err
+	}
+	if err := e.advance(now); err != nil {
+		return err
+	}
+	e.stopped(j, now)
+	e.dirty = true
+	return nil
+}
+
+func (e *Engine) stopped(j *job, now float64) {
+	if j.view.Running {
+		j.waitingSince = now
+	}
+	j.view.Running = false
+	j.view.Placement = planner.Placement{}
+	j.lastAt = -1
+}
+
+// SetNode adds node n or replaces the node of the same ID (a GPU lost or
+// added). Jobs with a unit on it that no longer fits are interrupted; their
+// IDs are returned.
+func (e *Engine) SetNode(n planner.Node, now float64) ([]string, error) {
+	hit, err := e.setNode(n, now)
+	if err == nil {
+		e.changed()
+	}
+	return hit, err
+}
+
+func (e *Engine) setNode(n planner.Node, now float64) ([]string, error) {
+	if n.ID == "" {
+		return nil, fmt.Errorf("engine: a node with an empty ID")
+	}
+	for t, k := range n.GPUs {
+		if k < 0 || t == "" {
+			return nil, fmt.Errorf("engine: node %s: %d GPUs of type %q: want a named type and a count >= 0", n.ID, k, t)
+		}
+	}
+	if err := e.advance(now); err != nil {
+		return nil, err
+	}
+	n = cloneNode(n)
+	i := slices.IndexFunc(e.nodes, func(x planner.Node) bool { return x.ID == n.ID })
+	if i < 0 {
+		e.nodes = append(e.nodes, n)
+	} else {
+		e.nodes[i] = n
+	}
+	// Interrupt the jobs that used more GPUs of a type than the node has
+	// now, last admitted first, until the rest fit.
+	var hit []string
+	used := map[planner.GPUType]int{}
+	for _, j := range e.jobs {
+		for _, u := range j.view.Placement.Units {
+			for _, sl := range u.Slots {
+				if sl.Node == n.ID {
+					used[sl.Type] += sl.Count
+				}
+			}
+		}
+	}
+	for q := len(e.jobs) - 1; q >= 0; q-- {
+		j := e.jobs[q]
+		over := false
+		for _, u := range j.view.Placement.Units {
+			for _, sl := range u.Slots {
+				over = over || (sl.Node == n.ID && used[sl.Type] > n.GPUs[sl.Type])
+			}
+		}
+		if !over {
+			continue
+		}
+		for _, u := range j.view.Placement.Units {
+			for _, sl := range u.Slots {
+				if sl.Node == n.ID {
+					used[sl.Type] -= sl.Count
+				}
+			}
+		}
+		e.stopped(j, now)
+		hit = append(hit, j.view.ID)
+	}
+	return hit, nil
+}
+
+// SetNodes adds or replaces several nodes at once (one cluster change),
+// as SetNode does for each.
+func (e *Engine) SetNodes(ns []planner.Node, now float64) ([]string, error) {
+	var hit []string
+	for _, n := range ns {
+		h, err := e.setNode(n, now)
+		if err != nil {
+			return hit, err
+		}
+		hit = append(hit, h...)
+	}
+	e.changed()
+	return hit, nil
+}
+
+// Drain marks node id as draining (on: no new placements; its running
+// jobs move at the next round boundary) or schedulable again.
+func (e *Engine) Drain(id string, on bool, now float64) error {
+	if !slices.ContainsFunc(e.nodes, func(x planner.Node) bool { return x.ID == id }) {
+		return fmt.Errorf("engine: no node %q", id)
+	}
+	if err := e.advance(now); err != nil {
+		return err
+	}
+	if e.drained[id] == on {
+		return nil
+	}
+	if on {
+		e.drained[id] = true
+	} else {
+		delete(e.drained, id)
+	}
+	e.changed()
+	return nil
+}
+
+// RemoveNode removes node id (it left or was lost, with the work running
+// on it): every job with a unit on it is interrupted, and their IDs are
+// returned. The caller reports where their progress went back to (their
+// last checkpoint).
+func (e *Engine) RemoveNode(id string, now float64) ([]string, error) {
+	i := slices.IndexFunc(e.nodes, func(x planner.Node) bool { return x.ID == id })
+	if i < 0 {
+		return nil, fmt.Errorf("engine: no node %q", id)
+	}
+	if err := e.advance(now); err != nil {
+		return nil, err
+	}
+	var hit []string
+	for _, j := range e.jobs {
+		if onNode(j.view.Placement, id) {
+			e.stopped(j, now)
+			hit = append(hit, j.view.ID)
+		}
+	}
+	e.nodes = slices.Delete(e.nodes, i, i+1)
+	delete(e.drained, id)
+	e.changed()
+	return hit, nil
+}
+
+func onNode(p planner.Placement, node string) bool {
+	for _, u := range p.Units {
+		for _, sl := range u.Slots {
+			if sl.Node == node {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// changed records a cluster change: new epoch, derived figures rebuilt,
+// and a fill due.
+func (e *Engine) changed() {
+	e.epoch++
+	e.dirty = true
+	e.refresh()
+}
+
+// refresh rebuilds the schedulable cluster, its types, capacities and
+// widest servers, and re-indexes the jobs' per-type figures when the types
+// changed.
+func (e *Engine) refresh() {
+	old := e.types
+	e.cluster = planner.Cluster{}
+	for _, n := range e.nodes {
+		if !e.drained[n.ID] {
+			e.cluster.Nodes = append(e.cluster.Nodes, n)
+		}
+	}
+	e.types = e.cluster.Types()
+	e.capacity = make([]float64, len(e.types))
+	for k, t := range e.types {
+		e.capacity[k] = float64(e.cluster.Capacity(t))
+	}
+	e.widest = map[planner.GPUType]int{}
+	for _, n := range e.cluster.Nodes {
+		for t, k := range n.GPUs {
+			e.widest[t] = max(e.widest[t], k)
+		}
+	}
+	if !slices.Equal(old, e.types) {
+		for _, j := range e.jobs {
+			j.view.Received = reindex(j.view.Received, old, e.types)
+		}
+	}
+}
+
+// reindex maps per-type figures from types old to types new; a type that
+// left takes its figures with it, one that joined starts at 0.
+func reindex(xs []float64, old, new []planner.GPUType) []float64 {
+	out := make([]float64, len(new))
+	for k, t := range new {
+		if i := slices.Index(old, t); i >= 0 && i < len(xs) {
+			out[k] = xs[i]
+		}
+	}
+	return out
+}
+
+// Plan asks the scheduler for a decision at time now. A Boundary plan may
+// re-place every job; a Fill places waiting jobs on idle GPUs and does
+// nothing (Kind None) when fills are off, no job arrived, completed or
+// stopped and no capacity changed since the last plan, or no job is
+// active. The decision is applied to the engine's state before Plan
+// returns: the caller carries it out and reports what happens next. On an
+// error (a cancelled context, a scheduler error, an invalid placement) the
+// engine's state is unchanged.
+func (e *Engine) Plan(ctx context.Context, now float64, kind Kind) (Decision, error) {
+	if kind != Boundary && kind != Fill {
+		return Decision{}, fmt.Errorf("engine: plan kind %q: want %q or %q", kind, Boundary, Fill)
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	if err := e.advance(now); err != nil {
+		return Decision{}, err
+	}
+	if kind == Fill && (e.cfg.NoFills || !e.dirty || len(e.jobs) == 0) {
+		return Decision{Time: now, Kind: None}, nil
+	}
+	if err := e.refreshThroughputs(); err != nil {
+		return Decision{}, err
+	}
+	mid := kind == Fill
+	pool := e.pool(mid)
+	v := &round.View{Now: now, Round: e.cfg.Round, MidRound: mid, Types: e.types, Capacity: e.capacity,
+		Cluster: e.cluster, Pool: pool.Clone(), Epoch: e.epoch, Reasons: make([]round.Reason, len(e.jobs))}
+	v.Jobs = make([]*round.JobView, len(e.jobs))
+	for i, j := range e.jobs {
+		j.view.Remaining = j.rem
+		if !(j.rem > 0) {
+			j.view.Remaining = e.cfg.Overrun * j.view.TotalSteps
+		}
+		v.Jobs[i] = &j.view
+	}
+	ps, err := e.sched.Schedule(v)
+	if err != nil {
+		return Decision{}, fmt.Errorf("engine: t=%.0fs: scheduler %s: %w", now, e.sched.Name(), err)
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	if err := e.validate(v, pool, ps); err != nil {
+		return Decision{}, err
+	}
+	d := e.apply(v, ps, kind)
+	e.dirty = false
+	return d, nil
+}
+
+// refreshThroughputs recomputes the jobs' per-type throughputs when the
+// cluster or the estimates changed since they were computed.
+func (e *Engine) refreshThroughputs() error {
+	gen := uint64(0)
+	if e.est != nil {
+		gen = e.est.gen
+	}
+	if e.tputEpoch == e.epoch && e.tputGen == gen {
+		return nil
+	}
+	for _, j := range e.jobs {
+		if err := e.throughputs(j); err != nil {
+			return err
+		}
+	}
+	e.tputEpoch, e.tputGen = e.epoch, gen
+	return nil
+}
+
+// pool offers every GPU of the schedulable cluster at a boundary, and only
+// the idle ones mid-round.
+func (e *Engine) pool(mid bool) *round.Pool {
+	p := round.NewPool(e.cluster)
+	if mid {
+		for _, j := range e.jobs {
+			if j.view.Running {
+				takeKnown(p, j.view.Placement)
+			}
+		}
+	}
+	return p
+}
+
+// takeKnown takes the slots of p that sit on nodes of the pool (a
+// draining node is not in it: nothing there is offered anyway).
+func takeKnown(pool *round.Pool, p planner.Placement) {
+	for _, u := range p.Units {
+		for _, sl := range u.Slots {
+			if pool.Has(sl.Node) {
+				pool.Take(planner.Unit{Slots: []planner.Slot{sl}})
+			}
+		}
+	}
+}
+
+// validate checks the scheduler's placements against the pool offered:
+// one per job, on free GPUs of schedulable nodes, of valid widths, where
+// the job runs.
+func (e *Engine) validate(v *round.View, offered *round.Pool, ps []planner.Placement) error {
+	name := e.sched.Name()
+	if len(ps) != len(v.Jobs) {
+		return fmt.Errorf("engine: scheduler %s returned %d placements for %d jobs", name, len(ps), len(v.Jobs))
+	}
+	check := offered.Clone()
+	for i, jb := range v.Jobs {
+		if v.MidRound && jb.Running {
+			continue
+		}
+		p := ps[i]
+		for _, u := range p.Units {
+			for _, sl := range u.Slots {
+				if !check.Has(sl.Node) || sl.Count <= 0 {
+					return fmt.Errorf("engine: t=%.0fs: scheduler %s placed job %s on %v: not a schedulable node", v.Now, name, jb.ID, sl)
+				}
+			}
+			if !check.Fits(u) {
+				return fmt.Errorf("engine: t=%.0fs: scheduler %s placed job %s on GPUs that are not free (%v)", v.Now, name, jb.ID, u.Slots)
+			}
+			check.Take(u)
+			r, err := e.cfg.Speed.UnitRate(jb.Job, u, v.Now)
+			if err != nil {
+				return fmt.Errorf("engine: t=%.0fs: scheduler %s: %w", v.Now, name, err)
+			}
+			if !(r > 0) {
+				return fmt.Errorf("engine: t=%.0fs: scheduler %s placed job %s where it cannot run (speed 0 on %v)", v.Now, name, jb.ID, u.Slots)
+			}
+		}
+		if err := ValidPlacement(jb.Job, p); err != nil {
+			return fmt.Errorf("engine: t=%.0fs: scheduler %s: %w", v.Now, name, err)
+		}
+	}
+	return nil
+}
+
+// ValidPlacement checks that every unit holds a positive number of GPUs,
+// at most the job's scale factor, and that a single-unit placement holds
+// exactly the scale factor (HadarE copies may be narrower).
+func ValidPlacement(j planner.Job, p planner.Placement) error {
+	for _, u := range p.Units {
+		if u.GPUs() <= 0 {
+			return fmt.Errorf("job %s: a unit with no GPUs", j.ID)
+		}
+		if u.GPUs() > j.ScaleFactor {
+			return fmt.Errorf("job %s: a unit of %d GPUs exceeds its scale factor %d", j.ID, u.GPUs(), j.ScaleFactor)
+		}
+	}
+	if len(p.Units) == 1 && p.Units[0].GPUs() != j.ScaleFactor {
+		return fmt.Errorf("job %s: placed on %d GPUs, want its scale factor %d", j.ID, p.Units[0].GPUs(), j.ScaleFactor)
+	}
+	return nil
+}
+
+// apply installs the validated placements and returns the decision.
+func (e *Engine) apply(v *round.View, ps []planner.Placement, kind Kind) Decision {
+	d := Decision{Time: v.Now, Kind: kind, Jobs: make([]JobDecision, len(e.jobs))}
+	waiting := 0
+	for i, j := range e.jobs {
+		prev := j.view.Placement
+		was := j.view.Running
+		jd := JobDecision{Job: j.view.ID, From: clonePlacement(prev), Reason: v.Reasons[i]}
+		if v.MidRound && was {
+			jd.Action, jd.To = Keep, clonePlacement(prev)
+			jd.KeptFrom = make([]int, len(prev.Units))
+			for k := range jd.KeptFrom {
+				jd.KeptFrom[k] = k
+			}
+			if jd.Reason.Why == "" {
+				jd.Reason = j.reason
+			}
+			d.Jobs[i] = jd
+			continue
+		}
+		p := ps[i]
+		jd.To = clonePlacement(p)
+		jd.KeptFrom = make([]int, len(p.Units))
+		keptAll := true
+		for k, u := range p.Units {
+			jd.KeptFrom[k] = -1
+			if was {
+				jd.KeptFrom[k] = slices.IndexFunc(prev.Units, u.Equal)
+			}
+			keptAll = keptAll && jd.KeptFrom[k] >= 0
+		}
+		switch {
+		case len(p.Units) == 0 && !was:
+			jd.Action = Wait
+		case len(p.Units) == 0:
+			jd.Action = Stop
+		case !was:
+			jd.Action = Start
+		case keptAll && len(p.Units) == len(prev.Units):
+			jd.Action = Keep
+		case keptAll && len(p.Units) < len(prev.Units):
+			jd.Action = Unfork
+		case len(p.Units) > len(prev.Units) && keptFirst(prev, p):
+			jd.Action = Fork
+		default:
+			jd.Action = Move
+		}
+		if jd.Reason.Why == "" {
+			jd.Reason.Why = defaultWhy(jd.Action, j, v)
+		}
+		if len(p.Units) == 0 {
+			jd.Position = waiting
+			waiting++
+			e.stopped(j, v.Now)
+		} else {
+			if !keptAll || !was {
+				j.placedAt, j.lastAt = v.Now, -1
+			}
+			j.view.Placement = clonePlacement(p)
+			j.view.Running = true
+		}
+		j.reason = jd.Reason
+		d.Jobs[i] = jd
+	}
+	return d
+}
+
+func keptFirst(prev, p planner.Placement) bool {
+	return len(prev.Units) > 0 && len(p.Units) > 0 && slices.ContainsFunc(p.Units, prev.Units[0].Equal)
+}
+
+func defaultWhy(a Action, j *job, v *round.View) string {
+	switch a {
+	case Wait, Stop:
+		runnable := false
+		for k, tp := range j.view.Throughput {
+			runnable = runnable || planner.Runnable(tp, j.view.ScaleFactor, v.Capacity[k])
+		}
+		if !runnable {
+			return fmt.Sprintf("no GPU type of the cluster can run it (%d workers of %s)", j.view.ScaleFactor, j.view.Model)
+		}
+		return "not placed this round: the policy gave the GPUs it can use to other jobs"
+	case Keep:
+		return "keeps its GPUs"
+	}
+	return string(a)
+}
+
+func clonePlacement(p planner.Placement) planner.Placement {
+	if len(p.Units) == 0 {
+		return planner.Placement{}
+	}
+	out := planner.Placement{Units: make([]planner.Unit, len(p.Units))}
+	for i, u := range p.Units {
+		out.Units[i] = planner.Unit{Slots: slices.Clone(u.Slots)}
+	}
+	return out
+}
+
+func cloneNode(n planner.Node) planner.Node {
+	g := make(map[planner.GPUType]int, len(n.GPUs))
+	for t, k := range n.GPUs {
+		if k > 0 {
+			g[t] = k
+		}
+	}
+	n.GPUs = g
+	return n
+}
+
+func cloneCluster(c planner.Cluster) planner.Cluster {
+	out := planner.Cluster{Nodes: make([]planner.Node, len(c.Nodes))}
+	for i, n := range c.Nodes {
+		out.Nodes[i] = cloneNode(n)
+	}
+	return out
+}
+
+// Decision is the outcome of one plan.
+type Decision struct {
+	Time float64 `json:"time"`
+	Kind Kind    `json:"kind"`
+	// Jobs has one entry per active job, in arrival order (empty for a
+	// decision of Kind None).
+	Jobs []JobDecision `json:"jobs"`
+}
+
+// Changes returns the job decisions that need anything done on the
+// cluster.
+func (d Decision) Changes() []JobDecision {
+	var out []JobDecision
+	for _, jd := range d.Jobs {
+		if jd.Action.Changes() {
+			out = append(out, jd)
+		}
+	}
+	return out
+}
+
+// JobDecision is the decision for one job.
+type JobDecision struct {
+	Job    string            `json:"job"`
+	Action Action            `json:"action"`
+	From   planner.Placement `json:"from"`
+	To     planner.Placement `json:"to"`
+	// KeptFrom has one entry per unit of To: the index of the unit of From
+	// on exactly the same GPUs (it goes on without a restart), or -1 for a
+	// unit that starts.
+	KeptFrom []int `json:"kept_from,omitempty"`
+	// Position is a waiting job's place among the jobs left waiting by
+	// this plan, in arrival order (0 first).
+	Position int          `json:"position"`
+	Reason   round.Reason `json:"reason"`
+}
+
+// JobState is what the engine knows of one active job.
+type JobState struct {
+	Job        planner.Job        `json:"job"`
+	Done       float64            `json:"steps_done"`
+	Remaining  float64            `json:"remaining_steps"`
+	Running    bool               `json:"running"`
+	Placement  planner.Placement  `json:"placement"`
+	Received   map[string]float64 `json:"received_s"`
+	Throughput map[string]float64 `json:"throughput"`
+	// Rate is the estimated steps/s of its current placement (0 waiting).
+	Rate float64 `json:"rate"`
+	// ETA is the estimated seconds until it completes at Rate (0 when
+	// waiting: unknown).
+	ETA    float64      `json:"eta_s"`
+	Reason round.Reason `json:"reason"`
+	// WaitingSince is when it last started waiting (meaningful when not
+	// running).
+	WaitingSince float64 `json:"waiting_since"`
+}
+
+// Jobs returns the active jobs in arrival order.
+func (e *Engine) Jobs() []JobState {
+	out := make([]JobState, 0, len(e.jobs))
+	for _, j := range e.jobs {
+		out = append(out, e.state(j))
+	}
+	return out
+}
+
+// Job returns one active job.
+func (e *Engine) Job(id string) (JobState, bool) {
+	j := e.byID[id]
+	if j == nil {
+		return JobState{}, false
+	}
+	return e.state(j), true
+}
+
+func (e *Engine) state(j *job) JobState {
+	s := JobState{Job: j.view.Job, Done: j.done, Remaining: math.Max(0, j.rem), Running: j.view.Running,
+		Placement: clonePlacement(j.view.Placement), Received: map[string]float64{}, Throughput: map[string]float64{},
+		Reason: j.reason, WaitingSince: j.waitingSince}
+	for k, t := range e.types {
+		if k < len(j.view.Received) {
+			s.Received[string(t)] = j.view.Received[k]
+		}
+		if k < len(j.view.Throughput) {
+			s.Throughput[string(t)] = j.view.Throughput[k]
+		}
+	}
+	if j.view.Running {
+		if r, err := e.cfg.Speed.Rate(j.view.Job, j.view.Placement, e.now); err == nil && r > 0 {
+			s.Rate = r
+			s.ETA = math.Max(0, j.rem) / r
+		}
+	}
+	return s
+}

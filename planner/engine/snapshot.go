@@ -1,0 +1,277 @@
+package engine
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/round"
+)
+
+// Snapshot format identifiers (docs/engine.md, "Snapshots").
+const (
+	SnapshotFormat  = "hadar-engine-snapshot"
+	SnapshotVersion = 1
+)
+
+// envelope wraps a versioned state with a checksum, so a truncated or
+// edited file is refused rather than half-loaded.
+type envelope struct {
+	Format  string          `json:"format"`
+	Version int             `json:"version"`
+	SHA256  string          `json:"sha256"`
+	State   json.RawMessage `json:"state"`
+}
+
+// Seal wraps state (any JSON value) in a checksummed envelope of the given
+// format and version.
+func Seal(format string, version int, state any) ([]byte, error) {
+	b, err := json.Marshal(state)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", format, err)
+	}
+	sum := sha256.Sum256(b)
+	return json.Marshal(envelope{Format: format, Version: version, SHA256: hex.EncodeToString(sum[:]), State: b})
+}
+
+// Open checks an envelope written by Seal and returns its state bytes:
+// the format must match, the version must be one this build reads, and
+// the checksum must hold.
+func Open(data []byte, format string, version int) ([]byte, error) {
+	var env envelope
+	if err := round.StrictUnmarshal(data, &env); err != nil {
+		return nil, fmt.Errorf("%s: not a snapshot (%v): the file is corrupt or not a snapshot", format, err)
+	}
+	if env.Format != format {
+		return nil, fmt.Errorf("%s: the file is a %q, not a %q", format, env.Format, format)
+	}
+	if env.Version != version {
+		return nil, fmt.Errorf("%s: version %d, but this build reads version %d only: restore it with the hadar release that wrote it, or start afresh", format, env.Version, version)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, env.State); err != nil {
+		return nil, fmt.Errorf("%s: state: %w", format, err)
+	}
+	sum := sha256.Sum256(compact.Bytes())
+	if hex.EncodeToString(sum[:]) != env.SHA256 {
+		return nil, fmt.Errorf("%s: checksum mismatch: the snapshot is corrupt (truncated or edited)", format)
+	}
+	return compact.Bytes(), nil
+}
+
+type stateV1 struct {
+	Round     float64           `json:"round_s"`
+	NoFills   bool              `json:"no_fills"`
+	Overrun   float64           `json:"overrun"`
+	Now       float64           `json:"now"`
+	Dirty     bool              `json:"dirty"`
+	Epoch     uint64            `json:"epoch"`
+	Nodes     []planner.Node    `json:"nodes"`
+	Drained   []string          `json:"drained"`
+	Types     []planner.GPUType `json:"types"`
+	Jobs      []jobV1           `json:"jobs"`
+	Estimates *estimatesV1      `json:"estimates,omitempty"`
+	Scheduler schedulerV1       `json:"scheduler"`
+}
+
+type jobV1 struct {
+	Job          planner.Job       `json:"job"`
+	Remaining    float64           `json:"remaining"`
+	Done         float64           `json:"done"`
+	Running      bool              `json:"running"`
+	Placement    planner.Placement `json:"placement"`
+	Received     []float64         `json:"received"`
+	PlacedAt     float64           `json:"placed_at"`
+	LastAt       float64           `json:"last_at"`
+	LastDone     float64           `json:"last_done"`
+	Reason       round.Reason      `json:"reason"`
+	WaitingSince float64           `json:"waiting_since"`
+}
+
+type estimatesV1 struct {
+	Learn LearnConfig    `json:"learn"`
+	Gen   uint64         `json:"generation"`
+	Corr  []correctionV1 `json:"corrections"`
+}
+
+type correctionV1 struct {
+	Model     string          `json:"model"`
+	SF        int             `json:"sf"`
+	Type      planner.GPUType `json:"type"`
+	Observed  float64         `json:"observed_steps"`
+	Predicted float64         `json:"predicted_steps"`
+	Seconds   float64         `json:"seconds"`
+}
+
+type schedulerV1 struct {
+	Name  string          `json:"name"`
+	State json.RawMessage `json:"state,omitempty"`
+}
+
+// Snapshot serialises the engine and its scheduler's state (and, when it
+// learns, its estimates) to the versioned format of docs/engine.md.
+func (e *Engine) Snapshot() ([]byte, error) {
+	st := stateV1{Round: e.cfg.Round, NoFills: e.cfg.NoFills, Overrun: e.cfg.Overrun, Now: e.now, Dirty: e.dirty, Epoch: e.epoch,
+		Nodes: e.nodes, Drained: []string{}, Types: e.types, Scheduler: schedulerV1{Name: e.sched.Name()}}
+	for _, n := range e.nodes {
+		if e.drained[n.ID] {
+			st.Drained = append(st.Drained, n.ID)
+		}
+	}
+	for _, j := range e.jobs {
+		st.Jobs = append(st.Jobs, jobV1{Job: j.view.Job, Remaining: j.rem, Done: j.done, Running: j.view.Running, Placement: j.view.Placement,
+			Received: j.view.Received, PlacedAt: j.placedAt, LastAt: j.lastAt, LastDone: j.lastDone, Reason: j.reason, WaitingSince: j.waitingSince})
+	}
+	if e.est != nil {
+		es := &estimatesV1{Learn: e.est.learn, Gen: e.est.gen}
+		for _, l := range e.est.Learned() {
+			c := e.est.corr[estKey{l.Model, l.SF, l.Type}]
+			es.Corr = append(es.Corr, correctionV1{Model: l.Model, SF: l.SF, Type: l.Type, Observed: c.Observed, Predicted: c.Predicted, Seconds: c.Seconds})
+		}
+		st.Estimates = es
+	}
+	if s, ok := e.sched.(round.Stateful); ok {
+		b, err := s.SaveState()
+		if err != nil {
+			return nil, fmt.Errorf("engine snapshot: scheduler %s: %w", e.sched.Name(), err)
+		}
+		st.Scheduler.State = b
+	}
+	return Seal(SnapshotFormat, SnapshotVersion, st)
+}
+
+// Restore builds an engine from a snapshot, with cfg and a freshly built
+// scheduler of the same name as the ones that took it (same speed model,
+// same placement policy). It is all or nothing: on any error no engine is
+// returned and sched's and the estimates' state are unchanged.
+func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
+	raw, err := Open(data, SnapshotFormat, SnapshotVersion)
+	if err != nil {
+		return nil, err
+	}
+	var st stateV1
+	if err := round.StrictUnmarshal(raw, &st); err != nil {
+		return nil, fmt.Errorf("engine snapshot: %w", err)
+	}
+	e, err := New(cfg, sched)
+	if err != nil {
+		return nil, err
+	}
+	if st.Round != e.cfg.Round || st.NoFills != e.cfg.NoFills || st.Overrun != e.cfg.Overrun {
+		return nil, fmt.Errorf("engine snapshot: taken with round %v s, fills off %v, overrun %v; this engine has %v s, %v, %v: restore with the configuration that took it",
+			st.Round, st.NoFills, st.Overrun, e.cfg.Round, e.cfg.NoFills, e.cfg.Overrun)
+	}
+	if st.Scheduler.Name != sched.Name() {
+		return nil, fmt.Errorf("engine snapshot: taken with scheduler %q, restoring into %q", st.Scheduler.Name, sched.Name())
+	}
+	if err := finite("now", st.Now); err != nil {
+		return nil, err
+	}
+	e.now, e.dirty, e.epoch = st.Now, st.Dirty, st.Epoch
+	seen := map[string]bool{}
+	for _, n := range st.Nodes {
+		if n.ID == "" || seen[n.ID] {
+			return nil, fmt.Errorf("engine snapshot: node %q empty or given twice", n.ID)
+		}
+		seen[n.ID] = true
+		for t, k := range n.GPUs {
+			if k < 0 || t == "" {
+				return nil, fmt.Errorf("engine snapshot: node %s: %d GPUs of type %q", n.ID, k, t)
+			}
+		}
+		e.nodes = append(e.nodes, cloneNode(n))
+	}
+	for _, id := range st.Drained {
+		if !seen[id] {
+			return nil, fmt.Errorf("engine snapshot: drained node %q is not a node", id)
+		}
+		e.drained[id] = true
+	}
+	e.refresh()
+	if !slices.Equal(e.types, st.Types) {
+		return nil, fmt.Errorf("engine snapshot: its nodes give GPU types %v but it records %v", e.types, st.Types)
+	}
+	for _, js := range st.Jobs {
+		if err := js.Job.Validate(); err != nil {
+			return nil, fmt.Errorf("engine snapshot: %w", err)
+		}
+		if e.byID[js.Job.ID] != nil {
+			return nil, fmt.Errorf("engine snapshot: job %s given twice", js.Job.ID)
+		}
+		if len(js.Received) != len(e.types) {
+			return nil, fmt.Errorf("engine snapshot: job %s: %d received times for %d GPU types", js.Job.ID, len(js.Received), len(e.types))
+		}
+		for _, x := range append(slices.Clone(js.Received), js.Remaining, js.Done, js.PlacedAt, js.LastAt, js.LastDone, js.WaitingSince) {
+			if err := finite("job "+js.Job.ID, x); err != nil {
+				return nil, err
+			}
+		}
+		for _, u := range js.Placement.Units {
+			for _, sl := range u.Slots {
+				if !seen[sl.Node] || sl.Count <= 0 {
+					return nil, fmt.Errorf("engine snapshot: job %s placed on %v: no such node", js.Job.ID, sl)
+				}
+			}
+		}
+		if js.Running != (len(js.Placement.Units) > 0) {
+			return nil, fmt.Errorf("engine snapshot: job %s: running=%v with %d units", js.Job.ID, js.Running, len(js.Placement.Units))
+		}
+		j := &job{view: round.JobView{Job: js.Job, Remaining: js.Remaining, Received: slices.Clone(js.Received), Placement: clonePlacement(js.Placement), Running: js.Running},
+			rem: js.Remaining, done: js.Done, placedAt: js.PlacedAt, lastAt: js.LastAt, lastDone: js.LastDone, reason: js.Reason, waitingSince: js.WaitingSince}
+		e.jobs = append(e.jobs, j)
+		e.byID[js.Job.ID] = j
+	}
+	var corr map[estKey]*correction
+	switch {
+	case st.Estimates != nil && e.est == nil:
+		return nil, fmt.Errorf("engine snapshot: it carries learned estimates, but the speed model's profile is not an *engine.Estimates")
+	case st.Estimates != nil:
+		if st.Estimates.Learn != e.est.learn {
+			return nil, fmt.Errorf("engine snapshot: learning %+v, the estimates here %+v", st.Estimates.Learn, e.est.learn)
+		}
+		corr = map[estKey]*correction{}
+		for _, c := range st.Estimates.Corr {
+			for _, x := range []float64{c.Observed, c.Predicted, c.Seconds} {
+				if err := finite("estimates", x); err != nil {
+					return nil, err
+				}
+			}
+			corr[estKey{c.Model, c.SF, c.Type}] = &correction{Observed: c.Observed, Predicted: c.Predicted, Seconds: c.Seconds}
+		}
+	}
+	stateful, isStateful := sched.(round.Stateful)
+	switch {
+	case st.Scheduler.State != nil && !isStateful:
+		return nil, fmt.Errorf("engine snapshot: scheduler %s keeps no state but the snapshot has some", sched.Name())
+	case st.Scheduler.State == nil && isStateful:
+		return nil, fmt.Errorf("engine snapshot: the state of scheduler %s is missing", sched.Name())
+	case isStateful:
+		// Everything else is checked: the scheduler loads last, all or
+		// nothing, and the estimates after it cannot fail.
+		if err := stateful.LoadState(st.Scheduler.State); err != nil {
+			return nil, fmt.Errorf("engine snapshot: %w", err)
+		}
+	}
+	if corr != nil {
+		e.est.corr, e.est.gen = corr, st.Estimates.Gen
+	}
+	// Throughputs are a pure function of the cluster and the estimates:
+	// recompute them.
+	e.tputEpoch, e.tputGen = math.MaxUint64, math.MaxUint64
+	if err := e.refreshThroughputs(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func finite(what string, x float64) error {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return fmt.Errorf("engine snapshot: %s: %v is not a finite number", what, x)
+	}
+	return nil
+}
