@@ -678,6 +678,9 @@ func (e *Engine) validate(v *round.View, offered *round.Pool, ps []planner.Place
 			continue
 		}
 		p := ps[i]
+		if err := ValidPlacement(jb.Job, p); err != nil {
+			return fmt.Errorf("engine: t=%.0fs: scheduler %s: %w", v.Now, name, err)
+		}
 		for _, u := range p.Units {
 			for _, sl := range u.Slots {
 				if !check.Has(sl.Node) || sl.Count <= 0 {
@@ -695,9 +698,6 @@ func (e *Engine) validate(v *round.View, offered *round.Pool, ps []planner.Place
 			if !(r > 0) {
 				return fmt.Errorf("engine: t=%.0fs: scheduler %s placed job %s where it cannot run (speed 0 on %v)", v.Now, name, jb.ID, u.Slots)
 			}
-		}
-		if err := ValidPlacement(jb.Job, p); err != nil {
-			return fmt.Errorf("engine: t=%.0fs: scheduler %s: %w", v.Now, name, err)
 		}
 	}
 	return nil

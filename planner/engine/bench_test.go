@@ -1,0 +1,136 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/engine"
+	"github.com/hadar-sched/hadar/planner/profile"
+	"github.com/hadar-sched/hadar/planner/registry"
+	"github.com/hadar-sched/hadar/planner/round"
+	"github.com/hadar-sched/hadar/planner/speed"
+	"github.com/hadar-sched/hadar/planner/trace"
+)
+
+// bigCluster is 500 nodes of 8 GPUs (4,000 GPUs) of three types in 20
+// racks.
+func bigCluster() []planner.Node {
+	types := []planner.GPUType{"v100", "p100", "k80"}
+	var ns []planner.Node
+	for i := range 500 {
+		ns = append(ns, planner.Node{ID: fmt.Sprintf("n%03d", i), Rack: fmt.Sprintf("r%02d", i%20), GPUs: map[planner.GPUType]int{types[i%3]: 8}})
+	}
+	return ns
+}
+
+// loaded returns an engine on bigCluster with n active jobs after one
+// round, and the jobs still to admit.
+func loaded(b *testing.B, policy string, n int) (*engine.Engine, []planner.Job) {
+	b.Helper()
+	prof := profile.Default()
+	jobs, err := trace.Synthesize(trace.SynthConfig{Jobs: n + 200, Seed: 1, Profile: prof, Reference: "v100"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	est, err := engine.NewEstimates(prof, engine.LearnConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	model := speed.Model{Profile: est}
+	s, err := registry.New(policy, registry.Options{Types: []planner.GPUType{"k80", "p100", "v100"}, Speed: model, RestartCost: 20, MergeCost: 10})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := engine.New(engine.Config{Speed: model}, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := e.SetNodes(bigCluster(), 0); err != nil {
+		b.Fatal(err)
+	}
+	for _, jb := range jobs[:n] {
+		if err := e.Admit(jb, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := e.Plan(context.Background(), 0, engine.Boundary); err != nil {
+		b.Fatal(err)
+	}
+	return e, jobs[n:]
+}
+
+// BenchmarkPlan is one round boundary for 1,000 active jobs on 500 nodes:
+// each iteration one job completes and one arrives (so allocation
+// policies solve again), every job reports progress, and the engine plans
+// and diffs.
+func BenchmarkPlan(b *testing.B) {
+	for _, policy := range []string{"gavel-maxmin", "hadar", "hadare"} {
+		b.Run(fmt.Sprintf("policy=%s/jobs=1000/nodes=500", policy), func(b *testing.B) {
+			e, more := loaded(b, policy, 1000)
+			ctx := context.Background()
+			now := 0.0
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				now += 360
+				js := e.Jobs()
+				for _, st := range js {
+					if st.Running {
+						if err := e.Progress(st.Job.ID, st.Done+1, now); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				if err := e.Complete(js[0].Job.ID, now); err != nil {
+					b.Fatal(err)
+				}
+				jb := more[i%len(more)]
+				jb.ID = fmt.Sprintf("%s-%d", jb.ID, i)
+				if err := e.Admit(jb, now); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := e.Plan(ctx, now, engine.Boundary); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSnapshot saves and restores the state of BenchmarkPlan.
+func BenchmarkSnapshot(b *testing.B) {
+	for _, policy := range []string{"gavel-maxmin", "hadar", "hadare"} {
+		e, _ := loaded(b, policy, 1000)
+		data, err := e.Snapshot()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("policy=%s/save", policy), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := e.Snapshot(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(data)), "bytes")
+		})
+		b.Run(fmt.Sprintf("policy=%s/restore", policy), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				est, _ := engine.NewEstimates(profile.Default(), engine.LearnConfig{})
+				model := speed.Model{Profile: est}
+				s, err := registry.New(policy, registry.Options{Types: []planner.GPUType{"k80", "p100", "v100"}, Speed: model, RestartCost: 20, MergeCost: 10})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := engine.Restore(data, engine.Config{Speed: model}, s); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+var _ round.Scheduler = (*scripted)(nil)

@@ -1,0 +1,491 @@
+package engine_test
+
+import (
+	"context"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/engine"
+	"github.com/hadar-sched/hadar/planner/profile"
+	"github.com/hadar-sched/hadar/planner/registry"
+	"github.com/hadar-sched/hadar/planner/round"
+	"github.com/hadar-sched/hadar/planner/speed"
+)
+
+const model = "ResNet-18 (batch size 16)"
+
+// scripted returns, per plan, the placements it is told to, by job ID.
+type scripted struct {
+	next  map[string]planner.Placement
+	views []*round.View
+}
+
+func (s *scripted) Name() string { return "scripted" }
+
+func (s *scripted) Schedule(v *round.View) ([]planner.Placement, error) {
+	s.views = append(s.views, v)
+	out := make([]planner.Placement, len(v.Jobs))
+	for i, j := range v.Jobs {
+		out[i] = s.next[j.ID]
+	}
+	return out, nil
+}
+
+func unit(slots ...planner.Slot) planner.Unit { return planner.Unit{Slots: slots} }
+func place(us ...planner.Unit) planner.Placement {
+	return planner.Placement{Units: us}
+}
+func slot(node string, t planner.GPUType, n int) planner.Slot {
+	return planner.Slot{Node: node, Type: t, Count: n}
+}
+
+func nodes() []planner.Node {
+	return []planner.Node{
+		{ID: "a", Rack: "r1", GPUs: map[planner.GPUType]int{"v100": 4}},
+		{ID: "b", Rack: "r1", GPUs: map[planner.GPUType]int{"v100": 4}},
+		{ID: "c", Rack: "r2", GPUs: map[planner.GPUType]int{"k80": 4}},
+	}
+}
+
+func newEngine(t *testing.T, s round.Scheduler, cfg engine.Config) *engine.Engine {
+	t.Helper()
+	if cfg.Speed.Profile == nil {
+		cfg.Speed = speed.Model{Profile: profile.Default()}
+	}
+	e, err := engine.New(cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.SetNodes(nodes(), 0); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func job(id string, sf int, steps float64) planner.Job {
+	return planner.Job{ID: id, Model: model, ScaleFactor: sf, TotalSteps: steps, Weight: 1}
+}
+
+func actions(d engine.Decision) map[string]engine.Action {
+	out := map[string]engine.Action{}
+	for _, jd := range d.Jobs {
+		out[jd.Job] = jd.Action
+	}
+	return out
+}
+
+func TestDecisionActions(t *testing.T) {
+	s := &scripted{}
+	e := newEngine(t, s, engine.Config{})
+	ctx := context.Background()
+	for _, id := range []string{"start", "keep", "move", "fork", "unfork", "stop", "wait"} {
+		if err := e.Admit(job(id, 1, 1e6), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Round 1: everything but "wait" starts; unfork starts forked.
+	s.next = map[string]planner.Placement{
+		"keep":   place(unit(slot("a", "v100", 1))),
+		"move":   place(unit(slot("a", "v100", 1))),
+		"fork":   place(unit(slot("a", "v100", 1))),
+		"unfork": place(unit(slot("b", "v100", 1)), unit(slot("c", "k80", 1))),
+		"stop":   place(unit(slot("b", "v100", 1))),
+	}
+	d, err := e.Plan(ctx, 0, engine.Boundary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]engine.Action{"keep": engine.Start, "unfork": engine.Start, "start": engine.Wait, "wait": engine.Wait} {
+		if got := actions(d)[id]; got != want {
+			t.Fatalf("round 1: %s: %s, want %s", id, got, want)
+		}
+	}
+	// Round 2.
+	s.next = map[string]planner.Placement{
+		"start":  place(unit(slot("c", "k80", 1))),
+		"keep":   place(unit(slot("a", "v100", 1))),
+		"move":   place(unit(slot("b", "v100", 1))),
+		"fork":   place(unit(slot("a", "v100", 1)), unit(slot("c", "k80", 1))),
+		"unfork": place(unit(slot("b", "v100", 1))),
+	}
+	d, err = e.Plan(ctx, 360, engine.Boundary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]engine.Action{"start": engine.Start, "keep": engine.Keep, "move": engine.Move, "fork": engine.Fork,
+		"unfork": engine.Unfork, "stop": engine.Stop, "wait": engine.Wait}
+	if got := actions(d); !reflect.DeepEqual(got, want) {
+		t.Fatalf("round 2 actions %v, want %v", got, want)
+	}
+	for _, jd := range d.Jobs {
+		switch jd.Job {
+		case "fork":
+			if !slices.Equal(jd.KeptFrom, []int{0, -1}) {
+				t.Fatalf("fork: kept from %v, want [0 -1]", jd.KeptFrom)
+			}
+		case "move":
+			if !slices.Equal(jd.KeptFrom, []int{-1}) {
+				t.Fatalf("move: kept from %v, want [-1]", jd.KeptFrom)
+			}
+		case "unfork":
+			if !slices.Equal(jd.KeptFrom, []int{0}) {
+				t.Fatalf("unfork: kept from %v, want [0]", jd.KeptFrom)
+			}
+		}
+	}
+	if got := len(d.Changes()); got != 5 {
+		t.Fatalf("%d changes, want 5 (all but keep and wait)", got)
+	}
+	// Received time: "keep" ran 360 s on one V100 in round 1.
+	st, _ := e.Job("keep")
+	if got := st.Received["v100"]; got != 360 {
+		t.Fatalf("keep received %v s on v100, want 360", got)
+	}
+	// "unfork" ran two units (v100, k80) for 360 s: half the time each.
+	st, _ = e.Job("unfork")
+	if st.Received["v100"] != 180 || st.Received["k80"] != 180 {
+		t.Fatalf("unfork received %v, want 180 s on each type", st.Received)
+	}
+}
+
+func TestFillRunsOnlyWhenSomethingChanged(t *testing.T) {
+	s := &scripted{next: map[string]planner.Placement{"x": place(unit(slot("a", "v100", 1)))}}
+	e := newEngine(t, s, engine.Config{})
+	ctx := context.Background()
+	if err := e.Admit(job("x", 1, 1e6), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Plan(ctx, 0, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Plan(ctx, 10, engine.Fill)
+	if err != nil || d.Kind != engine.None {
+		t.Fatalf("fill with nothing new: kind %s, err %v; want none", d.Kind, err)
+	}
+	if err := e.Admit(job("y", 1, 1e6), 20); err != nil {
+		t.Fatal(err)
+	}
+	s.next["y"] = place(unit(slot("a", "v100", 1)))
+	d, err = e.Plan(ctx, 20, engine.Fill)
+	if err != nil || d.Kind != engine.Fill {
+		t.Fatalf("fill after an arrival: kind %s, err %v", d.Kind, err)
+	}
+	// Mid-round, running jobs keep their GPUs whatever the scheduler says,
+	// and the pool it saw had x's GPU taken.
+	v := s.views[len(s.views)-1]
+	if !v.MidRound || v.Pool.Free("a", "v100") != 3 {
+		t.Fatalf("fill view: mid-round %v, free on a %d; want true, 3", v.MidRound, v.Pool.Free("a", "v100"))
+	}
+	if a := actions(d); a["x"] != engine.Keep || a["y"] != engine.Start {
+		t.Fatalf("fill actions %v", a)
+	}
+	// Fills off (Gavel's simulator): never.
+	e2 := newEngine(t, s, engine.Config{NoFills: true})
+	if err := e2.Admit(job("z", 1, 1e6), 0); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := e2.Plan(ctx, 0, engine.Fill); err != nil || d.Kind != engine.None {
+		t.Fatalf("fills off: kind %s, err %v", d.Kind, err)
+	}
+}
+
+func TestInvalidPlacementIsRefusedAndStateUnchanged(t *testing.T) {
+	s := &scripted{}
+	e := newEngine(t, s, engine.Config{})
+	ctx := context.Background()
+	big := planner.Job{ID: "z", Model: "ResNet-50 (batch size 128)", ScaleFactor: 2, TotalSteps: 1e6, Weight: 1}
+	for _, jb := range []planner.Job{job("x", 2, 1e6), job("y", 4, 1e6), big} {
+		if err := e.Admit(jb, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.next = map[string]planner.Placement{"x": place(unit(slot("a", "v100", 2)))}
+	if _, err := e.Plan(ctx, 0, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	before := e.Jobs()
+	for _, tc := range []struct {
+		name string
+		next map[string]planner.Placement
+		want string
+	}{
+		{"double booking", map[string]planner.Placement{"x": place(unit(slot("a", "v100", 2))), "y": place(unit(slot("a", "v100", 4)))}, "not free"},
+		{"unknown node", map[string]planner.Placement{"y": place(unit(slot("zz", "v100", 4)))}, "not a schedulable node"},
+		{"wrong width", map[string]planner.Placement{"y": place(unit(slot("b", "v100", 2)))}, "want its scale factor"},
+		{"too wide a copy", map[string]planner.Placement{"y": place(unit(slot("b", "v100", 4)), unit(slot("c", "k80", 5)))}, "exceeds its scale factor"},
+		{"where it cannot run", map[string]planner.Placement{"z": place(unit(slot("c", "k80", 2)))}, "cannot run"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s.next = tc.next
+			_, err := e.Plan(ctx, 100, engine.Boundary)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+			// The clock moved to 100, which charges received time; the
+			// rest is as it was.
+			after := e.Jobs()
+			for i := range after {
+				after[i].Received, before[i].Received = nil, nil
+			}
+			if !reflect.DeepEqual(before, after) {
+				t.Fatalf("a refused plan changed the engine's jobs:\nbefore %+v\nafter  %+v", before, after)
+			}
+		})
+	}
+}
+
+func TestNodeLossStopsItsJobsAndProgressGoesBack(t *testing.T) {
+	s := &scripted{next: map[string]planner.Placement{
+		"lost": place(unit(slot("a", "v100", 2), slot("b", "v100", 2))),
+		"safe": place(unit(slot("c", "k80", 1))),
+	}}
+	e := newEngine(t, s, engine.Config{})
+	ctx := context.Background()
+	for _, jb := range []planner.Job{job("lost", 4, 1e6), job("safe", 1, 1e6)} {
+		if err := e.Admit(jb, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Plan(ctx, 0, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Progress("lost", 5000, 300); err != nil {
+		t.Fatal(err)
+	}
+	hit, err := e.RemoveNode("b", 400)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(hit, []string{"lost"}) {
+		t.Fatalf("interrupted %v, want [lost]", hit)
+	}
+	// The caller reports where the job went back to: its checkpoint.
+	if err := e.Progress("lost", 2000, 400); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := e.Job("lost")
+	if st.Running || st.Done != 2000 || st.Remaining != 1e6-2000 {
+		t.Fatalf("lost job: running %v, done %v, remaining %v", st.Running, st.Done, st.Remaining)
+	}
+	// A fill re-places it on what is left (4 GPUs needed, one 4-GPU V100
+	// node left).
+	s.next["lost"] = place(unit(slot("a", "v100", 4)))
+	d, err := e.Plan(ctx, 400, engine.Fill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := actions(d); a["lost"] != engine.Start || a["safe"] != engine.Keep {
+		t.Fatalf("after the loss: %v", a)
+	}
+	if got := e.Cluster().Capacity("v100"); got != 4 {
+		t.Fatalf("v100 capacity %d after losing b, want 4", got)
+	}
+}
+
+func TestDrainMovesJobsAtTheNextBoundary(t *testing.T) {
+	reg, err := registry.New("gavel-maxmin", registry.Options{Types: []planner.GPUType{"k80", "v100"}, Speed: speed.Model{Profile: profile.Default()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, reg, engine.Config{})
+	ctx := context.Background()
+	if err := e.Admit(job("x", 4, 1e7), 0); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Plan(ctx, 0, engine.Boundary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := d.Jobs[0].To.Units[0].Slots[0].Node
+	if err := e.Drain(node, true, 100); err != nil {
+		t.Fatal(err)
+	}
+	// Between boundaries it keeps running on the draining node.
+	if d, err = e.Plan(ctx, 100, engine.Fill); err != nil || actions(d)["x"] != engine.Keep {
+		t.Fatalf("fill after drain: %v, %v", actions(d), err)
+	}
+	d, err = e.Plan(ctx, 360, engine.Boundary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jd := d.Jobs[0]; jd.Action != engine.Move || onNode(jd.To, node) {
+		t.Fatalf("at the boundary: %s to %v, want a move off %s", jd.Action, jd.To, node)
+	}
+}
+
+func onNode(p planner.Placement, n string) bool {
+	for _, u := range p.Units {
+		for _, s := range u.Slots {
+			if s.Node == n {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func TestLosingAGPUInterruptsTheLastJobOnIt(t *testing.T) {
+	s := &scripted{next: map[string]planner.Placement{
+		"first":  place(unit(slot("a", "v100", 2))),
+		"second": place(unit(slot("a", "v100", 2))),
+	}}
+	e := newEngine(t, s, engine.Config{})
+	for _, id := range []string{"first", "second"} {
+		if err := e.Admit(job(id, 2, 1e6), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Plan(context.Background(), 0, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	hit, err := e.SetNode(planner.Node{ID: "a", Rack: "r1", GPUs: map[planner.GPUType]int{"v100": 3}}, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(hit, []string{"second"}) {
+		t.Fatalf("interrupted %v, want [second]", hit)
+	}
+}
+
+func TestInputsAreNotMutatedAndOutputsAreCopies(t *testing.T) {
+	s := &scripted{next: map[string]planner.Placement{"x": place(unit(slot("a", "v100", 1)))}}
+	e := newEngine(t, s, engine.Config{})
+	n := planner.Node{ID: "d", Rack: "r3", GPUs: map[planner.GPUType]int{"v100": 2}}
+	if _, err := e.SetNode(n, 0); err != nil {
+		t.Fatal(err)
+	}
+	n.GPUs["v100"] = 100 // the caller's map is the caller's
+	if got := e.Cluster().Capacity("v100"); got != 10 {
+		t.Fatalf("v100 capacity %d, want 10: the engine kept the caller's map", got)
+	}
+	jb := job("x", 1, 1e6)
+	if err := e.Admit(jb, 0); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Plan(context.Background(), 0, engine.Boundary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Jobs[0].To.Units[0].Slots[0].Node = "zz" // the decision is the caller's
+	st, _ := e.Job("x")
+	if st.Placement.Units[0].Slots[0].Node != "a" {
+		t.Fatal("editing a decision changed the engine's placement")
+	}
+	st.Placement.Units[0].Slots[0].Count = 9
+	if again, _ := e.Job("x"); again.Placement.Units[0].Slots[0].Count != 1 {
+		t.Fatal("editing a job state changed the engine's placement")
+	}
+}
+
+func TestRemainingIsNeverZeroForAnActiveJob(t *testing.T) {
+	// Finish-time fairness divides by remaining steps: a job that ran past
+	// its declared steps must not reach it with nothing left.
+	reg, err := registry.New("gavel-ftf", registry.Options{Types: []planner.GPUType{"k80", "v100"}, Speed: speed.Model{Profile: profile.Default()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, reg, engine.Config{})
+	ctx := context.Background()
+	for _, id := range []string{"x", "y"} {
+		if err := e.Admit(job(id, 1, 1000), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Plan(ctx, 0, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Progress("x", 1500, 100); err != nil { // ran past its declared steps
+		t.Fatal(err)
+	}
+	if _, err := e.Plan(ctx, 360, engine.Boundary); err != nil {
+		t.Fatalf("plan with an overrunning job: %v", err)
+	}
+}
+
+func TestLearningFindsTheTrueSpeed(t *testing.T) {
+	prof := profile.Default()
+	truth, _ := prof.Throughput(model, 1, "v100", false)
+	// The declared profile says 40 % less than the truth.
+	declared := scaled{prof, 0.6}
+	est, err := engine.NewEstimates(declared, engine.LearnConfig{On: true, Warmup: 30, MinEvidence: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &scripted{next: map[string]planner.Placement{"x": place(unit(slot("a", "v100", 1)))}}
+	e := newEngine(t, s, engine.Config{Speed: speed.Model{Profile: est}})
+	if err := e.Admit(job("x", 1, 1e9), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Plan(context.Background(), 0, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	// Progress at the true speed, after a 20 s restart delay.
+	for now := 10.0; now <= 600; now += 10 {
+		if err := e.Progress("x", truth*math.Max(0, now-20), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ := est.Throughput(model, 1, "v100", false)
+	if math.Abs(got-truth) > 1e-9*truth {
+		t.Fatalf("learned %v steps/s, want the true %v (declared %v)", got, truth, 0.6*truth)
+	}
+	// Another width of the model has learned nothing.
+	if f := est.Factor(model, 2, "v100"); f != 1 {
+		t.Fatalf("factor of an unobserved key %v, want 1", f)
+	}
+	// A snapshot keeps what was learned.
+	b, err := e.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	est2, _ := engine.NewEstimates(declared, engine.LearnConfig{On: true, Warmup: 30, MinEvidence: 300})
+	if _, err := engine.Restore(b, engine.Config{Speed: speed.Model{Profile: est2}}, s); err != nil {
+		t.Fatal(err)
+	}
+	if got2, _ := est2.Throughput(model, 1, "v100", false); got2 != got {
+		t.Fatalf("restored estimate %v, want %v", got2, got)
+	}
+}
+
+type scaled struct {
+	p speed.Profile
+	f float64
+}
+
+func (s scaled) Throughput(m string, sf int, t planner.GPUType, spread bool) (float64, error) {
+	v, err := s.p.Throughput(m, sf, t, spread)
+	return v * s.f, err
+}
+
+func TestBadInputsAreRefused(t *testing.T) {
+	e := newEngine(t, &scripted{}, engine.Config{})
+	if err := e.Admit(job("x", 1, 10), 100); err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{
+		"time goes back": e.Admit(job("y", 1, 10), 50),
+		"duplicate":      e.Admit(job("x", 1, 10), 100),
+		"bad job":        e.Admit(job("z", 0, 10), 100),
+		"future arrival": e.Admit(planner.Job{ID: "f", Model: model, ScaleFactor: 1, TotalSteps: 1, Weight: 1, Arrival: 500}, 100),
+		"unknown job":    e.Progress("nope", 1, 100),
+		"negative steps": e.Progress("x", -1, 100),
+		"unknown node":   e.Drain("nope", true, 100),
+		"bad plan kind":  func() error { _, err := e.Plan(context.Background(), 100, "later"); return err }(),
+		"cancelled": func() error {
+			ctx, c := context.WithCancel(context.Background())
+			c()
+			_, err := e.Plan(ctx, 100, engine.Boundary)
+			return err
+		}(),
+		"empty node ID":   func() error { _, err := e.SetNode(planner.Node{}, 100); return err }(),
+		"unknown profile": e.Admit(planner.Job{ID: "m", Model: "no such model", ScaleFactor: 1, TotalSteps: 1, Weight: 1}, 100),
+	} {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
