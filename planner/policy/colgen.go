@@ -133,8 +133,10 @@ type maxMinPricer struct {
 	sf    []float64
 	order [][]int // per job: types with a>0, ascending a
 	tmax  float64
-	// scratch
+	// scratch: per job, the hull's points and the type of each (-1 for
+	// the origin)
 	hx, hy [][]float64
+	hj     [][]int
 	events []event
 }
 
@@ -144,7 +146,7 @@ type event struct {
 }
 
 func newMaxMinPricer(n, k int, a, sf []float64) (*maxMinPricer, error) {
-	p := &maxMinPricer{n: n, k: k, a: a, sf: sf, order: make([][]int, n), hx: make([][]float64, n), hy: make([][]float64, n), tmax: math.Inf(1)}
+	p := &maxMinPricer{n: n, k: k, a: a, sf: sf, order: make([][]int, n), hx: make([][]float64, n), hy: make([][]float64, n), hj: make([][]int, n), tmax: math.Inf(1)}
 	for i := range n {
 		row := a[i*k : i*k+k]
 		var ord []int
@@ -163,22 +165,26 @@ func newMaxMinPricer(n, k int, a, sf []float64) (*maxMinPricer, error) {
 		p.tmax = math.Min(p.tmax, amax)
 		p.hx[i] = make([]float64, 0, k+1)
 		p.hy[i] = make([]float64, 0, k+1)
+		p.hj[i] = make([]int, 0, k+1)
 	}
 	return p, nil
 }
 
 // hull builds job i's lower convex hull for prices lambda into p.hx/p.hy,
 // starting at the origin.
+// Each hull point remembers its GPU type: with equal gains on two types
+// the cheaper one stays, and the allocation must name that one, not the
+// first type with that gain.
 func (p *maxMinPricer) hull(i int, lambda []float64) {
-	hx, hy := p.hx[i][:0], p.hy[i][:0]
-	hx, hy = append(hx, 0), append(hy, 0)
+	hx, hy, hj := p.hx[i][:0], p.hy[i][:0], p.hj[i][:0]
+	hx, hy, hj = append(hx, 0), append(hy, 0), append(hj, -1)
 	row := p.a[i*p.k : i*p.k+p.k]
 	for _, j := range p.order[i] {
 		x, y := row[j], p.sf[i]*lambda[j]
 		if x == hx[len(hx)-1] {
 			// Same gain: keep the cheaper point.
 			if y < hy[len(hy)-1] {
-				hx, hy = hx[:len(hx)-1], hy[:len(hy)-1]
+				hx, hy, hj = hx[:len(hx)-1], hy[:len(hy)-1], hj[:len(hj)-1]
 			} else {
 				continue
 			}
@@ -188,14 +194,14 @@ func (p *maxMinPricer) hull(i int, lambda []float64) {
 			x2, y2 := hx[len(hx)-1], hy[len(hy)-1]
 			// Drop the middle point when it lies on or above the chord.
 			if (y2-y1)*(x-x1) >= (y-y1)*(x2-x1) {
-				hx, hy = hx[:len(hx)-1], hy[:len(hy)-1]
+				hx, hy, hj = hx[:len(hx)-1], hy[:len(hy)-1], hj[:len(hj)-1]
 				continue
 			}
 			break
 		}
-		hx, hy = append(hx, x), append(hy, y)
+		hx, hy, hj = append(hx, x), append(hy, y), append(hj, j)
 	}
-	p.hx[i], p.hy[i] = hx, hy
+	p.hx[i], p.hy[i], p.hj[i] = hx, hy, hj
 }
 
 func (p *maxMinPricer) price(lambda []float64, x []float64) float64 {
@@ -243,28 +249,15 @@ func (p *maxMinPricer) price(lambda []float64, x []float64) float64 {
 		}
 		x0, x1 := hx[q], hx[q+1]
 		theta := (t - x0) / (x1 - x0) // weight on the right vertex
-		j1 := p.typeAt(i, x1)
+		j1 := p.hj[i][q+1]
 		if q == 0 {
 			row[j1] = theta
 		} else {
-			j0 := p.typeAt(i, x0)
-			row[j0] = 1 - theta
+			row[p.hj[i][q]] = 1 - theta
 			row[j1] = theta
 		}
 	}
 	return t
-}
-
-// typeAt returns the GPU type whose gain for job i equals gain.
-func (p *maxMinPricer) typeAt(i int, gain float64) int {
-	row := p.a[i*p.k : i*p.k+p.k]
-	best, bestD := -1, math.Inf(1)
-	for _, j := range p.order[i] {
-		if d := math.Abs(row[j] - gain); d < bestD {
-			best, bestD = j, d
-		}
-	}
-	return best
 }
 
 // solveMaxMin maximizes t such that every job i reaches sum_j a[i][j]

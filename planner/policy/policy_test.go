@@ -311,3 +311,82 @@ func BenchmarkMakespan(b *testing.B) {
 		})
 	}
 }
+
+// TestMaxMinWithTiedTypesMatchesFullLP: real clusters have types a job
+// runs equally fast on (two A100 variants profiled alike, a type added
+// twice). Every job's gain is tied on the duplicated types; the solver's
+// allocation must still be feasible and reach the full LP's optimum.
+func TestMaxMinWithTiedTypesMatchesFullLP(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 13))
+	for trial := range 40 {
+		n, k := 2+rng.IntN(25), 1+rng.IntN(3)
+		in := randomInput(rng, n, k)
+		// Duplicate a type: same throughputs, its own capacity.
+		d := rng.IntN(k)
+		in.Types = append(in.Types, planner.GPUType("dup"))
+		in.Capacity = append(in.Capacity, float64(1+rng.IntN(30)))
+		in.PricePerHour = append(in.PricePerHour, in.PricePerHour[d])
+		for i := range in.Jobs {
+			in.Jobs[i].Throughput = append(in.Jobs[i].Throughput, in.Jobs[i].Throughput[d])
+		}
+		k++
+		tp, ok := effective(in)
+		var a, sf []float64
+		var idx []int
+		for i := range in.Jobs {
+			if ok[i] {
+				idx = append(idx, i)
+				a = append(a, tp[i]...)
+				sf = append(sf, float64(in.Jobs[i].ScaleFactor))
+			}
+		}
+		got, x, err := solveMaxMin(len(idx), k, a, sf, in.Capacity)
+		if err != nil {
+			t.Fatalf("trial %d: %v", trial, err)
+		}
+		want, err := fullMaxMin(len(idx), k, a, sf, in.Capacity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(got-want) > 1e-5*math.Max(1, want) {
+			t.Fatalf("trial %d: column generation %v, full LP %v", trial, got, want)
+		}
+		alloc := expand(n, k, idx, x)
+		checkAllocation(t, in, alloc)
+		for q, i := range idx {
+			thr := 0.0
+			for j := range k {
+				thr += a[q*k+j] * alloc.X[i][j]
+			}
+			if thr < got*(1-1e-6)-1e-9 {
+				t.Fatalf("trial %d: job %d reaches %v < t = %v", trial, i, thr, got)
+			}
+		}
+	}
+}
+
+// TestMakespanWithIdenticalTypeIsNoWorse: adding a type identical to an
+// existing one only adds capacity, so the planned makespan cannot grow.
+func TestMakespanWithIdenticalTypeIsNoWorse(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for trial := range 20 {
+		in := randomInput(rng, 30, 3)
+		_, base, err := Makespan{}.solve(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Types = append(in.Types, "v100-twin")
+		in.Capacity = append(in.Capacity, in.Capacity[0])
+		for i := range in.Jobs {
+			in.Jobs[i].Throughput = append(in.Jobs[i].Throughput, in.Jobs[i].Throughput[0])
+		}
+		a, twin, err := Makespan{}.solve(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkAllocation(t, in, a)
+		if twin > base*(1+1e-6) {
+			t.Fatalf("trial %d: makespan %v with a twin type, %v without", trial, twin, base)
+		}
+	}
+}
