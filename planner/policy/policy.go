@@ -74,6 +74,14 @@ func (in Input) Validate() error {
 				return fmt.Errorf("policy input: job %s: throughput on %s is %v: want a finite number >= 0", jb.ID, in.Types[j], v)
 			}
 		}
+		// Finish-time fairness and min makespan divide by what is left; a
+		// job with nothing left is done and must not be in the input.
+		if !(jb.Remaining > 0) || math.IsInf(jb.Remaining, 0) {
+			return fmt.Errorf("policy input: job %s: remaining steps %v: want a finite number > 0 (remove finished jobs from the input)", jb.ID, jb.Remaining)
+		}
+		if !(jb.Age >= 0) || math.IsInf(jb.Age, 0) {
+			return fmt.Errorf("policy input: job %s: age %v s: want a finite number of seconds >= 0", jb.ID, jb.Age)
+		}
 	}
 	return nil
 }

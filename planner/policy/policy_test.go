@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/hadar-sched/hadar/planner"
@@ -388,5 +389,42 @@ func TestMakespanWithIdenticalTypeIsNoWorse(t *testing.T) {
 		if twin > base*(1+1e-6) {
 			t.Fatalf("trial %d: makespan %v with a twin type, %v without", trial, twin, base)
 		}
+	}
+}
+
+// TestInputValidationOfRemainingAndAge: a live daemon can hand a policy a
+// job with nothing left (it finished between progress reports) or a bad
+// age; each is a clear error naming the job, never a panic or a NaN.
+func TestInputValidationOfRemainingAndAge(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		remaining float64
+		age       float64
+		want      string
+	}{
+		{"no steps left", 0, 10, "remaining steps"},
+		{"negative steps left", -3, 10, "remaining steps"},
+		{"NaN steps left", math.NaN(), 10, "remaining steps"},
+		{"negative age", 100, -1, "age"},
+		{"infinite age", 100, math.Inf(1), "age"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := randomInput(rand.New(rand.NewPCG(1, 2)), 4, 2)
+			in.Jobs[2].Remaining, in.Jobs[2].Age = tc.remaining, tc.age
+			for _, name := range Names() {
+				p, _ := New(name)
+				_, err := func() (a Allocation, err error) {
+					defer func() {
+						if r := recover(); r != nil {
+							err = fmt.Errorf("panic: %v", r)
+						}
+					}()
+					return p.Allocate(in)
+				}()
+				if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), in.Jobs[2].ID) || strings.Contains(err.Error(), "panic") {
+					t.Fatalf("%s: err = %v, want an error naming job %s and %q", name, err, in.Jobs[2].ID, tc.want)
+				}
+			}
+		})
 	}
 }
