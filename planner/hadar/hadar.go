@@ -233,7 +233,7 @@ type slotIdx struct{ n, k, count int }
 type jobInfo struct {
 	view     *round.JobView
 	idx      int
-	tp       []float64 // consolidated steps/s per type
+	tp       []float64 // steps/s per type, as JobView.Throughput
 	allowed  []bool    // types the fluid guide lets the job use (nil = all)
 	spread   []float64 // steps/s per type when spread over servers
 	best     float64   // best steps/s over types

@@ -126,7 +126,7 @@ func effective(in Input) (tp [][]float64, ok []bool) {
 	for i, jb := range in.Jobs {
 		row := make([]float64, len(in.Types))
 		for j, v := range jb.Throughput {
-			if float64(jb.ScaleFactor) <= in.Capacity[j] && v > 0 {
+			if planner.Runnable(v, jb.ScaleFactor, in.Capacity[j]) {
 				row[j] = v
 				ok[i] = true
 			}
@@ -224,12 +224,12 @@ func typeBlind(in Input, a Allocation) Allocation {
 		}
 		total := 0.0
 		for j, v := range in.Jobs[i].Throughput {
-			if v > 0 && float64(in.Jobs[i].ScaleFactor) <= in.Capacity[j] {
+			if planner.Runnable(v, in.Jobs[i].ScaleFactor, in.Capacity[j]) {
 				total += in.Capacity[j]
 			}
 		}
 		for j, v := range in.Jobs[i].Throughput {
-			if v > 0 && float64(in.Jobs[i].ScaleFactor) <= in.Capacity[j] {
+			if planner.Runnable(v, in.Jobs[i].ScaleFactor, in.Capacity[j]) {
 				out.X[i][j] = share * in.Capacity[j] / total
 				used[j] += float64(in.Jobs[i].ScaleFactor) * out.X[i][j]
 			}
