@@ -59,6 +59,12 @@ type simFlags struct {
 	maxWait     time.Duration
 	maxPreempt  int
 	minRun      time.Duration
+	estError    float64
+	profError   float64
+	stepError   float64
+	estSeed     int64
+	learn       bool
+	events      string
 }
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -89,6 +95,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.DurationVar(&f.maxWait, "max-wait", time.Duration(placement.DefaultMaxWait)*time.Second, "delay: cap on any delay timer")
 	fs.IntVar(&f.maxPreempt, "max-preemptions", placement.DefaultMaxPreemptions, "delay: preemptions per job for network-sensitive jobs (negative = none)")
 	fs.DurationVar(&f.minRun, "min-run-time", time.Duration(placement.DefaultMinRunTime)*time.Second, "delay: least run time on its GPUs before a job may be preempted")
+	fs.Float64Var(&f.estError, "estimate-error", 0, "make what schedulers know wrong: profiled throughputs and declared steps off by up to this fraction (0.3 = 30 %), seeded (docs/simulator.md)")
+	fs.Float64Var(&f.profError, "profile-error", -1, "throughput error alone (default: --estimate-error)")
+	fs.Float64Var(&f.stepError, "step-error", -1, "declared-steps error alone (default: --estimate-error)")
+	fs.Int64Var(&f.estSeed, "estimate-seed", 0, "seed of the estimate errors (default: --seed)")
+	fs.BoolVar(&f.learn, "learn", false, "learn throughputs online from observed progress")
+	fs.StringVar(&f.events, "events", "", "cluster events file: node drains, losses and joins during the run (docs/simulator.md)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -169,6 +181,25 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		model.Network = nw
 	}
+	est := sim.EstimateConfig{ProfileError: f.estError, StepError: f.estError, Seed: uint64(f.seed), Learn: f.learn}
+	if f.profError >= 0 {
+		est.ProfileError = f.profError
+	}
+	if f.stepError >= 0 {
+		est.StepError = f.stepError
+	}
+	if f.estSeed != 0 {
+		est.Seed = uint64(f.estSeed)
+	}
+	if _, _, err := sim.EstimatedModel(model, est); err != nil {
+		return fmt.Errorf("--estimate-error: %w", err)
+	}
+	var events []sim.Event
+	if f.events != "" {
+		if events, err = sim.LoadEvents(f.events); err != nil {
+			return fmt.Errorf("--events: %w", err)
+		}
+	}
 	places := splitList(f.placement)
 	if len(places) == 0 {
 		return fmt.Errorf("--placement is empty: want one or more of %s", strings.Join(placement.Names(), ", "))
@@ -228,11 +259,20 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
+			// Each run plans with its own estimates: they learn.
+			plan, _, err := sim.EstimatedModel(model, est)
+			if err != nil {
+				errs[i] = err
+				return
+			}
 			o := opts
+			o.Speed = plan
+			pc := placeCfg
+			pc.Speed = plan
 			if run.place != placement.Pack {
 				// Pack is each scheduler's own placement: no placer, so
 				// the default behaviour stays exactly as it was.
-				pl, err := placement.New(run.place, placeCfg)
+				pl, err := placement.New(run.place, pc)
 				if err != nil {
 					errs[i] = err
 					return
@@ -245,7 +285,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				return
 			}
 			cfg := sim.Config{
-				Cluster: cluster, Jobs: jobs, Speed: model,
+				Cluster: cluster, Jobs: jobs, Speed: model, Plan: plan, Estimate: est, Events: events,
 				Round: f.round.Seconds(), RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), Fidelity: fid,
 				Progress: func(now float64, done, total int) { prog.update(i, now, done, total) },
 			}
@@ -268,6 +308,15 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		err = report.WriteCSV(stdout, results)
 	default:
 		fmt.Fprintf(stdout, "%d jobs on %s (%d GPUs), round %v, fidelity %s", len(jobs), f.cluster, cluster.TotalGPUs(), f.round, fid)
+		if est.ProfileError > 0 || est.StepError > 0 || est.Learn {
+			fmt.Fprintf(stdout, ", estimates off by up to %.0f %% (throughput) and %.0f %% (steps)", 100*est.ProfileError, 100*est.StepError)
+			if est.Learn {
+				fmt.Fprint(stdout, ", learned online")
+			}
+		}
+		if len(events) > 0 {
+			fmt.Fprintf(stdout, ", %d cluster events", len(events))
+		}
 		if f.topology != "" {
 			fmt.Fprintf(stdout, ", topology %s", f.topology)
 		}
