@@ -95,7 +95,7 @@ func (s *simulation) restore(data []byte) error {
 			return fmt.Errorf("simulation snapshot: job %d is %s with %v steps, this run has %s with %v: resume with the same trace", i, sj.ID, sj.TotalSteps, js.job.ID, js.job.TotalSteps)
 		}
 		n := len(sj.Placement.Units)
-		if len(sj.Rates) != n || len(sj.Delays) != n || len(sj.Comm) != n || sj.Running != (n > 0) {
+		if len(sj.Rates) != n || len(sj.Delays) != n || len(sj.Comm) != n || sj.Running && n == 0 {
 			return fmt.Errorf("simulation snapshot: job %s: %d units with %d rates, %d delays, %d comm shares, running=%v", sj.ID, n, len(sj.Rates), len(sj.Delays), len(sj.Comm), sj.Running)
 		}
 		for _, x := range slices.Concat(sj.Rates, sj.Delays, sj.Comm, []float64{sj.Rem, sj.CkptRem, sj.CommTime, sj.Start, sj.Finish, sj.GPUSeconds}) {
