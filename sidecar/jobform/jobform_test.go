@@ -1,0 +1,255 @@
+package jobform
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/sidecar/jobspec"
+)
+
+func submitted(t *testing.T) (*api.Job, jobspec.Spec) {
+	t.Helper()
+	j := api.NewBatchJob("resnet-a", "resnet-a", "global", 50)
+	j.Meta = map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "5000", "hadar.workers": "3"}
+	j.Constrain(jobspec.GateConstraint())
+	j.Constrain(api.NewConstraint("${attr.kernel.name}", "=", "linux"))
+	task := api.NewTask("train", "hadar-train")
+	task.Env = map[string]string{"LR": "0.1"}
+	one := uint64(1)
+	task.Require(&api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: &one,
+		Constraints: []*api.Constraint{api.NewConstraint("${device.attr.memory}", ">=", "8 GiB")}}}})
+	j.AddTaskGroup(api.NewTaskGroup("train", 1).AddTask(task))
+	spec, err := jobspec.Parse(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, spec
+}
+
+func group(j *api.Job, name string) *api.TaskGroup {
+	for _, g := range j.TaskGroups {
+		if *g.Name == name {
+			return g
+		}
+	}
+	return nil
+}
+
+func asJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+var (
+	unit0 = Unit{ID: 0, Port: 29500, Workers: []Worker{
+		{Node: "n1", Type: "v100", Models: []string{"Tesla V100-SXM2-16GB"}, Addr: "10.0.0.1"},
+		{Node: "n1", Type: "v100", Models: []string{"Tesla V100-SXM2-16GB"}, Addr: "10.0.0.1"},
+		{Node: "n2", Type: "p100", Models: []string{"Tesla P100", "Tesla P100-PCIE"}, Addr: "10.0.0.1"},
+	}}
+	unit1 = Unit{ID: 1, Port: 29501, Workers: []Worker{
+		{Node: "n3", Type: "k80", Models: []string{"Tesla K80"}, Addr: "10.0.0.3"},
+	}}
+)
+
+func TestPlacedForm(t *testing.T) {
+	j, spec := submitted(t)
+	before := asJSON(t, j)
+	placed, err := Placed(j, spec, []Unit{unit0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asJSON(t, j) != before {
+		t.Fatal("Placed changed its input job")
+	}
+	if jobspec.HasGate(placed) && !strings.Contains(asJSON(t, group(placed, "train").Constraints), jobspec.GateValue) {
+		t.Fatal("the gate is not on the template group")
+	}
+	for _, c := range placed.Constraints {
+		if jobspec.IsGate(c) {
+			t.Fatal("the job-level gate is still there: it would hold the generated groups")
+		}
+	}
+	if *group(placed, "train").Count != 0 {
+		t.Fatalf("template count %d, want 0", *group(placed, "train").Count)
+	}
+	if len(placed.TaskGroups) != 4 {
+		t.Fatalf("%d groups, want the template and 3 workers", len(placed.TaskGroups))
+	}
+	// Worker 2: second node, first worker there.
+	g := group(placed, "train-hadar-u0-w2")
+	if g == nil || *g.Count != 1 {
+		t.Fatalf("worker group missing or count != 1: %+v", g)
+	}
+	var node *api.Constraint
+	for _, c := range g.Constraints {
+		if jobspec.IsGate(c) {
+			t.Fatal("a worker group carries the gate")
+		}
+		if c.LTarget == NodeAttribute {
+			node = c
+		}
+	}
+	if node == nil || node.RTarget != "n2" {
+		t.Fatalf("node constraint %+v, want n2", node)
+	}
+	env := g.Tasks[0].Env
+	want := map[string]string{"LR": "0.1", EnvRank: "2", EnvWorldSize: "3", EnvLocalRank: "0", EnvLocalWorldSize: "1", EnvGroupRank: "1", EnvNodeRank: "1",
+		EnvMasterAddr: "10.0.0.1", EnvMasterPort: "29500", EnvUnit: "0", EnvCopyIndex: "0", EnvTemplate: "train", EnvGPUType: "p100",
+		EnvSteps: "5000", EnvManaged: "hadar-sidecar"}
+	if !reflect.DeepEqual(env, want) {
+		t.Fatalf("env\n got %v\nwant %v", env, want)
+	}
+	dev := g.Tasks[0].Resources.Devices[0]
+	if len(dev.Constraints) != 2 || dev.Constraints[1].LTarget != ModelAttribute || dev.Constraints[1].Operand != "set_contains_any" ||
+		dev.Constraints[1].RTarget != "Tesla P100,Tesla P100-PCIE" || dev.Constraints[0].LTarget != "${device.attr.memory}" {
+		t.Fatalf("device constraints %s", asJSON(t, dev.Constraints))
+	}
+	// Rank 0 holds the rendezvous port; rank 1 does not.
+	r0 := group(placed, "train-hadar-u0-w0")
+	if len(r0.Networks) != 1 || r0.Networks[0].ReservedPorts[0].Value != 29500 || r0.Tasks[0].Env[EnvGPUModel] != "Tesla V100-SXM2-16GB" {
+		t.Fatalf("rank 0: networks %s, env %v", asJSON(t, r0.Networks), r0.Tasks[0].Env)
+	}
+	if len(group(placed, "train-hadar-u0-w1").Networks) != 0 {
+		t.Fatal("rank 1 reserves a port")
+	}
+	// The template's env is untouched.
+	if len(group(placed, "train").Tasks[0].Env) != 1 {
+		t.Fatal("the template's env changed")
+	}
+}
+
+func TestUnitsRoundTrip(t *testing.T) {
+	j, spec := submitted(t)
+	placed, err := Placed(j, spec, []Unit{unit1, unit0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Units(placed, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Unit{unit0, unit1}
+	// Read back, Addr is the unit's rendezvous address.
+	want[0].Workers = append([]Worker(nil), unit0.Workers...)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("read back\n got %+v\nwant %+v", got, want)
+	}
+	if p := got[0].Planner(); !reflect.DeepEqual(p, planner.Unit{Slots: []planner.Slot{{Node: "n1", Type: "v100", Count: 2}, {Node: "n2", Type: "p100", Count: 1}}}) {
+		t.Fatalf("planner unit %+v", p)
+	}
+}
+
+// A fork adds a unit and leaves every group of the unit already running
+// exactly as it was: Nomad then ignores it and its allocations go on.
+func TestForkKeepsRunningGroupsIdentical(t *testing.T) {
+	j, spec := submitted(t)
+	one, err := Placed(j, spec, []Unit{unit0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := Placed(one, spec, []Unit{unit0, unit1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range 3 {
+		name := GroupName("train", 0, r)
+		if asJSON(t, group(one, name)) != asJSON(t, group(two, name)) {
+			t.Fatalf("group %s changed on fork", name)
+		}
+	}
+	if group(two, "train-hadar-u1-w0") == nil {
+		t.Fatal("the new unit's group is missing")
+	}
+	// Unfork: back to unit 0 only.
+	back, err := Placed(two, spec, []Unit{unit0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asJSON(t, back) != asJSON(t, one) {
+		t.Fatal("unforking did not give back the one-unit form")
+	}
+	// A unit moved to other GPUs is rewritten.
+	moved := unit1
+	moved.Workers = []Worker{{Node: "n4", Type: "k80", Models: []string{"Tesla K80"}, Addr: "10.0.0.4"}}
+	m, err := Placed(two, spec, []Unit{unit0, moved})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asJSON(t, group(m, "train-hadar-u1-w0")) == asJSON(t, group(two, "train-hadar-u1-w0")) {
+		t.Fatal("a moved unit's group was kept")
+	}
+}
+
+func TestHeldForm(t *testing.T) {
+	j, spec := submitted(t)
+	placed, err := Placed(j, spec, []Unit{unit0, unit1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := Held(placed, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held.TaskGroups) != 1 || *held.TaskGroups[0].Count != 1 || !jobspec.HasGate(held) {
+		t.Fatalf("held form: %d groups, count %d, gated %v", len(held.TaskGroups), *held.TaskGroups[0].Count, jobspec.HasGate(held))
+	}
+	if us, _ := Units(held, spec); len(us) != 0 {
+		t.Fatalf("held form still has units %+v", us)
+	}
+	// The held form parses as a valid managed job again.
+	if _, err := jobspec.Parse(held); err != nil {
+		t.Fatalf("held form does not parse: %v", err)
+	}
+}
+
+func TestUnitsRefusesHandEdits(t *testing.T) {
+	j, spec := submitted(t)
+	placed, _ := Placed(j, spec, []Unit{unit0})
+	var groups []*api.TaskGroup
+	for _, g := range placed.TaskGroups {
+		if *g.Name != "train-hadar-u0-w1" {
+			groups = append(groups, g)
+		}
+	}
+	placed.TaskGroups = groups
+	if _, err := Units(placed, spec); err == nil || !strings.Contains(err.Error(), "rank 1 is missing") {
+		t.Fatalf("err = %v, want a missing rank", err)
+	}
+	placed, _ = Placed(j, spec, []Unit{unit0})
+	group(placed, "train-hadar-u0-w0").Constraints = nil
+	if _, err := Units(placed, spec); err == nil || !strings.Contains(err.Error(), NodeAttribute) {
+		t.Fatalf("err = %v, want a missing node constraint", err)
+	}
+}
+
+func TestGroupNames(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		tmpl        string
+		unit, rank  int
+		isGenerated bool
+	}{
+		{"train-hadar-u0-w0", "train", 0, 0, true},
+		{"a-b-hadar-u12-w7", "a-b", 12, 7, true},
+		{"train", "", 0, 0, false},
+		{"train-hadar-u-w1", "", 0, 0, false},
+		{"train-hadar-u1-w", "", 0, 0, false},
+	} {
+		tmpl, u, r, ok := ParseGroupName(tc.name)
+		if ok != tc.isGenerated || ok && (tmpl != tc.tmpl || u != tc.unit || r != tc.rank) {
+			t.Errorf("%q: %q %d %d %v", tc.name, tmpl, u, r, ok)
+		}
+	}
+	if GroupName("x", 3, 4) != "x-hadar-u3-w4" {
+		t.Fatal(GroupName("x", 3, 4))
+	}
+}
