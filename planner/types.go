@@ -119,6 +119,9 @@ type Job struct {
 	Arrival float64
 	// SLO is the deadline in seconds after arrival; 0 means none.
 	SLO float64
+	// MaxCopies bounds the units a forking scheduler (HadarE) may run the
+	// job as: 0 leaves it to the scheduler, 1 never forks it.
+	MaxCopies int `json:",omitempty"`
 }
 
 // Validate reports the first field of j that cannot be scheduled.
@@ -138,6 +141,8 @@ func (j Job) Validate() error {
 		return fmt.Errorf("job %s: arrival %v: want seconds >= 0", j.ID, j.Arrival)
 	case j.SLO < 0:
 		return fmt.Errorf("job %s: SLO %v: want seconds >= 0 (0 = none)", j.ID, j.SLO)
+	case j.MaxCopies < 0:
+		return fmt.Errorf("job %s: max copies %d: want >= 0 (0 = the scheduler's default, 1 = never forked)", j.ID, j.MaxCopies)
 	}
 	return nil
 }

@@ -336,6 +336,45 @@ func (e *Engine) learn(j *job, now float64) {
 	e.est.observe(estKey{j.view.Model, j.view.ScaleFactor, units[0].Slots[0].Type}, j.done-j.lastDone, pred*dt, dt)
 }
 
+// Adopt records that job id runs on p, as observed outside a decision: a
+// restarted sidecar that finds the job running in Nomad. The placement must
+// be valid for the job and its GPUs free of every other running job.
+func (e *Engine) Adopt(id string, p planner.Placement, now float64) error {
+	j, err := e.job(id)
+	if err != nil {
+		return err
+	}
+	if err := ValidPlacement(j.view.Job, p); err != nil {
+		return fmt.Errorf("engine: adopt: %w", err)
+	}
+	if len(p.Units) == 0 {
+		return fmt.Errorf("engine: adopt job %s: an empty placement (use Interrupt for a job that does not run)", id)
+	}
+	all := round.NewPool(planner.Cluster{Nodes: e.nodes})
+	for _, o := range e.jobs {
+		if o != j && o.view.Running {
+			takeKnown(all, o.view.Placement)
+		}
+	}
+	for _, u := range p.Units {
+		for _, sl := range u.Slots {
+			if !all.Has(sl.Node) {
+				return fmt.Errorf("engine: adopt job %s: node %s is not in the cluster", id, sl.Node)
+			}
+		}
+		if !all.Fits(u) {
+			return fmt.Errorf("engine: adopt job %s: GPUs %v are held by another job or do not exist", id, u.Slots)
+		}
+		all.Take(u)
+	}
+	if err := e.advance(now); err != nil {
+		return err
+	}
+	j.view.Placement, j.view.Running = clonePlacement(p), true
+	j.placedAt, j.lastAt = now, -1
+	return nil
+}
+
 // Complete removes job id: it finished.
 func (e *Engine) Complete(id string, now float64) error { return e.remove(id, now) }
 

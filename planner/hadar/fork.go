@@ -20,7 +20,11 @@ func (s *Scheduler) fork(v *round.View, g *grid, infos []*jobInfo, out []planner
 				return
 			}
 			p := out[ji.idx]
-			if len(p.Units) == 0 || len(p.Units) >= s.cfg.MaxCopies {
+			limit := s.cfg.MaxCopies
+			if m := ji.view.MaxCopies; m > 0 {
+				limit = min(limit, m)
+			}
+			if len(p.Units) == 0 || len(p.Units) >= limit {
 				continue
 			}
 			current := 0.0

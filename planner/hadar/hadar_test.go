@@ -219,3 +219,20 @@ func BenchmarkRound(b *testing.B) {
 		}
 	}
 }
+
+func TestForkRespectsTheJobsCopyLimit(t *testing.T) {
+	sm := speed.Model{Profile: profile.Default()}
+	for _, limit := range []int{1, 2} {
+		v := testView(t, "v100=12", 1)
+		v.Jobs[0].ScaleFactor = 1
+		v.Jobs[0].MaxCopies = limit
+		s, _ := New(Config{Speed: sm, Fork: true, MaxCopies: 3})
+		ps, err := s.Schedule(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(ps[0].Units); got != limit {
+			t.Fatalf("job limit %d: %d units", limit, got)
+		}
+	}
+}
