@@ -1,0 +1,470 @@
+// Package apply carries the engine's decisions out on Nomad: each change
+// of a job's placement becomes the smallest number of job registrations,
+// each one checked first and written with check-and-set.
+//
+//   - Before a write, Nomad plans it (Jobs().PlanOpts): a write that would
+//     restart a worker hadar means to keep (a destructive update of a kept
+//     group) or that Nomad cannot place (failed allocations for a new
+//     group) is not made, and the operation fails with Nomad's reason.
+//   - A write carries the job's JobModifyIndex as read (EnforceIndex): if
+//     a person changed the job meanwhile, Nomad refuses it and hadar reads
+//     the job again instead of overwriting the edit.
+//   - A move is two writes: the units that leave are removed first, and
+//     the new ones are added only once the old workers have checkpointed
+//     and ended (or StopTimeout passed), so a resumed worker never reads a
+//     checkpoint that is still being written.
+//   - A start is all or nothing (gang): if any worker of a new unit cannot
+//     be placed, or is not running within GangTimeout, every new worker is
+//     removed again and the operation fails.
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobspec"
+)
+
+// Jobs is the part of the Nomad API apply writes through.
+type Jobs interface {
+	Info(jobID string, q *api.QueryOptions) (*api.Job, *api.QueryMeta, error)
+	PlanOpts(job *api.Job, opts *api.PlanOptions, q *api.WriteOptions) (*api.JobPlanResponse, *api.WriteMeta, error)
+	RegisterOpts(job *api.Job, opts *api.RegisterOptions, q *api.WriteOptions) (*api.JobRegisterResponse, *api.WriteMeta, error)
+}
+
+// Key names a job.
+type Key struct{ Namespace, ID string }
+
+func (k Key) String() string { return k.Namespace + "/" + k.ID }
+
+// Job is what apply needs of a managed job as last read from Nomad.
+type Job struct {
+	Key  Key
+	Raw  *api.Job
+	Spec jobspec.Spec
+	// JobModifyIndex is the index the next write must be made against.
+	JobModifyIndex uint64
+}
+
+// Group is the state of a generated group's allocations.
+type Group struct {
+	// Running: an allocation of it runs. Ended: every allocation of it is
+	// terminal (or it has none). Failed: Nomad reports it cannot be placed
+	// (a blocked evaluation's failed allocations name it).
+	Running, Ended bool
+	Failed         string
+}
+
+// Cluster is what apply reads of the watched cluster.
+type Cluster interface {
+	// Job returns the managed job as last read, nil if it is gone.
+	Job(k Key) *Job
+	// Group returns the state of a job's task group.
+	Group(k Key, group string) Group
+}
+
+// Config of an Applier.
+type Config struct {
+	GangTimeout time.Duration
+	StopTimeout time.Duration
+	// DryRun makes every write a no-op that succeeds.
+	DryRun bool
+	Logger hclog.Logger
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Applier tracks the operations in flight, one per job at most.
+type Applier struct {
+	jobs Jobs
+	cfg  Config
+	mu   sync.Mutex
+	ops  map[Key]*Op
+	// Writes counts registrations made (dry runs included), by kind.
+	writes map[string]int
+}
+
+// New returns an Applier writing through jobs.
+func New(jobs Jobs, cfg Config) *Applier {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Applier{jobs: jobs, cfg: cfg, ops: map[Key]*Op{}, writes: map[string]int{}}
+}
+
+// Phase of an operation.
+type Phase string
+
+// Phases.
+const (
+	// Stopping: units that leave were removed; waiting for their workers
+	// to end before the new ones are added.
+	Stopping Phase = "stopping"
+	// Starting: new units were added; waiting for all their workers to run.
+	Starting Phase = "starting"
+	Done     Phase = "done"
+	Failed   Phase = "failed"
+)
+
+// Op is one change of a job's placement in flight.
+type Op struct {
+	Key Key
+	// Target is the placement being reached (empty: the job is held).
+	Target []jobform.Unit
+	// Keep are the units that run on through the change.
+	Keep     []jobform.Unit
+	Phase    Phase
+	Deadline time.Time
+	// Added are the generated groups of the new units.
+	Added []string
+	// Removed are the generated groups being stopped.
+	Removed []string
+	Err     error
+	Started time.Time
+}
+
+// Outcome is an operation that ended, reported by Step.
+type Outcome struct {
+	Key   Key
+	Phase Phase // Done or Failed
+	Err   error
+	// Target is what runs now: the target when Done, the kept units (or
+	// nothing) when Failed.
+	Running []jobform.Unit
+}
+
+// ErrConflict is returned (wrapped) when a person changed the job since it
+// was read: the write was refused by check-and-set.
+var ErrConflict = errors.New("the job changed since it was read")
+
+// Writes returns the registrations made so far, by kind.
+func (a *Applier) Writes() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]int, len(a.writes))
+	for k, v := range a.writes {
+		out[k] = v
+	}
+	return out
+}
+
+// InFlight returns the job's operation, nil when none.
+func (a *Applier) InFlight(k Key) *Op {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if op := a.ops[k]; op != nil {
+		c := *op
+		return &c
+	}
+	return nil
+}
+
+// Ops returns the operations in flight, by job.
+func (a *Applier) Ops() []Op {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []Op
+	for _, op := range a.ops {
+		out = append(out, *op)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key.String() < out[j].Key.String() })
+	return out
+}
+
+// Begin starts moving job j to the target units (empty: hold it). keep
+// lists the target units that run already (same number, same workers);
+// the others are new. It makes the first write: the removal of the units
+// that leave when some leave and some arrive (a move: the new ones follow
+// in Step), else the whole change. A change that needs no write (the job
+// is already in that form) is Done at once.
+func (a *Applier) Begin(ctx context.Context, j *Job, target []jobform.Unit) (*Op, error) {
+	j, err := a.fresh(ctx, j)
+	if err != nil {
+		return nil, err
+	}
+	current, err := jobform.Units(j.Raw, j.Spec)
+	if err != nil {
+		return nil, err
+	}
+	op := &Op{Key: j.Key, Target: target, Started: a.cfg.Now()}
+	for _, u := range target {
+		if c := find(current, u.ID); c != nil && sameUnit(*c, u) {
+			op.Keep = append(op.Keep, u)
+		}
+	}
+	for _, c := range current {
+		if t := find(target, c.ID); t == nil || !sameUnit(c, *t) {
+			op.Removed = append(op.Removed, groups(j.Spec.Group, c)...)
+		}
+	}
+	for _, u := range target {
+		if c := find(current, u.ID); c == nil || !sameUnit(*c, u) {
+			op.Added = append(op.Added, groups(j.Spec.Group, u)...)
+		}
+	}
+	switch {
+	case len(op.Removed) == 0 && len(op.Added) == 0:
+		op.Phase = Done
+		return op, nil
+	case len(op.Removed) > 0 && len(op.Added) > 0:
+		// Phase 1 of a move: only the kept units stay.
+		if err := a.write(ctx, j, op.Keep, "stop", op); err != nil {
+			return nil, err
+		}
+		op.Phase, op.Deadline = Stopping, a.cfg.Now().Add(a.cfg.StopTimeout)
+	case len(op.Added) > 0:
+		if err := a.write(ctx, j, target, "start", op); err != nil {
+			return nil, err
+		}
+		op.Phase, op.Deadline = Starting, a.cfg.Now().Add(a.cfg.GangTimeout)
+	default:
+		if err := a.write(ctx, j, target, "stop", op); err != nil {
+			return nil, err
+		}
+		op.Phase, op.Deadline = Stopping, a.cfg.Now().Add(a.cfg.StopTimeout)
+	}
+	a.mu.Lock()
+	a.ops[j.Key] = op
+	a.mu.Unlock()
+	return op, nil
+}
+
+func find(us []jobform.Unit, id int) *jobform.Unit {
+	for i := range us {
+		if us[i].ID == id {
+			return &us[i]
+		}
+	}
+	return nil
+}
+
+func sameUnit(a, b jobform.Unit) bool {
+	if len(a.Workers) != len(b.Workers) || a.Port != b.Port {
+		return false
+	}
+	for i := range a.Workers {
+		if a.Workers[i].Node != b.Workers[i].Node || a.Workers[i].Type != b.Workers[i].Type {
+			return false
+		}
+	}
+	return true
+}
+
+func groups(tmpl string, u jobform.Unit) []string {
+	out := make([]string, len(u.Workers))
+	for r := range u.Workers {
+		out[r] = jobform.GroupName(tmpl, u.ID, r)
+	}
+	return out
+}
+
+// fresh re-reads the job: a write goes against the job as it is now, so a
+// person's edit made since the snapshot is kept, and one made after this
+// read is caught by check-and-set.
+func (a *Applier) fresh(ctx context.Context, j *Job) (*Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if a.cfg.DryRun {
+		return j, nil
+	}
+	raw, _, err := a.jobs.Info(j.Key.ID, (&api.QueryOptions{Namespace: j.Key.Namespace}).WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("job %s: reading it before writing: %w", j.Key, err)
+	}
+	if raw.Stop != nil && *raw.Stop {
+		return nil, fmt.Errorf("job %s was stopped by its owner: not written", j.Key)
+	}
+	return &Job{Key: j.Key, Raw: raw, Spec: j.Spec, JobModifyIndex: *raw.JobModifyIndex}, nil
+}
+
+// write registers the job with exactly the given units, after Nomad's plan
+// agrees: groups of kept units untouched, new groups placeable.
+func (a *Applier) write(ctx context.Context, j *Job, units []jobform.Unit, kind string, op *Op) error {
+	j, err := a.fresh(ctx, j)
+	if err != nil {
+		return err
+	}
+	var job *api.Job
+	if len(units) == 0 {
+		job, err = jobform.Held(j.Raw, j.Spec)
+	} else {
+		job, err = jobform.Placed(j.Raw, j.Spec, units)
+	}
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.writes[kind]++
+	a.mu.Unlock()
+	if a.cfg.DryRun {
+		return nil
+	}
+	wo := (&api.WriteOptions{Namespace: j.Key.Namespace}).WithContext(ctx)
+	plan, _, err := a.jobs.PlanOpts(job, &api.PlanOptions{}, wo)
+	if err != nil {
+		return fmt.Errorf("job %s: planning the %s write: %w", j.Key, kind, err)
+	}
+	kept := map[string]bool{}
+	for _, u := range op.Keep {
+		for _, g := range groups(j.Spec.Group, u) {
+			kept[g] = true
+		}
+	}
+	if plan.Annotations != nil {
+		for g, du := range plan.Annotations.DesiredTGUpdates {
+			if kept[g] && du != nil && (du.DestructiveUpdate > 0 || du.Stop > 0) {
+				return fmt.Errorf("job %s: the %s write would restart running group %s (%d destructive, %d stopped): not written", j.Key, kind, g, du.DestructiveUpdate, du.Stop)
+			}
+		}
+	}
+	var unplaceable []string
+	for g, m := range plan.FailedTGAllocs {
+		if slices.Contains(op.Added, g) && kind == "start" {
+			unplaceable = append(unplaceable, fmt.Sprintf("%s: %s", g, Explain(m)))
+		}
+	}
+	if len(unplaceable) > 0 {
+		sort.Strings(unplaceable)
+		return fmt.Errorf("job %s: Nomad cannot place the new workers (%s): not written", j.Key, strings.Join(unplaceable, "; "))
+	}
+	resp, _, err := a.jobs.RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: j.JobModifyIndex}, wo)
+	if err != nil {
+		if strings.Contains(err.Error(), "conflicting job modify index") {
+			return fmt.Errorf("job %s: %w (%v)", j.Key, ErrConflict, err)
+		}
+		return fmt.Errorf("job %s: registering the %s write: %w", j.Key, kind, err)
+	}
+	j.JobModifyIndex = resp.JobModifyIndex
+	a.cfg.Logger.Debug("job written", "job", j.Key.String(), "kind", kind, "units", len(units), "eval", resp.EvalID, "index", resp.JobModifyIndex)
+	return nil
+}
+
+// Explain renders Nomad's reason for a failed placement in one line.
+func Explain(m *api.AllocationMetric) string {
+	if m == nil {
+		return "no reason given"
+	}
+	var parts []string
+	add := func(what string, counts map[string]int) {
+		var keys []string
+		for k := range counts {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s %q on %d nodes", what, k, counts[k]))
+		}
+	}
+	add("filtered by", m.ConstraintFiltered)
+	add("exhausted", m.DimensionExhausted)
+	if m.NodesEvaluated == 0 && len(parts) == 0 {
+		return "no node was evaluated"
+	}
+	if len(parts) == 0 {
+		return fmt.Sprintf("%d nodes evaluated, none fit", m.NodesEvaluated)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Step advances every operation in flight against the cluster as now
+// seen, and returns those that ended.
+func (a *Applier) Step(ctx context.Context, c Cluster) []Outcome {
+	a.mu.Lock()
+	ops := make([]*Op, 0, len(a.ops))
+	for _, op := range a.ops {
+		ops = append(ops, op)
+	}
+	a.mu.Unlock()
+	sort.Slice(ops, func(i, j int) bool { return ops[i].Key.String() < ops[j].Key.String() })
+	var out []Outcome
+	for _, op := range ops {
+		if o, ended := a.step(ctx, c, op); ended {
+			a.mu.Lock()
+			delete(a.ops, op.Key)
+			a.mu.Unlock()
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
+	j := c.Job(op.Key)
+	if j == nil {
+		return Outcome{Key: op.Key, Phase: Failed, Err: fmt.Errorf("job %s is gone", op.Key)}, true
+	}
+	now := a.cfg.Now()
+	switch op.Phase {
+	case Stopping:
+		ended := a.cfg.DryRun
+		if !ended {
+			ended = true
+			for _, g := range op.Removed {
+				ended = ended && c.Group(op.Key, g).Ended
+			}
+		}
+		if !ended && now.Before(op.Deadline) {
+			return Outcome{}, false
+		}
+		if !ended {
+			a.cfg.Logger.Warn("evicted workers did not end in time; going on", "job", op.Key.String(), "timeout", a.cfg.StopTimeout)
+		}
+		if len(op.Added) == 0 {
+			return Outcome{Key: op.Key, Phase: Done, Running: op.Target}, true
+		}
+		if err := a.write(ctx, j, op.Target, "start", op); err != nil {
+			return Outcome{Key: op.Key, Phase: Failed, Err: err, Running: op.Keep}, true
+		}
+		op.Phase, op.Deadline = Starting, now.Add(a.cfg.GangTimeout)
+		return Outcome{}, false
+	case Starting:
+		running, failed := true, ""
+		if !a.cfg.DryRun {
+			for _, g := range op.Added {
+				st := c.Group(op.Key, g)
+				running = running && st.Running
+				if st.Failed != "" && failed == "" {
+					failed = g + ": " + st.Failed
+				}
+			}
+		}
+		if running {
+			return Outcome{Key: op.Key, Phase: Done, Running: op.Target}, true
+		}
+		if failed == "" && now.Before(op.Deadline) {
+			return Outcome{}, false
+		}
+		// All or nothing: the new workers go again.
+		reason := fmt.Errorf("gang start of job %s rolled back: not every worker was running within %v", op.Key, a.cfg.GangTimeout)
+		if failed != "" {
+			reason = fmt.Errorf("gang start of job %s rolled back: Nomad cannot place %s", op.Key, failed)
+		}
+		rb := &Op{Key: op.Key, Keep: op.Keep, Removed: op.Added}
+		if err := a.write(ctx, j, op.Keep, "rollback", rb); err != nil {
+			reason = fmt.Errorf("%w; the rollback write failed too: %v", reason, err)
+		}
+		return Outcome{Key: op.Key, Phase: Failed, Err: reason, Running: op.Keep}, true
+	}
+	return Outcome{Key: op.Key, Phase: op.Phase, Err: op.Err, Running: op.Target}, true
+}
+
+// Cancel forgets the job's operation (a newer decision replaces it).
+func (a *Applier) Cancel(k Key) {
+	a.mu.Lock()
+	delete(a.ops, k)
+	a.mu.Unlock()
+}

@@ -1,0 +1,314 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobspec"
+)
+
+// fakeJobs keeps one job in memory and answers Nomad's three job calls the
+// way Nomad does for the parts apply relies on: check-and-set on
+// JobModifyIndex, and plans whose failures the test sets.
+type fakeJobs struct {
+	job       *api.Job
+	index     uint64
+	failGroup map[string]bool // PlanOpts reports these groups unplaceable
+	registers []*api.Job
+}
+
+func (f *fakeJobs) Info(id string, q *api.QueryOptions) (*api.Job, *api.QueryMeta, error) {
+	c := *f.job // apply clones before it changes anything
+	idx := f.index
+	c.JobModifyIndex = &idx
+	return &c, &api.QueryMeta{}, nil
+}
+
+func (f *fakeJobs) PlanOpts(job *api.Job, _ *api.PlanOptions, _ *api.WriteOptions) (*api.JobPlanResponse, *api.WriteMeta, error) {
+	resp := &api.JobPlanResponse{FailedTGAllocs: map[string]*api.AllocationMetric{}, Annotations: &api.PlanAnnotations{DesiredTGUpdates: map[string]*api.DesiredUpdates{}}}
+	for _, g := range job.TaskGroups {
+		if f.failGroup[*g.Name] {
+			resp.FailedTGAllocs[*g.Name] = &api.AllocationMetric{NodesEvaluated: 3, DimensionExhausted: map[string]int{"devices: no devices available": 1}}
+		}
+	}
+	return resp, &api.WriteMeta{}, nil
+}
+
+func (f *fakeJobs) RegisterOpts(job *api.Job, o *api.RegisterOptions, _ *api.WriteOptions) (*api.JobRegisterResponse, *api.WriteMeta, error) {
+	if o.EnforceIndex && o.ModifyIndex != f.index {
+		return nil, nil, fmt.Errorf("Unexpected response code: 500 (Enforcing job modify index %d: job exists with conflicting job modify index: %d)", o.ModifyIndex, f.index)
+	}
+	f.index++
+	f.job = job
+	f.registers = append(f.registers, job)
+	return &api.JobRegisterResponse{JobModifyIndex: f.index, EvalID: "e"}, &api.WriteMeta{}, nil
+}
+
+// fakeCluster answers what the test says each group's allocations do.
+type fakeCluster struct {
+	f      *fakeJobs
+	groups map[string]Group
+}
+
+func (c *fakeCluster) Job(k Key) *Job {
+	return &Job{Key: k, Raw: c.f.job, Spec: spec(c.f.job), JobModifyIndex: c.f.index}
+}
+
+func (c *fakeCluster) Group(_ Key, g string) Group {
+	if st, ok := c.groups[g]; ok {
+		return st
+	}
+	return Group{Ended: true}
+}
+
+func spec(j *api.Job) jobspec.Spec {
+	return jobspec.Spec{JobID: "j", Namespace: "default", Group: "train", Task: "t", Device: "nvidia/gpu", Steps: 100, Workers: 2}
+}
+
+func newJob() *api.Job {
+	j := api.NewBatchJob("j", "j", "global", 50)
+	j.Meta = map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "100", "hadar.workers": "2"}
+	j.Constrain(jobspec.GateConstraint())
+	task := api.NewTask("t", "hadar-train")
+	one := uint64(1)
+	task.Require(&api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: &one}}})
+	j.AddTaskGroup(api.NewTaskGroup("train", 1).AddTask(task))
+	return j
+}
+
+func unit(id, port int, nodes ...string) jobform.Unit {
+	u := jobform.Unit{ID: id, Port: port}
+	for _, n := range nodes {
+		u.Workers = append(u.Workers, jobform.Worker{Node: n, Type: "v100", Models: []string{"V100"}, Addr: "127.0.0.1"})
+	}
+	return u
+}
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func setup(t *testing.T) (*Applier, *fakeJobs, *fakeCluster, *clock) {
+	t.Helper()
+	f := &fakeJobs{job: newJob(), index: 10, failGroup: map[string]bool{}}
+	c := &clock{t: time.Unix(1000, 0)}
+	a := New(f, Config{GangTimeout: time.Minute, StopTimeout: 30 * time.Second, Now: c.now})
+	return a, f, &fakeCluster{f: f, groups: map[string]Group{}}, c
+}
+
+var key = Key{"default", "j"}
+
+func TestGangStartSucceedsWhenEveryWorkerRuns(t *testing.T) {
+	a, f, cl, _ := setup(t)
+	ctx := context.Background()
+	op, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op.Phase != Starting || len(f.registers) != 1 || len(op.Added) != 2 {
+		t.Fatalf("phase %s, %d writes, added %v", op.Phase, len(f.registers), op.Added)
+	}
+	// One worker runs, the other not yet: still starting.
+	cl.groups["train-hadar-u0-w0"] = Group{Running: true}
+	if out := a.Step(ctx, cl); len(out) != 0 {
+		t.Fatalf("ended early: %+v", out)
+	}
+	cl.groups["train-hadar-u0-w1"] = Group{Running: true}
+	out := a.Step(ctx, cl)
+	if len(out) != 1 || out[0].Phase != Done || len(out[0].Running) != 1 {
+		t.Fatalf("outcome %+v", out)
+	}
+	if a.InFlight(key) != nil {
+		t.Fatal("a done operation stays in flight")
+	}
+}
+
+func TestGangStartRollsBackWhenAWorkerCannotBePlaced(t *testing.T) {
+	a, f, cl, _ := setup(t)
+	ctx := context.Background()
+	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")}); err != nil {
+		t.Fatal(err)
+	}
+	cl.groups["train-hadar-u0-w0"] = Group{Running: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Failed: "devices: no devices available on 1 node"}
+	out := a.Step(ctx, cl)
+	if len(out) != 1 || out[0].Phase != Failed || !strings.Contains(out[0].Err.Error(), "rolled back") {
+		t.Fatalf("outcome %+v", out)
+	}
+	// The rollback wrote the held form: no worker left.
+	last := f.registers[len(f.registers)-1]
+	if len(last.TaskGroups) != 1 || !jobspec.HasGate(last) {
+		t.Fatalf("rollback wrote %d groups, gated %v", len(last.TaskGroups), jobspec.HasGate(last))
+	}
+}
+
+func TestGangStartRollsBackAfterTheTimeout(t *testing.T) {
+	a, f, cl, c := setup(t)
+	ctx := context.Background()
+	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")}); err != nil {
+		t.Fatal(err)
+	}
+	cl.groups["train-hadar-u0-w0"] = Group{Running: true}
+	c.t = c.t.Add(59 * time.Second)
+	if out := a.Step(ctx, cl); len(out) != 0 {
+		t.Fatalf("rolled back before the timeout: %+v", out)
+	}
+	c.t = c.t.Add(2 * time.Second)
+	out := a.Step(ctx, cl)
+	if len(out) != 1 || out[0].Phase != Failed || !strings.Contains(out[0].Err.Error(), "within 1m0s") {
+		t.Fatalf("outcome %+v", out)
+	}
+	if len(f.registers) != 2 {
+		t.Fatalf("%d writes, want the start and the rollback", len(f.registers))
+	}
+}
+
+func TestNomadRefusingThePlacementWritesNothing(t *testing.T) {
+	a, f, cl, _ := setup(t)
+	f.failGroup["train-hadar-u0-w1"] = true
+	_, err := a.Begin(context.Background(), cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")})
+	if err == nil || !strings.Contains(err.Error(), "cannot place the new workers") || !strings.Contains(err.Error(), "no devices available") {
+		t.Fatalf("err = %v", err)
+	}
+	if len(f.registers) != 0 {
+		t.Fatalf("%d writes, want none", len(f.registers))
+	}
+}
+
+func TestMoveStopsBeforeItStarts(t *testing.T) {
+	a, f, cl, c := setup(t)
+	ctx := context.Background()
+	first := []jobform.Unit{unit(0, 29500, "n1", "n2")}
+	if _, err := a.Begin(ctx, cl.Job(key), first); err != nil {
+		t.Fatal(err)
+	}
+	cl.groups["train-hadar-u0-w0"] = Group{Running: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Running: true}
+	a.Step(ctx, cl)
+	// Move to other nodes: first the old workers go.
+	op, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(1, 29501, "n3", "n4")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op.Phase != Stopping || len(f.registers) != 2 {
+		t.Fatalf("phase %s, %d writes", op.Phase, len(f.registers))
+	}
+	if us, _ := jobform.Units(f.job, spec(nil)); len(us) != 0 {
+		t.Fatalf("phase 1 left units %+v", us)
+	}
+	// The old workers are still checkpointing: no new write.
+	cl.groups["train-hadar-u0-w0"] = Group{}
+	if a.Step(ctx, cl); len(f.registers) != 2 {
+		t.Fatal("started the new unit before the old one ended")
+	}
+	cl.groups["train-hadar-u0-w0"] = Group{Ended: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Ended: true}
+	a.Step(ctx, cl)
+	if len(f.registers) != 3 {
+		t.Fatalf("%d writes, want the new unit written once the old one ended", len(f.registers))
+	}
+	if us, _ := jobform.Units(f.job, spec(nil)); len(us) != 1 || us[0].ID != 1 {
+		t.Fatalf("phase 2 wrote %+v", us)
+	}
+	// A stop that outlives StopTimeout goes on anyway.
+	op, _ = a.Begin(ctx, cl.Job(key), nil)
+	cl.groups["train-hadar-u1-w0"] = Group{Running: true}
+	c.t = c.t.Add(31 * time.Second)
+	if out := a.Step(ctx, cl); len(out) != 1 || out[0].Phase != Done {
+		t.Fatalf("stop past its timeout: %+v (%+v)", out, op)
+	}
+}
+
+func TestForkLeavesTheRunningUnitAlone(t *testing.T) {
+	a, f, cl, _ := setup(t)
+	ctx := context.Background()
+	u0 := unit(0, 29500, "n1", "n2")
+	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{u0}); err != nil {
+		t.Fatal(err)
+	}
+	op, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{u0, unit(1, 29501, "n3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op.Phase != Starting || len(op.Removed) != 0 || len(op.Keep) != 1 || len(op.Added) != 1 {
+		t.Fatalf("fork op %+v", op)
+	}
+	if len(f.registers) != 2 {
+		t.Fatalf("%d writes, want 2", len(f.registers))
+	}
+	// Nothing to do when the job already has that placement.
+	op, err = a.Begin(ctx, cl.Job(key), []jobform.Unit{u0, unit(1, 29501, "n3")})
+	if err != nil || op.Phase != Done || len(f.registers) != 2 {
+		t.Fatalf("no-op: %v %+v, %d writes", err, op, len(f.registers))
+	}
+}
+
+func TestAPersonsEditIsNotOverwritten(t *testing.T) {
+	a, f, cl, _ := setup(t)
+	// The person edits between our read and our write: the write's
+	// check-and-set fails and nothing of theirs is lost.
+	edit := &editingJobs{fakeJobs: f}
+	a.jobs = edit
+	_, err := a.Begin(context.Background(), cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")})
+	if !errors.Is(err, ErrConflict) {
+		t.Fatalf("err = %v, want ErrConflict", err)
+	}
+	if f.job.Meta["owner"] != "edited" || len(f.registers) != 0 {
+		t.Fatalf("the person's edit was overwritten (meta %v, %d writes)", f.job.Meta, len(f.registers))
+	}
+}
+
+// editingJobs changes the job (as a person would) right after apply reads
+// it.
+type editingJobs struct{ *fakeJobs }
+
+func (e *editingJobs) Info(id string, q *api.QueryOptions) (*api.Job, *api.QueryMeta, error) {
+	j, m, err := e.fakeJobs.Info(id, q)
+	e.fakeJobs.job.Meta = map[string]string{"owner": "edited"}
+	e.fakeJobs.index++
+	return j, m, err
+}
+
+func TestDryRunWritesNothing(t *testing.T) {
+	f := &fakeJobs{job: newJob(), index: 10}
+	a := New(f, Config{GangTimeout: time.Minute, StopTimeout: time.Minute, DryRun: true})
+	cl := &fakeCluster{f: f}
+	op, err := a.Begin(context.Background(), cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")})
+	if err != nil || len(f.registers) != 0 {
+		t.Fatalf("dry run: %v, %d writes", err, len(f.registers))
+	}
+	if out := a.Step(context.Background(), cl); len(out) != 1 || out[0].Phase != Done {
+		t.Fatalf("dry run outcome %+v (op %+v)", out, op)
+	}
+	if a.Writes()["start"] != 1 {
+		t.Fatalf("dry-run writes counted %v", a.Writes())
+	}
+}
+
+func TestPorts(t *testing.T) {
+	p := NewPorts(100, 102)
+	now := time.Unix(0, 0)
+	p.Reset([]int{100}, now)
+	if got, _ := p.Take(); got != 101 {
+		t.Fatalf("took %d, want 101", got)
+	}
+	// 100 leaves the written units: quarantined, not reused at once.
+	p.Reset([]int{101}, now)
+	if got, _ := p.Take(); got != 102 {
+		t.Fatalf("took %d, want 102 (100 is quarantined)", got)
+	}
+	if _, err := p.Take(); err == nil || !strings.Contains(err.Error(), "rendezvous_ports") {
+		t.Fatalf("err = %v, want the range exhausted", err)
+	}
+	p.Reset([]int{101, 102}, now.Add(6*time.Minute))
+	if got, _ := p.Take(); got != 100 {
+		t.Fatalf("took %d, want 100 after its quarantine", got)
+	}
+}
