@@ -65,6 +65,10 @@ gpu {
 }
 `
 
+// TestMain fails the package when its tests leave a process, mount,
+// cgroup, directory or port behind (see harness.Main).
+func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+
 func skipShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-Nomad test; skipped with -short")

@@ -7,8 +7,14 @@ import (
 	"github.com/hashicorp/nomad/plugins"
 
 	"github.com/hadar-sched/hadar/driver/device"
+	"github.com/hadar-sched/hadar/driver/lifeline"
 )
 
 func main() {
-	plugins.Serve(func(logger log.Logger) interface{} { return device.New(logger) })
+	plugins.Serve(func(logger log.Logger) interface{} {
+		// The agent does not always kill its plugins (it leaves them
+		// running when it fails after loading them).
+		lifeline.ExitWithParent(logger)
+		return device.New(logger)
+	})
 }

@@ -9,6 +9,7 @@ import (
 	log "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/plugins"
 
+	"github.com/hadar-sched/hadar/driver/lifeline"
 	"github.com/hadar-sched/hadar/driver/train"
 )
 
@@ -16,5 +17,8 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == train.SupervisorArg {
 		os.Exit(train.Supervise(os.Args[2:]))
 	}
-	plugins.Serve(func(logger log.Logger) interface{} { return train.New(logger) })
+	plugins.Serve(func(logger log.Logger) interface{} {
+		lifeline.ExitWithParent(logger)
+		return train.New(logger)
+	})
 }

@@ -5,14 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -45,7 +44,8 @@ type Options struct {
 	// Servers are the RPC addresses ("127.0.0.1:4647") a ModeClient agent
 	// joins; Agent.RPCAddr of a ModeServer agent.
 	Servers []string
-	// Name is the node name; default "hadar-e2e".
+	// Name is the node name; default "hadar-e2e-<pid>-<n>", distinct
+	// for every agent of every test binary.
 	Name string
 	// NomadBin defaults to NomadBinary(t).
 	NomadBin string
@@ -83,10 +83,14 @@ type Agent struct {
 	ConfigFile string
 	LogFile    string
 
-	opts Options
-	mu   sync.Mutex
-	proc *agentProc
+	opts  Options
+	ports []int
+	mu    sync.Mutex
+	proc  *agentProc
 }
+
+// agentSeq numbers the agents of this test binary for their default names.
+var agentSeq atomic.Int64
 
 // agentProc is one run of the agent process.
 type agentProc struct {
@@ -95,24 +99,11 @@ type agentProc struct {
 	err  error // valid once done is closed
 }
 
-// FreePorts returns n distinct free TCP ports on 127.0.0.1.
+// FreePorts returns n distinct free ports on 127.0.0.1, reserved for this
+// process (see reservePorts) so that a test package running beside this
+// one cannot be handed the same ports before they are bound.
 func FreePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+	return reservePorts(n)
 }
 
 // AgentConfig renders the agent.hcl the harness uses: loopback ports,
@@ -188,7 +179,7 @@ func StartAgent(t testing.TB, opts Options) *Agent {
 func TryStartAgent(t testing.TB, opts Options) (*Agent, error) {
 	t.Helper()
 	if opts.Name == "" {
-		opts.Name = "hadar-e2e"
+		opts.Name = fmt.Sprintf("hadar-e2e-%d-%d", os.Getpid(), agentSeq.Add(1))
 	}
 	if opts.NomadBin == "" {
 		opts.NomadBin = NomadBinary(t)
@@ -213,12 +204,28 @@ func TryStartAgent(t testing.TB, opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	ports, err := FreePorts(3)
+	registerDir(dir)
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("harness: remove agent directory: %v", err)
+		}
+	})
+	// Tasks that run as another user (hadar-train's default is nobody)
+	// must reach their task directory under this one.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	ports, err := reservePorts(3)
 	if err != nil {
 		return nil, err
 	}
+	t.Cleanup(func() {
+		if err := releasePorts(ports); err != nil {
+			t.Logf("harness: %v", err)
+		}
+	})
 	a := &Agent{
+		ports:      ports,
 		Addr:       fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 		RPCAddr:    fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		Dir:        dir,
@@ -236,9 +243,13 @@ func TryStartAgent(t testing.TB, opts Options) (*Agent, error) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			a.dumpLog(t)
+			a.keepLogs(t)
 		}
 	})
-	t.Cleanup(func() { a.stop(t, true) })
+	t.Cleanup(func() {
+		a.stop(t, true)
+		a.removeLeftovers(t)
+	})
 	if err := a.start(); err != nil {
 		return nil, err
 	}
@@ -256,6 +267,7 @@ func (a *Agent) start() error {
 	}
 	p := &agentProc{cmd: exec.Command(a.opts.NomadBin, args...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.Env = append(os.Environ(), RunEnv+"="+runID(), agentDirEnv+"="+a.Dir)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		logf.Close()
@@ -377,22 +389,21 @@ func (a *Agent) stop(t testing.TB, purge bool) {
 	}
 	if purge {
 		a.purgeJobs(t)
-		defer a.killStrays(t)
 	}
 	_ = p.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-p.done:
 	case <-time.After(20 * time.Second):
-		t.Logf("nomad agent did not stop in 20s; killing its process group")
+		t.Errorf("harness: nomad agent %s did not stop within 20s of SIGINT; killing its process group", a.opts.Name)
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.done
 	}
 }
 
 // purgeJobs stops every job, waits until their allocations are terminal
-// (so hadar-train has stopped each task through StopTask), then purges
-// them. Purging at once would drop the allocations from the state while
-// their tasks still run.
+// (so each task was stopped through its driver), garbage-collects this
+// client's allocations, and then purges the jobs. Purging at once would
+// drop the allocations from the state while their tasks still run.
 func (a *Agent) purgeJobs(t testing.TB) {
 	jobs, _, err := a.Client.Jobs().List(nil)
 	if err != nil {
@@ -402,9 +413,10 @@ func (a *Agent) purgeJobs(t testing.TB) {
 	for _, j := range jobs {
 		_, _, _ = a.Client.Jobs().Deregister(j.ID, false, nil)
 	}
+	var allocs []*api.AllocationListStub
 	err = Eventually(context.Background(), 60*time.Second, 250*time.Millisecond, func() error {
-		allocs, _, err := a.Client.Allocations().List(nil)
-		if err != nil {
+		var err error
+		if allocs, _, err = a.Client.Allocations().List(nil); err != nil {
 			return err
 		}
 		for _, al := range allocs {
@@ -417,34 +429,94 @@ func (a *Agent) purgeJobs(t testing.TB) {
 	if err != nil {
 		t.Logf("cleanup: %v", err)
 	}
+	a.collectAllocs(t, allocs)
 	for _, j := range jobs {
 		_, _, _ = a.Client.Jobs().Deregister(j.ID, true, nil)
 	}
 }
 
-// killStrays kills the process groups of hadar-train supervisors that
-// belong to this agent (their exit file lies under a.Dir) and outlived
-// it, so a failed test leaves no training process behind.
-func (a *Agent) killStrays(t testing.TB) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
+// collectAllocs garbage-collects this client's terminal allocations and
+// waits until their directories' mounts (secrets/ and private/ are tmpfs
+// mounts when Nomad runs as root) and task cgroups are gone. An agent
+// that stops before it has destroyed its allocations leaves both behind.
+func (a *Agent) collectAllocs(t testing.TB, allocs []*api.AllocationListStub) {
+	var ids []string
+	for _, al := range allocs {
+		ids = append(ids, al.ID)
+	}
+	registerAllocs(ids)
+	if a.NodeID == "" {
 		return
 	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+	var mine []string
+	for _, al := range allocs {
+		if al.NodeID != a.NodeID {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if len(args) > 2 && args[1] == "supervise" && strings.HasPrefix(args[2], a.Dir+"/") {
-			t.Logf("cleanup: killing training process group %d left behind by the agent: %s", pid, strings.Join(args, " "))
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		mine = append(mine, al.ID)
+		if err := a.Client.Allocations().GC(&api.Allocation{ID: al.ID, NodeID: al.NodeID}, nil); err != nil {
+			t.Logf("cleanup: gc allocation %s: %v", al.ID, err)
 		}
 	}
+	err := Eventually(context.Background(), 30*time.Second, 250*time.Millisecond, func() error {
+		if m := mountsUnder([]string{a.Dir}); len(m) > 0 {
+			return fmt.Errorf("%d mounts left, e.g. %s", len(m), m[0].point)
+		}
+		if cg := allocCgroups(mine); len(cg) > 0 {
+			return fmt.Errorf("%d task cgroups left, e.g. %s", len(cg), cg[0])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Logf("cleanup: garbage collection on node %s: %v", a.opts.Name, err)
+	}
+}
+
+// removeLeftovers fails the test for whatever the stopped agent left
+// behind (processes of its process group, tasks and executors of its
+// allocations, mounts under its directory), then removes it.
+func (a *Agent) removeLeftovers(t testing.TB) {
+	a.mu.Lock()
+	p := a.proc
+	a.mu.Unlock()
+	if p == nil {
+		return
+	}
+	pgid := p.cmd.Process.Pid
+	var leaks []leak
+	find := func() []leak {
+		ls := scanProcesses(func(pi procInfo) string {
+			switch {
+			case pi.pgid == pgid:
+				return "in the agent's process group"
+			case pi.env[agentDirEnv] == a.Dir:
+				return "started by the agent"
+			case under(pi.cwd, []string{a.Dir}), under(pi.env["NOMAD_ALLOC_DIR"], []string{a.Dir}):
+				return "task of the agent"
+			}
+			return ""
+		})
+		for _, m := range mountsUnder([]string{a.Dir}) {
+			ls = append(ls, leak{kind: leakMount, path: m.point, desc: m.fstype})
+		}
+		return ls
+	}
+	// Plugins notice their agent is gone within a second or two.
+	_ = Eventually(context.Background(), 10*time.Second, 200*time.Millisecond, func() error {
+		if leaks = find(); len(leaks) > 0 {
+			return fmt.Errorf("%d left", len(leaks))
+		}
+		return nil
+	})
+	if len(leaks) == 0 {
+		return
+	}
+	var b strings.Builder
+	for _, l := range leaks {
+		fmt.Fprintf(&b, "\n  %s", l)
+	}
+	t.Errorf("harness: nomad agent %s left %d things behind after it stopped (now removed):%s", a.opts.Name, len(leaks), b.String())
+	removeLeaks(leaks)
 }
 
 // dumpLog prints the end of the agent log into the test output.
@@ -456,6 +528,53 @@ func (a *Agent) dumpLog(t testing.TB) {
 	}
 	b = tail(b, 64<<10)
 	t.Logf("nomad agent log (%s, last %d bytes):\n%s", a.LogFile, len(b), b)
+}
+
+// LogDirEnv names the folder where the logs of a failed test's agents
+// are kept; default <repository>/out/e2e-logs.
+const LogDirEnv = "HADAR_E2E_LOGS"
+
+// keepLogs copies the agent log and its tasks' logs (stdout, stderr,
+// executor.out) into <log folder>/<test>/<agent name>/, which outlives
+// the agent's temporary directory.
+func (a *Agent) keepLogs(t testing.TB) {
+	root := os.Getenv(LogDirEnv)
+	if root == "" {
+		repo, err := RepoRoot()
+		if err != nil {
+			t.Logf("harness: keep logs: %v", err)
+			return
+		}
+		root = filepath.Join(repo, "out", "e2e-logs")
+	}
+	dest := filepath.Join(root, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()), a.opts.Name)
+	var copied int
+	err := filepath.WalkDir(a.Dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return nil // a directory removed meanwhile, or unreadable: skip it
+		}
+		rel, _ := filepath.Rel(a.Dir, path)
+		keep := path == a.LogFile || path == a.ConfigFile ||
+			strings.Contains(rel, "/alloc/logs/") || filepath.Base(path) == "executor.out"
+		if !keep || !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		out := filepath.Join(dest, rel)
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
+		copied++
+		return os.WriteFile(out, b, 0o644)
+	})
+	if err != nil {
+		t.Logf("harness: keep logs in %s: %v", dest, err)
+		return
+	}
+	t.Logf("harness: kept %d log files of agent %s in %s", copied, a.opts.Name, dest)
 }
 
 func tail(b []byte, max int) []byte {
@@ -490,4 +609,26 @@ func Eventually(ctx context.Context, timeout, interval time.Duration, f func() e
 		case <-t.C:
 		}
 	}
+}
+
+// SharedDir returns a new temporary directory that tasks running as
+// another user can reach (hadar-train runs tasks as nobody by default),
+// for a checkpoint_root or merge_root; t.TempDir's parent is private to
+// root. It is removed when the test ends.
+func SharedDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "hadar-e2e-shared-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	registerDir(dir)
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("harness: remove shared directory: %v", err)
+		}
+	})
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -1,9 +1,15 @@
 package harness
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -110,5 +116,147 @@ func TestFreePorts(t *testing.T) {
 			t.Fatalf("ports %v: want 5 distinct", ports)
 		}
 		seen[p] = true
+	}
+}
+
+// TestMain lets the test binary stand in for another test process holding
+// port reservations (see TestPortsAcrossProcesses).
+func TestMain(m *testing.M) {
+	if n := os.Getenv("HARNESS_TEST_RESERVE"); n != "" {
+		useTestPortRange()
+		count, _ := strconv.Atoi(n)
+		ports, err := reservePorts(count)
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Println(ports)
+		// Hold the reservation until stdin closes.
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// useTestPortRange moves reservations to 100 ports no agent uses, so the
+// test can fill the range while other packages start agents.
+func useTestPortRange() { portLow, portHigh = 14700, 14800 }
+
+// TestPortsAcrossProcesses: ports reserved by another live process are
+// never handed out, and are free again once that process is gone.
+func TestPortsAcrossProcesses(t *testing.T) {
+	defer func(lo, hi int) { portLow, portHigh = lo, hi }(portLow, portHigh)
+	useTestPortRange()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := exec.Command(self, "-test.run", "^$")
+	other.Env = append(os.Environ(), "HARNESS_TEST_RESERVE=40")
+	stdin, err := other.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := other.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = other.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := map[int]bool{}
+	for _, f := range strings.Fields(strings.Trim(strings.TrimSpace(line), "[]")) {
+		p, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("other process: %q", line)
+		}
+		theirs[p] = true
+	}
+	if len(theirs) != 40 {
+		t.Fatalf("other process reserved %d ports, want 40: %q", len(theirs), line)
+	}
+	if _, err := reservePorts(61); err == nil {
+		t.Fatal("reserved 61 of the 60 ports the other process left")
+	}
+	mine, err := reservePorts(60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = releasePorts(mine) }()
+	for _, p := range mine {
+		if theirs[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+	}
+	if err := releasePorts(mine); err != nil {
+		t.Fatal(err)
+	}
+	// Once the other process is gone, its ports are free again.
+	stdin.Close()
+	if err := other.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := reservePorts(100)
+	if err != nil {
+		t.Fatalf("ports of an exited process not reclaimed: %v", err)
+	}
+	_ = releasePorts(again)
+}
+
+// TestFindLeaks: a process carrying this run's marker, and a mount under
+// a run directory, are reported; nothing is once they are gone.
+func TestFindLeaks(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	cmd.Env = append(os.Environ(), RunEnv+"="+runID())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	found := func(pid int) bool {
+		for _, l := range findLeaks() {
+			if l.kind == leakProcess && l.pid == pid {
+				return true
+			}
+		}
+		return false
+	}
+	if !found(cmd.Process.Pid) {
+		t.Fatalf("process %d with %s not reported: %v", cmd.Process.Pid, RunEnv, findLeaks())
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if found(cmd.Process.Pid) {
+		t.Fatal("a reaped process is still reported")
+	}
+
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir := t.TempDir()
+	registerDir(dir)
+	point := filepath.Join(dir, "with space")
+	if err := os.Mkdir(point, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", point, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v", err)
+	}
+	var got []leak
+	for _, l := range findLeaks() {
+		if l.kind == leakMount {
+			got = append(got, l)
+		}
+	}
+	removeLeaks(got)
+	if len(got) != 1 || got[0].path != point || got[0].desc != "tmpfs" {
+		t.Fatalf("mount leaks %v, want the tmpfs at %q", got, point)
+	}
+	if m := mountsUnder([]string{dir}); len(m) != 0 {
+		t.Fatalf("removeLeaks left %v mounted", m)
 	}
 }
