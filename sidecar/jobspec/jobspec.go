@@ -9,6 +9,8 @@ package jobspec
 import (
 	"fmt"
 	"math"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,7 +20,7 @@ import (
 )
 
 // MetaPrefix starts every meta key hadar reads. A job with at least one
-// such key (at job, group or task level) is managed.
+// such key in its job-level meta is managed.
 const MetaPrefix = "hadar."
 
 // The job meta keys of the contract.
@@ -133,32 +135,17 @@ func (e *FieldError) Error() string {
 	return b.String()
 }
 
-// IsManaged reports whether hadar manages job: some job-, group- or
-// task-level meta key starts with "hadar.". Keys below job level are an
-// error in Parse, but the job is still hadar's (its author meant it to be),
-// so the sidecar reports the error instead of ignoring the job.
+// IsManaged reports whether hadar manages job: some key of its job-level
+// meta starts with "hadar.". Group and task meta do not count (a job list
+// shows job meta only, and the contract is job-level); on a managed job,
+// hadar.* keys there are an error in Parse.
 func IsManaged(job *api.Job) bool {
-	if job == nil {
-		return false
-	}
-	if hasHadarKey(job.Meta) {
-		return true
-	}
-	for _, g := range job.TaskGroups {
-		if g == nil {
-			continue
-		}
-		if hasHadarKey(g.Meta) {
-			return true
-		}
-		for _, t := range g.Tasks {
-			if t != nil && hasHadarKey(t.Meta) {
-				return true
-			}
-		}
-	}
-	return false
+	return job != nil && hasHadarKey(job.Meta)
 }
+
+// IsManagedMeta is IsManaged on a job's meta alone, e.g. a job list
+// stub's (Jobs().List with the "meta" parameter).
+func IsManagedMeta(meta map[string]string) bool { return hasHadarKey(meta) }
 
 func hasHadarKey(m map[string]string) bool {
 	for k := range m {
@@ -233,12 +220,9 @@ func (p *parser) shape(job *api.Job) error {
 	if job.IsParameterized() {
 		return p.fail("parameterized", "", "want no parameterized block: hadar plans one-off training jobs; submit each run as its own job")
 	}
-	if n := len(job.TaskGroups); n != 1 {
-		return p.fail("group", strconv.Itoa(n)+" groups", "want exactly one task group: the template hadar copies for each placement")
-	}
-	g := job.TaskGroups[0]
-	if g == nil {
-		return p.fail("group", "", "want exactly one task group: the template hadar copies for each placement")
+	g, err := p.template(job)
+	if err != nil {
+		return err
 	}
 	p.spec.Group = deref(g.Name)
 	where := fmt.Sprintf("group %q", p.spec.Group)
@@ -254,6 +238,52 @@ func (p *parser) shape(job *api.Job) error {
 		return err
 	}
 	return p.gate(job)
+}
+
+// template finds the job's one task group written by its author. Groups
+// the sidecar generated from it when placing the job (GeneratedGroup) are
+// hadar's and not checked.
+func (p *parser) template(job *api.Job) (*api.TaskGroup, error) {
+	const want = "want exactly one task group: the template hadar copies for each placement"
+	var own []*api.TaskGroup
+	for _, g := range job.TaskGroups {
+		if g == nil {
+			return nil, p.fail("group", "", want)
+		}
+		own = append(own, g)
+	}
+	if len(own) > 1 {
+		// With its template present, a generated group is the sidecar's.
+		var names []string
+		for _, g := range own {
+			names = append(names, deref(g.Name))
+		}
+		own = own[:0]
+		for _, g := range job.TaskGroups {
+			if t, ok := GeneratedGroup(deref(g.Name)); !ok || !slices.Contains(names, t) {
+				own = append(own, g)
+			}
+		}
+	}
+	if len(own) != 1 {
+		return nil, p.fail("group", strconv.Itoa(len(own))+" groups", want)
+	}
+	return own[0], nil
+}
+
+// generatedGroup is the name of a task group the sidecar generates from
+// the template group when it places the job: one per worker,
+// "<template>-hadar-u<unit>-w<rank>". Authors must not use such names.
+var generatedGroup = regexp.MustCompile(`^(.+)-hadar-u(\d+)-w(\d+)$`)
+
+// GeneratedGroup reports whether name is a group the sidecar generates
+// from template group t, "<t>-hadar-u<unit>-w<rank>", and returns t.
+func GeneratedGroup(name string) (t string, ok bool) {
+	m := generatedGroup.FindStringSubmatch(name)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
 }
 
 func firstHadarKey(m map[string]string) string {

@@ -211,6 +211,19 @@ func TestParseShape(t *testing.T) {
 		{"no groups", func(j *api.Job) { j.TaskGroups = nil }, "group", "exactly one task group"},
 		{"nil group", func(j *api.Job) { j.TaskGroups = []*api.TaskGroup{nil} }, "group", "exactly one task group"},
 		{"group count any", func(j *api.Job) { j.TaskGroups[0].Count = ptr(7) }, "", ""},
+		{"placed form: generated groups beside the template", func(j *api.Job) {
+			j.Constraints = nil
+			j.TaskGroups[0].Count = ptr(0)
+			j.TaskGroups[0].Constrain(GateConstraint())
+			for _, name := range []string{"workers-hadar-u0-w0", "workers-hadar-u0-w1", "workers-hadar-u12-w0"} {
+				j.AddTaskGroup(api.NewTaskGroup(name, 1).AddTask(api.NewTask("train", "hadar-train")))
+			}
+		}, "", ""},
+		{"generated groups without their template", func(j *api.Job) {
+			j.TaskGroups[0].Name = ptr("other")
+			j.AddTaskGroup(api.NewTaskGroup("workers-hadar-u0-w0", 1))
+		}, "group", "exactly one task group"},
+		{"generated-looking group alone is the template", func(j *api.Job) { j.TaskGroups[0].Name = ptr("x-hadar-u0-w0") }, "", "x-hadar-u0-w0"},
 		{"no device", func(j *api.Job) { j.TaskGroups[0].Tasks[0].Resources.Devices = nil }, "device", `device "nvidia/gpu"`},
 		{"no resources", func(j *api.Job) { j.TaskGroups[0].Tasks[0].Resources = nil }, "device", `device "nvidia/gpu"`},
 		{"count 2", func(j *api.Job) { j.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = ptr(uint64(2)) }, `device "nvidia/gpu" count`, `hadar.workers = "2"`},
@@ -257,7 +270,7 @@ func TestParseShape(t *testing.T) {
 				if err != nil {
 					t.Fatalf("want accepted, got %v", err)
 				}
-				if s.Task != "train" || s.Group != "workers" || len(s.Gates) != 1 {
+				if s.Task != "train" || (s.Group != "workers" && s.Group != c.want) || len(s.Gates) != 1 {
 					t.Fatalf("spec %+v", s)
 				}
 				return
@@ -267,6 +280,19 @@ func TestParseShape(t *testing.T) {
 				t.Fatalf("got field %q want %q; expected field containing %q, want containing %q", fe.Field, fe.Want, c.field, c.want)
 			}
 		})
+	}
+}
+
+func TestGeneratedGroup(t *testing.T) {
+	for name, want := range map[string]string{"train-hadar-u0-w0": "train", "a-b-hadar-u12-w3": "a-b", "x-hadar-u1-w1-hadar-u2-w0": "x-hadar-u1-w1"} {
+		if got, ok := GeneratedGroup(name); !ok || got != want {
+			t.Errorf("GeneratedGroup(%q) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+	for _, name := range []string{"train", "train-hadar-u-w0", "train-hadar-u1", "-hadar-u0-w0", "train-hadar-u0-w0x"} {
+		if _, ok := GeneratedGroup(name); ok {
+			t.Errorf("GeneratedGroup(%q) accepted", name)
+		}
 	}
 }
 
@@ -293,16 +319,16 @@ func TestIsManaged(t *testing.T) {
 		{"unknown hadar key only", validJob(map[string]string{"hadar.foo": "1"}), true},
 		{"no meta", validJob(nil), false},
 		{"other meta", validJob(map[string]string{"owner": "ana", "hadar": "x", "Hadar.steps": "1"}), false},
-		{"group meta", func() *api.Job {
+		{"group meta only", func() *api.Job {
 			j := validJob(nil)
 			j.TaskGroups[0].Meta = map[string]string{KeySteps: "1"}
 			return j
-		}(), true},
-		{"task meta", func() *api.Job {
+		}(), false},
+		{"task meta only", func() *api.Job {
 			j := validJob(nil)
 			j.TaskGroups[0].Tasks[0].Meta = map[string]string{KeySteps: "1"}
 			return j
-		}(), true},
+		}(), false},
 	}
 	for _, c := range cases {
 		if got := IsManaged(c.job); got != c.want {

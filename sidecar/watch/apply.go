@@ -1,0 +1,255 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Nomad's event types the watcher tells apart.
+const (
+	eventNodeDeregistration = "NodeDeregistration"
+	// eventPlanResult: the scheduler placed, updated or stopped
+	// allocations; only then can an allocation's job version change.
+	eventPlanResult = "PlanResult"
+)
+
+// decoded is one event turned into the view's terms, before the lock.
+type decoded struct {
+	index   uint64
+	topic   api.Topic
+	evType  string
+	node    *Node
+	job     *Job
+	deleted bool // node deregistered or job purged
+	alloc   *api.Allocation
+	version uint64 // the allocation's job version
+	eval    *api.Evaluation
+}
+
+// apply applies one batch of events. Events a list at or after their
+// index already reflected are skipped, and so are objects older than the
+// view's copy.
+func (w *Watcher) apply(ctx context.Context, evs *streamBatch, t tableIndex) error {
+	ds := make([]decoded, 0, len(evs.Events))
+	skipped := 0
+	for i := range evs.Events {
+		ev := &evs.Events[i]
+		d, ok, err := w.decode(ev, t)
+		if err != nil {
+			w.count(func(s *Stats) { s.APIErrors++ })
+			return err
+		}
+		if !ok {
+			skipped++
+			continue
+		}
+		ds = append(ds, d)
+	}
+	if err := w.allocVersions(ctx, ds); err != nil {
+		return err
+	}
+
+	w.mu.Lock()
+	var kinds ChangeKind
+	for _, d := range ds {
+		kinds |= w.applyOne(d)
+	}
+	w.st.index = max(w.st.index, evs.Index)
+	w.snap = nil // the index moved at least
+	w.stats.EventsApplied += uint64(len(ds))
+	w.stats.EventsSkipped += uint64(skipped)
+	w.stats.LastEvent = time.Now()
+	index := w.st.index
+	w.mu.Unlock()
+
+	w.notify(Change{Kinds: kinds, Index: index})
+	return nil
+}
+
+// allocVersions fills in the job version of the batch's allocations of
+// managed jobs. Allocation events carry no job (Nomad strips it), so the
+// version is kept from the view's copy, except for new allocations and
+// scheduler writes: those take it from one job allocation list per job.
+// Only the Run goroutine writes w.st, so it reads w.st without the lock.
+func (w *Watcher) allocVersions(ctx context.Context, ds []decoded) error {
+	managed := func(k JobKey) bool {
+		for i := len(ds) - 1; i >= 0; i-- { // the batch's own job events come first
+			if ds[i].job != nil && ds[i].job.Key() == k {
+				return ds[i].job.Managed && !ds[i].deleted
+			}
+		}
+		j := w.st.jobs[k]
+		return j != nil && j.Managed
+	}
+	need := map[JobKey][]int{}
+	for i := range ds {
+		a := ds[i].alloc
+		if a == nil {
+			continue
+		}
+		k := jobKey(a.Namespace, a.JobID)
+		old := w.st.allocs[a.ID]
+		if old != nil && ds[i].evType != eventPlanResult {
+			ds[i].version = old.JobVersion
+			continue
+		}
+		if managed(k) {
+			need[k] = append(need[k], i)
+		}
+	}
+	for k, idx := range need {
+		q := &api.QueryOptions{Namespace: k.Namespace}
+		stubs, _, err := w.client.Jobs().Allocations(k.ID, true, q.WithContext(ctx))
+		if err != nil {
+			w.count(func(s *Stats) { s.APIErrors++ })
+			return fmt.Errorf("read allocation job versions of job %s: %w", k, err)
+		}
+		versions := make(map[string]uint64, len(stubs))
+		for _, s := range stubs {
+			versions[s.ID] = s.JobVersion
+		}
+		for _, i := range idx {
+			ds[i].version = versions[ds[i].alloc.ID] // 0 if collected already
+		}
+	}
+	return nil
+}
+
+// decode turns ev into the view's terms; ok is false for events to skip
+// (already listed, another namespace, another topic).
+func (w *Watcher) decode(ev *streamEvent, t tableIndex) (d decoded, ok bool, err error) {
+	d = decoded{index: ev.Index, topic: ev.Topic, evType: ev.Type}
+	var listed uint64
+	switch ev.Topic {
+	case api.TopicNode:
+		listed = t.nodes
+	case api.TopicJob:
+		listed = t.jobs
+	case api.TopicAllocation:
+		listed = t.allocs
+	case api.TopicEvaluation:
+		listed = t.evals
+	default:
+		return d, false, nil
+	}
+	if ev.Index <= listed {
+		return d, false, nil
+	}
+	p, err := ev.payload()
+	if err != nil {
+		return d, false, err
+	}
+	missing := func() (decoded, bool, error) {
+		return d, false, fmt.Errorf("%s event %s at index %d: no %s in the payload", ev.Topic, ev.Type, ev.Index, ev.Topic)
+	}
+	switch ev.Topic {
+	case api.TopicNode:
+		if p.Node == nil {
+			return missing()
+		}
+		d.node, d.deleted = convertNode(p.Node, w.cfg.RackMetaKey), ev.Type == eventNodeDeregistration
+		return d, true, nil
+	case api.TopicJob:
+		if p.Job == nil {
+			return missing()
+		}
+		d.job, d.deleted = convertJob(p.Job), p.Deleted
+		return d, w.watched(d.job.Namespace), nil
+	case api.TopicAllocation:
+		if p.Allocation == nil {
+			return missing()
+		}
+		d.alloc = p.Allocation
+		return d, w.watched(namespace(d.alloc.Namespace)), nil
+	default:
+		if p.Evaluation == nil {
+			return missing()
+		}
+		d.eval = p.Evaluation
+		return d, w.watched(namespace(d.eval.Namespace)), nil
+	}
+}
+
+// watched reports whether jobs of namespace ns are in the view.
+func (w *Watcher) watched(ns string) bool {
+	if w.cfg.allNamespaces() {
+		return true
+	}
+	for _, n := range w.cfg.Namespaces {
+		if n == ns {
+			return true
+		}
+	}
+	return false
+}
+
+// applyOne applies a decoded event under w.mu.
+func (w *Watcher) applyOne(d decoded) ChangeKind {
+	st := w.st
+	switch {
+	case d.node != nil:
+		old := st.nodes[d.node.ID]
+		if d.deleted {
+			delete(st.nodes, d.node.ID)
+			return nodeChange(old, nil)
+		}
+		if old != nil && old.ModifyIndex > d.node.ModifyIndex {
+			return 0
+		}
+		st.nodes[d.node.ID] = d.node
+		return nodeChange(old, d.node)
+
+	case d.job != nil:
+		k := d.job.Key()
+		old := st.jobs[k]
+		if d.deleted {
+			delete(st.jobs, k)
+			return jobChange(old, nil) | st.removeJobObjects(k)
+		}
+		if old != nil && old.ModifyIndex > d.job.ModifyIndex {
+			return 0
+		}
+		st.jobs[k] = d.job
+		kinds := jobChange(old, d.job)
+		switch {
+		case old != nil && old.Managed && !d.job.Managed:
+			kinds |= st.removeJobObjects(k)
+		case old != nil && !old.Managed && d.job.Managed:
+			// Its allocations and evaluations so far were not kept.
+			w.resync = true
+		}
+		return kinds
+
+	case d.alloc != nil:
+		j := st.jobs[jobKey(d.alloc.Namespace, d.alloc.JobID)]
+		old := st.allocs[d.alloc.ID]
+		if j == nil || !j.Managed {
+			delete(st.allocs, d.alloc.ID)
+			return allocChange(old, nil)
+		}
+		a := convertAlloc(allocStub(d.alloc, d.version), trainTask(j), w.cfg.TaskEvents)
+		if old != nil && old.ModifyIndex > a.ModifyIndex {
+			return 0
+		}
+		st.allocs[a.ID] = a
+		return allocChange(old, a)
+
+	case d.eval != nil:
+		j := st.jobs[jobKey(d.eval.Namespace, d.eval.JobID)]
+		old := st.evals[d.eval.ID]
+		if j == nil || !j.Managed || d.eval.Status != api.EvalStatusBlocked {
+			delete(st.evals, d.eval.ID)
+			return evalChange(old, nil)
+		}
+		e := convertEval(d.eval)
+		if old != nil && old.ModifyIndex > e.ModifyIndex {
+			return 0
+		}
+		st.evals[e.ID] = e
+		return evalChange(old, e)
+	}
+	return 0
+}

@@ -1,0 +1,215 @@
+package watch
+
+import (
+	"maps"
+	"reflect"
+	"strings"
+	"time"
+)
+
+// ChangeKind is a bit set of what changed in the view.
+type ChangeKind uint32
+
+const (
+	// NodeAdded: a node registered. NodeChanged: a node's status,
+	// eligibility, drain, meta, class, address or GPUs (their health
+	// included) changed. NodeRemoved: a node was garbage-collected.
+	NodeAdded ChangeKind = 1 << iota
+	NodeChanged
+	NodeRemoved
+	// JobArrived: a managed job appeared (or an existing job became
+	// managed). JobChanged: a managed job's spec (new version), stop flag
+	// or status changed. JobRemoved: a managed job was purged or stopped
+	// being managed.
+	JobArrived
+	JobChanged
+	JobRemoved
+	// AllocPlaced: a managed job got a new allocation. AllocChanged: one
+	// changed state (task events included) or was garbage-collected.
+	// AllocTerminal: one finished (complete, failed or lost).
+	AllocPlaced
+	AllocChanged
+	AllocTerminal
+	// EvalBlocked: a managed job has a new or updated blocked evaluation
+	// (Nomad cannot place it). EvalUnblocked: one left the blocked state.
+	EvalBlocked
+	EvalUnblocked
+	// Resynced: the view was replaced by a full re-list; the other bits
+	// of the same Change say what the re-list found different.
+	Resynced
+)
+
+var kindNames = []string{"node-added", "node-changed", "node-removed", "job-arrived", "job-changed", "job-removed",
+	"alloc-placed", "alloc-changed", "alloc-terminal", "eval-blocked", "eval-unblocked", "resynced"}
+
+func (k ChangeKind) String() string {
+	var parts []string
+	for i, name := range kindNames {
+		if k&(1<<i) != 0 {
+			parts = append(parts, name)
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "|")
+}
+
+// Change tells the sidecar that the view changed, and how. Read the view
+// itself with Watcher.Snapshot.
+type Change struct {
+	Kinds ChangeKind
+	// Index is the view's Nomad index after the change.
+	Index uint64
+}
+
+// Has reports whether any of kinds happened.
+func (c Change) Has(kinds ChangeKind) bool { return c.Kinds&kinds != 0 }
+
+func (c Change) merge(o Change) Change {
+	return Change{Kinds: c.Kinds | o.Kinds, Index: max(c.Index, o.Index)}
+}
+
+// tableIndex holds, per event topic, the Nomad index its last list
+// reflects: stream events at or below it are already in the view.
+type tableIndex struct {
+	nodes, jobs, allocs, evals uint64
+}
+
+func (t tableIndex) min() uint64 { return min(t.nodes, t.jobs, t.allocs, t.evals) }
+func (t tableIndex) max() uint64 { return max(t.nodes, t.jobs, t.allocs, t.evals) }
+
+// state is the live, mutable view. Its map values are never changed once
+// stored (an update stores a new value), so freezing it is a shallow copy
+// of the maps.
+type state struct {
+	index  uint64
+	tables tableIndex
+	synced time.Time
+	nodes  map[string]*Node
+	jobs   map[JobKey]*Job
+	allocs map[string]*Alloc
+	evals  map[string]*Eval
+}
+
+func newState() *state {
+	return &state{nodes: map[string]*Node{}, jobs: map[JobKey]*Job{}, allocs: map[string]*Alloc{}, evals: map[string]*Eval{}}
+}
+
+func (s *state) freeze() *Snapshot {
+	return &Snapshot{
+		Index: s.index, Synced: s.synced,
+		Nodes: maps.Clone(s.nodes), Jobs: maps.Clone(s.jobs), Allocs: maps.Clone(s.allocs), BlockedEvals: maps.Clone(s.evals),
+	}
+}
+
+// The *Change functions say what replacing was by now (either may be nil)
+// means to the sidecar. Both apply (one event) and a re-list (a whole
+// view) use them.
+
+func nodeChange(was, now *Node) ChangeKind {
+	switch {
+	case was == nil && now == nil:
+		return 0
+	case was == nil:
+		return NodeAdded
+	case now == nil:
+		return NodeRemoved
+	}
+	a, b := *was, *now
+	a.ModifyIndex, b.ModifyIndex = 0, 0
+	if reflect.DeepEqual(a, b) {
+		return 0
+	}
+	return NodeChanged
+}
+
+func jobChange(was, now *Job) ChangeKind {
+	wasManaged, isManaged := was != nil && was.Managed, now != nil && now.Managed
+	switch {
+	case !wasManaged && isManaged:
+		return JobArrived
+	case wasManaged && !isManaged:
+		return JobRemoved
+	case isManaged && (was.JobModifyIndex != now.JobModifyIndex || was.Stop != now.Stop || was.Status != now.Status):
+		return JobChanged
+	}
+	return 0
+}
+
+func allocChange(was, now *Alloc) ChangeKind {
+	switch {
+	case was == nil && now == nil:
+		return 0
+	case was == nil:
+		k := AllocPlaced
+		if now.Terminal() {
+			k |= AllocTerminal
+		}
+		return k
+	case now == nil:
+		return AllocChanged
+	case !was.Terminal() && now.Terminal():
+		return AllocTerminal | AllocChanged
+	}
+	a, b := *was, *now
+	a.ModifyIndex, b.ModifyIndex, a.ModifyTime, b.ModifyTime = 0, 0, time.Time{}, time.Time{}
+	if reflect.DeepEqual(a, b) {
+		return 0
+	}
+	return AllocChanged
+}
+
+func evalChange(was, now *Eval) ChangeKind {
+	switch {
+	case was == nil && now == nil:
+		return 0
+	case now == nil:
+		return EvalUnblocked
+	case was == nil || was.ModifyIndex != now.ModifyIndex:
+		return EvalBlocked
+	}
+	return 0
+}
+
+// diffStates says what replacing the view was by now changes.
+func diffStates(was, now *state) ChangeKind {
+	var k ChangeKind
+	k |= diffKinds(was.nodes, now.nodes, nodeChange)
+	k |= diffKinds(was.jobs, now.jobs, jobChange)
+	k |= diffKinds(was.allocs, now.allocs, allocChange)
+	k |= diffKinds(was.evals, now.evals, evalChange)
+	return k
+}
+
+func diffKinds[K comparable, V any](was, now map[K]*V, change func(a, b *V) ChangeKind) ChangeKind {
+	var k ChangeKind
+	for key, a := range was {
+		k |= change(a, now[key])
+	}
+	for key, b := range now {
+		if _, ok := was[key]; !ok {
+			k |= change(nil, b)
+		}
+	}
+	return k
+}
+
+// removeJobObjects drops a job's allocations and blocked evaluations (the
+// job was purged or is no longer managed).
+func (s *state) removeJobObjects(k JobKey) ChangeKind {
+	var ch ChangeKind
+	for id, a := range s.allocs {
+		if a.Job() == k {
+			delete(s.allocs, id)
+			ch |= AllocChanged
+		}
+	}
+	for id, e := range s.evals {
+		if e.Job() == k {
+			delete(s.evals, id)
+			ch |= EvalUnblocked
+		}
+	}
+	return ch
+}
