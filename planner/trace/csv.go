@@ -2,13 +2,10 @@ package trace
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,19 +23,25 @@ var Header = []string{"id", "model", "scale_factor", "total_steps", "weight", "a
 // IDs must be unique; slo_s is seconds after arrival, 0 = none. Jobs are
 // sorted stably by arrival.
 func Parse(r io.Reader) ([]planner.Job, error) {
+	jobs, _, err := parseCSV(r)
+	return jobs, err
+}
+
+// parseCSV is Parse that also returns the line of each job ID.
+func parseCSV(r io.Reader) ([]planner.Job, map[string]int, error) {
 	cr := csv.NewReader(r)
 	cr.Comment = '#'
 	cr.FieldsPerRecord = -1 // counted below, to name the columns in the error
 	head, err := cr.Read()
 	if err == io.EOF {
-		return nil, fmt.Errorf("trace: empty: want the header %q", strings.Join(Header, ","))
+		return nil, nil, fmt.Errorf("trace: empty: want the header %q", strings.Join(Header, ","))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("trace: %w", err)
+		return nil, nil, fmt.Errorf("trace: %w", err)
 	}
 	if !slices.Equal(trimAll(head), Header) {
 		line, _ := cr.FieldPos(0)
-		return nil, fmt.Errorf("trace line %d: header %q: want %q", line, strings.Join(head, ","), strings.Join(Header, ","))
+		return nil, nil, fmt.Errorf("trace line %d: header %q: want %q", line, strings.Join(head, ","), strings.Join(Header, ","))
 	}
 	var jobs []planner.Job
 	seen := map[string]int{}
@@ -48,24 +51,24 @@ func Parse(r io.Reader) ([]planner.Job, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("trace: %w", err)
+			return nil, nil, fmt.Errorf("trace: %w", err)
 		}
 		line, _ := cr.FieldPos(0)
 		j, err := parseRow(rec)
 		if err != nil {
-			return nil, fmt.Errorf("trace line %d: %w", line, err)
+			return nil, nil, fmt.Errorf("trace line %d: %w", line, err)
 		}
 		if first, dup := seen[j.ID]; dup {
-			return nil, fmt.Errorf("trace line %d: id %q already used on line %d: want unique job IDs", line, j.ID, first)
+			return nil, nil, fmt.Errorf("trace line %d: id %q already used on line %d: want unique job IDs", line, j.ID, first)
 		}
 		seen[j.ID] = line
 		jobs = append(jobs, j)
 	}
 	if len(jobs) == 0 {
-		return nil, errors.New("trace: no jobs after the header: want one job a row")
+		return nil, nil, errors.New("trace: no jobs after the header: want one job a row")
 	}
 	sortByArrival(jobs)
-	return jobs, nil
+	return jobs, seen, nil
 }
 
 func trimAll(ss []string) []string {
@@ -103,7 +106,7 @@ func parseRow(rec []string) (planner.Job, error) {
 	if j.Weight, err = positive("weight", rec[4]); err != nil {
 		return j, err
 	}
-	if j.Arrival, err = nonNegative("arrival_s", rec[5]); err != nil {
+	if j.Arrival, err = arrival("arrival_s", rec[5]); err != nil {
 		return j, err
 	}
 	if j.SLO, err = nonNegative("slo_s", rec[6]); err != nil {
@@ -123,6 +126,9 @@ func Write(w io.Writer, jobs []planner.Job) error {
 	for _, j := range jobs {
 		if err := j.Validate(); err != nil {
 			return fmt.Errorf("trace: write: %w", err)
+		}
+		if err := checkArrival(j.Arrival); err != nil {
+			return fmt.Errorf("trace: write job %s: arrival %v s: %w", j.ID, j.Arrival, err)
 		}
 		if strings.TrimSpace(j.ID) != j.ID || strings.TrimSpace(j.Model) != j.Model {
 			return fmt.Errorf("trace: write: job %q, model %q: leading or trailing spaces would not read back: trim them", j.ID, j.Model)
@@ -158,47 +164,4 @@ func Write(w io.Writer, jobs []planner.Job) error {
 		return fmt.Errorf("trace: write: %w", err)
 	}
 	return nil
-}
-
-// Load reads a trace file: ".trace" or ".tsv" is Gavel's format, ".csv"
-// hadar's; any other name is told apart by content (a first line starting
-// with "id," is hadar's, a tab-separated one Gavel's).
-func Load(path string) ([]planner.Job, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("load trace: %w", err)
-	}
-	var parse func(io.Reader) ([]planner.Job, error)
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".trace", ".tsv":
-		parse = ParseGavel
-	case ".csv":
-		parse = Parse
-	default:
-		first := firstLine(data)
-		switch {
-		case strings.HasPrefix(first, "id,"):
-			parse = Parse
-		case strings.Contains(first, "\t"):
-			parse = ParseGavel
-		default:
-			return nil, fmt.Errorf("load trace %s: cannot tell the format: want a .trace file (Gavel's tab-separated) or a .csv file with the header %q", path, strings.Join(Header, ","))
-		}
-	}
-	jobs, err := parse(bytes.NewReader(data))
-	if err != nil {
-		return nil, fmt.Errorf("load trace %s: %w", path, err)
-	}
-	return jobs, nil
-}
-
-// firstLine returns the first line that is neither blank nor a comment.
-func firstLine(data []byte) string {
-	for line := range strings.Lines(string(data)) {
-		t := strings.TrimSpace(line)
-		if t != "" && !strings.HasPrefix(t, "#") {
-			return t
-		}
-	}
-	return ""
 }

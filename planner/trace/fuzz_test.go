@@ -14,12 +14,13 @@ import (
 func FuzzParseGavel(f *testing.F) {
 	f.Add([]byte("ResNet-18 (batch size 16)\tpython3 main.py\tdir\t--num_steps\t1\t100\t2\t1\t-1.000000\t0\n"))
 	f.Add([]byte("a\tc\td\t-n\t0\t20\t2\t2\t-1\t7.5\r\n\nb\tc\td\t-n\t1\t1e3\t1\t1\t-1\t0\n"))
+	f.Add([]byte("A3C\tcd %s/rl && python3 main.py\t--max-steps\t0\t5000\t12.000000\t16\n\nLM (batch size 5)\tcmd\t--steps\t1\t7\t0.5\t1\r\n"))
 	f.Fuzz(func(t *testing.T, data []byte) { checkParsed(t, ParseGavel, data) })
 }
 
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("id,model,scale_factor,total_steps,weight,arrival_s,slo_s\njob-0,\"m, x\",2,100,1,0,0\n# c\njob-1,m,1,5.5,2,3,60\n"))
-	f.Add([]byte("id,model,scale_factor,total_steps,weight,arrival_s,slo_s\r\nj,m,1,1,1,1e9,0\r\n"))
+	f.Add([]byte("id,model,scale_factor,total_steps,weight,arrival_s,slo_s\r\nj,m,1,1,1,1e8,0\r\n"))
 	f.Fuzz(func(t *testing.T, data []byte) { checkParsed(t, Parse, data) })
 }
 

@@ -2,10 +2,14 @@ package trace
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -98,7 +102,7 @@ func TestParseGavelErrors(t *testing.T) {
 		f[col] = v
 		return strings.Join(f, "\t")
 	}
-	cases := []struct{ name, in, want string }{
+	cases := []errorCase{
 		{"columns", good + "\textra", "trace line 1: 11 tab-separated columns: want 10 (job_type, command"},
 		{"few columns", "m cmd dir", "trace line 1: 1 tab-separated columns: want 10"},
 		{"line number", good + "\n\n" + replace(6, "x"), `trace line 3: scale_factor "x": want a positive integer`},
@@ -119,14 +123,7 @@ func TestParseGavelErrors(t *testing.T) {
 		{"empty", "\n\n", "trace: no jobs"},
 		{"too long", strings.Repeat("x", maxLine+1), "trace line 1: longer than"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := ParseGavel(strings.NewReader(c.in))
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("error %v: want it to contain %q", err, c.want)
-			}
-		})
-	}
+	checkErrors(t, ParseGavel, cases)
 }
 
 func TestOwnRoundTrip(t *testing.T) {
@@ -139,8 +136,8 @@ func TestOwnRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	odd := []planner.Job{
-		{ID: "a,b", Model: `Model "quoted", with comma`, ScaleFactor: 3, TotalSteps: 1e-7, Weight: 0.1, Arrival: 1e9, SLO: 1.5},
-		{ID: "z", Model: "m", ScaleFactor: 1, TotalSteps: 123456789012345, Weight: 1, Arrival: 1e9 + 0.1},
+		{ID: "a,b", Model: `Model "quoted", with comma`, ScaleFactor: 3, TotalSteps: 1e-7, Weight: 0.1, Arrival: 1e8, SLO: 1.5},
+		{ID: "z", Model: "m", ScaleFactor: 1, TotalSteps: 123456789012345, Weight: 1, Arrival: MaxArrival},
 	}
 	for name, jobs := range map[string][]planner.Job{"gavel": gavel, "synth": synth, "odd": odd} {
 		t.Run(name, func(t *testing.T) {
@@ -161,7 +158,7 @@ func TestOwnRoundTrip(t *testing.T) {
 
 func TestParseErrors(t *testing.T) {
 	const head = "id,model,scale_factor,total_steps,weight,arrival_s,slo_s\n"
-	cases := []struct{ name, in, want string }{
+	cases := []errorCase{
 		{"empty", "", "trace: empty: want the header"},
 		{"header", "id,model,sf\n", `trace line 1: header "id,model,sf": want "id,model,scale_factor,total_steps,weight,arrival_s,slo_s"`},
 		{"no jobs", head, "no jobs after the header"},
@@ -177,14 +174,7 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate", head + "j,m,1,10,1,0,0\n# comment\nj,m,1,10,1,0,0\n", `trace line 4: id "j" already used on line 2`},
 		{"quote", head + "j,m\"x,1,10,1,0,0\n", "bare \" in non-quoted-field"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := Parse(strings.NewReader(c.in))
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("error %v: want it to contain %q", err, c.want)
-			}
-		})
-	}
+	checkErrors(t, Parse, cases)
 }
 
 func TestWriteRejectsInvalid(t *testing.T) {
@@ -433,5 +423,200 @@ func TestSynthesizeErrors(t *testing.T) {
 	// A zero-weight scale factor nothing runs at is fine: it is never drawn.
 	if _, err := Synthesize(SynthConfig{Jobs: 10, ScaleFactors: []int{1, 3}, ScaleFactorWeights: []float64{1, 0}}); err != nil {
 		t.Errorf("zero-weight unprofiled sf: %v", err)
+	}
+}
+
+func TestParseGavelLegacy(t *testing.T) {
+	cases := []struct {
+		file    string
+		jobs    int
+		sfs     map[int]int // scale factor -> jobs
+		first   planner.Job // the job of the file's first line
+		lastArr float64
+	}{
+		{"2869ce.trace", 533, map[int]int{1: 65, 2: 6, 4: 11, 8: 379, 16: 2, 32: 70},
+			planner.Job{ID: "job-0000", Model: "Transformer (batch size 128)", ScaleFactor: 4, TotalSteps: 5352613, Weight: 1}, 8141054},
+		{"23dbec.trace", 9, map[int]int{1: 2, 8: 7},
+			planner.Job{ID: "job-0000", Model: "Transformer (batch size 128)", ScaleFactor: 1, TotalSteps: 14612, Weight: 1}, 188011},
+		{"11cb48-lines-1350-1400.trace", 51, map[int]int{1: 26, 2: 1, 4: 5, 8: 3, 16: 8, 32: 8},
+			planner.Job{ID: "job-0000", Model: "ResNet-18 (batch size 256)", ScaleFactor: 1, TotalSteps: 53510, Weight: 1, Arrival: 6475459}, 6580142},
+	}
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			jobs, lines, err := LoadWithLines(filepath.Join("testdata", "gavel", "msr", c.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lines.Format != FormatGavelLegacy {
+				t.Errorf("format %q, want %q", lines.Format, FormatGavelLegacy)
+			}
+			if len(jobs) != c.jobs {
+				t.Fatalf("%d jobs, want %d", len(jobs), c.jobs)
+			}
+			sfs := map[int]int{}
+			for i, j := range jobs {
+				sfs[j.ScaleFactor]++
+				if j.Weight != 1 || j.SLO != 0 {
+					t.Errorf("%s: weight %v SLO %v, want 1 and none", j.ID, j.Weight, j.SLO)
+				}
+				if i > 0 && j.Arrival < jobs[i-1].Arrival {
+					t.Errorf("not sorted by arrival at %d", i)
+				}
+			}
+			if !reflect.DeepEqual(sfs, c.sfs) {
+				t.Errorf("scale factors %v, want %v", sfs, c.sfs)
+			}
+			first := jobs[slices.IndexFunc(jobs, func(j planner.Job) bool { return j.ID == "job-0000" })]
+			if first != c.first {
+				t.Errorf("first job %+v, want %+v", first, c.first)
+			}
+			if got := jobs[len(jobs)-1].Arrival; got != c.lastArr {
+				t.Errorf("last arrival %v, want %v", got, c.lastArr)
+			}
+			if lines.Line("job-0000") != 1 || lines.Line(jobs[len(jobs)-1].ID) < 1 {
+				t.Errorf("lines: job-0000 on %d, want 1", lines.Line("job-0000"))
+			}
+		})
+	}
+}
+
+func TestParseGavelLegacyErrors(t *testing.T) {
+	const good = "m\tcmd %s\t--steps\t1\t100\t0.000000\t4"
+	replace := func(col int, v string) string {
+		f := strings.Split(good, "\t")
+		f[col] = v
+		return strings.Join(f, "\t")
+	}
+	const tenCols = "m\tcmd\tdir\t-n\t1\t100\t1\t1\t-1\t0"
+	cases := []errorCase{
+		{"columns", good + "\tx\tx", "trace line 1: 9 tab-separated columns: want 10 (job_type, command, working_directory"},
+		{"names legacy", "a\tb", "or Gavel's legacy 7 (job_type, command, num_steps_arg, needs_data_dir, total_steps, arrival_time, scale_factor)"},
+		{"mixed", good + "\n\n" + tenCols, "trace line 3: 10 tab-separated columns: want 7 (job_type, command, num_steps_arg, needs_data_dir, total_steps, arrival_time, scale_factor) like the first job on line 1"},
+		{"mixed other way", tenCols + "\n" + good, "trace line 2: 7 tab-separated columns: want 10 (job_type"},
+		{"empty model", replace(0, ""), "trace line 1: job_type is empty"},
+		{"needs_data_dir", replace(3, "x"), `needs_data_dir "x": want 0 or 1`},
+		{"steps", replace(4, "-1"), `total_steps "-1": want a positive number`},
+		{"arrival", replace(5, "soon"), `arrival_time "soon": want a number of seconds >= 0`},
+		{"sf zero", replace(6, "0"), `trace line 1: scale_factor "0": want a positive integer`},
+		{"sf float", replace(6, "4.0"), `scale_factor "4.0": want a positive integer`},
+		{"arrival ms", good + "\n" + replace(5, "6475459000.000000"), `trace line 2: arrival_time "6475459000.000000": 205 years after the trace start, past the 5-year limit (trace.MaxArrival): if the column is in milliseconds, divide it by 1000`},
+	}
+	checkErrors(t, ParseGavel, cases)
+}
+
+func TestArrivalLimit(t *testing.T) {
+	cases := []struct {
+		arrival string
+		want    string // "" = accepted
+	}{
+		{"0", ""},
+		{"8141054", ""},   // 94 days: Gavel's longest per-VC trace is about this
+		{"157680000", ""}, // exactly MaxArrival
+		{"157680001", "5-year limit (trace.MaxArrival): if the column is in milliseconds, divide it by 1000"},
+		{"8141054000", "258 years after the trace start, past the 5-year limit (trace.MaxArrival): if the column is in milliseconds"},
+		{"1700000000", "53.9 years after the trace start, past the 5-year limit (trace.MaxArrival): it looks like a Unix timestamp: subtract the trace's first arrival"},
+		{"1700000000000", "it looks like a Unix timestamp in milliseconds: subtract the trace's first arrival and divide by 1000"},
+		{"8141054000000", "if the column is in microseconds, divide it by 1e6"},
+		{"1e300", "want seconds from the trace start"},
+	}
+	const head = "id,model,scale_factor,total_steps,weight,arrival_s,slo_s\n"
+	for _, c := range cases {
+		t.Run(c.arrival, func(t *testing.T) {
+			inputs := map[string]func() error{
+				"gavel": func() error {
+					_, err := ParseGavel(strings.NewReader("m\tc\td\t-n\t1\t100\t1\t1\t-1\t" + c.arrival + "\n"))
+					return err
+				},
+				"legacy": func() error {
+					_, err := ParseGavel(strings.NewReader("m\tc\t-n\t1\t100\t" + c.arrival + "\t1\n"))
+					return err
+				},
+				"csv": func() error {
+					_, err := Parse(strings.NewReader(head + "j,m,1,100,1," + c.arrival + ",0\n"))
+					return err
+				},
+			}
+			for name, parse := range inputs {
+				err := parse()
+				switch {
+				case c.want == "" && err != nil:
+					t.Errorf("%s: %v", name, err)
+				case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+					t.Errorf("%s: error %v: want it to contain %q", name, err, c.want)
+				case c.want != "" && !strings.Contains(err.Error(), "trace line "):
+					t.Errorf("%s: error %v: want it to name the line", name, err)
+				}
+			}
+			// Write refuses what Parse would.
+			v, _ := strconv.ParseFloat(c.arrival, 64)
+			err := Write(&bytes.Buffer{}, []planner.Job{{ID: "j", Model: "m", ScaleFactor: 1, TotalSteps: 1, Weight: 1, Arrival: v}})
+			if (err == nil) != (c.want == "") {
+				t.Errorf("Write: error %v, want one: %v", err, c.want != "")
+			}
+		})
+	}
+}
+
+func TestLoadWithLines(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cases := []struct {
+		name, path, format string
+		lines              map[string]int
+	}{
+		{"csv", write("a.csv", "# comment\nid,model,scale_factor,total_steps,weight,arrival_s,slo_s\nlate,m,1,10,1,50,0\n\n# c\n\"quoted, id\",m,1,10,1,0,0\nthird,m,2,10,1,0,0\n"),
+			FormatHadar, map[string]int{"late": 3, "quoted, id": 6, "third": 7}},
+		{"gavel", write("b.trace", "\nb\tc\td\t-n\t1\t10\t1\t1\t-1\t50\n\na\tc\td\t-n\t0\t20\t2\t2\t-1.0\t7.5\r\n"),
+			FormatGavel, map[string]int{"job-0000": 2, "job-0001": 4}},
+		{"legacy by content", write("c.jobs", "x\tc\t-n\t1\t10\t9\t1\ny\tc\t-n\t1\t10\t3\t16\n"),
+			FormatGavelLegacy, map[string]int{"job-0000": 1, "job-0001": 2}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			jobs, lines, err := LoadWithLines(c.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lines.Format != c.format || lines.Path != c.path {
+				t.Errorf("format %q path %q, want %q %q", lines.Format, lines.Path, c.format, c.path)
+			}
+			for _, j := range jobs {
+				want := c.lines[j.ID]
+				if got := lines.Line(j.ID); got != want {
+					t.Errorf("%s on line %d, want %d", j.ID, got, want)
+				}
+				if got, w := lines.Where(j.ID), fmt.Sprintf("%s:%d", c.path, want); got != w {
+					t.Errorf("Where(%s) = %q, want %q", j.ID, got, w)
+				}
+			}
+		})
+	}
+	var none *Lines
+	if got := none.Where("job-0003"); got != "job job-0003" {
+		t.Errorf("nil Lines: Where = %q, want %q", got, "job job-0003")
+	}
+	if got := (&Lines{}).Where("x"); got != "job x" {
+		t.Errorf("zero Lines: Where = %q, want %q", got, "job x")
+	}
+}
+
+// errorCase is an input a parser must refuse with an error containing want.
+type errorCase struct{ name, in, want string }
+
+func checkErrors(t *testing.T, parse func(io.Reader) ([]planner.Job, error), cases []errorCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := parse(strings.NewReader(c.in))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v: want it to contain %q", err, c.want)
+			}
+		})
 	}
 }
