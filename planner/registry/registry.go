@@ -100,6 +100,7 @@ func New(name string, o Options) (round.Scheduler, error) {
 		s.Placer = o.Placer
 	}
 	if o.GavelFidelity {
+		s.Gavel = true
 		s.ResetInterval = o.ResetInterval
 		if s.ResetInterval <= 0 {
 			s.ResetInterval = 1920

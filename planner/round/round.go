@@ -145,12 +145,29 @@ type PolicyScheduler struct {
 	Backfill bool
 	// Placer places the chosen jobs (nil: previous GPUs, else Pool.Pack).
 	Placer Placer
+	// Gavel chooses the jobs of each round as Gavel's simulator does
+	// (GavelChoice) instead of by the priority pairs of Assign: the
+	// round mechanism of the gavel fidelity.
+	Gavel bool
 
 	alloc     map[string][]float64
 	lastReset float64
 	jobSet    string
 	started   bool
 	types     []planner.GPUType
+	// book is Gavel's per-job accounting since the last allocation reset
+	// (used when Gavel is set).
+	book map[string]*gavelBook
+}
+
+// gavelBook is what Gavel's scheduler keeps per job and GPU type between
+// two allocation resets (scheduler.py, _reset_time_run_so_far).
+type gavelBook struct {
+	// AtReset is the job's received time on the type at the last reset.
+	AtReset map[planner.GPUType]float64 `json:"at_reset"`
+	// Deficit accumulates, at each reset, the time the allocation gave
+	// the job on the type minus the time it ran there.
+	Deficit map[planner.GPUType]float64 `json:"deficit"`
 }
 
 // Name implements Scheduler.
@@ -168,6 +185,9 @@ func (s *PolicyScheduler) Schedule(v *View) ([]planner.Placement, error) {
 		if err != nil {
 			return nil, fmt.Errorf("round at t=%.0fs: %w", v.Now, err)
 		}
+		if s.Gavel {
+			s.resetBook(v)
+		}
 		s.alloc = make(map[string][]float64, len(v.Jobs))
 		for i, j := range v.Jobs {
 			s.alloc[j.ID] = a.X[i]
@@ -176,14 +196,19 @@ func (s *PolicyScheduler) Schedule(v *View) ([]planner.Placement, error) {
 		s.types = slices.Clone(v.Types)
 	}
 	x := make([][]float64, len(v.Jobs))
+	inAlloc := make([]bool, len(v.Jobs))
 	for i, j := range v.Jobs {
 		if row, ok := s.alloc[j.ID]; ok {
-			x[i] = row
+			x[i], inAlloc[i] = row, true
 		} else {
 			x[i] = make([]float64, len(v.Types))
 		}
 	}
-	out := Assign(v, x, AssignOptions{Backfill: s.Backfill, Agnostic: isAgnostic(s.Policy), Placer: s.Placer})
+	opt := AssignOptions{Backfill: s.Backfill, Agnostic: isAgnostic(s.Policy), Placer: s.Placer}
+	if s.Gavel {
+		opt.Gavel = s.gavelChoice(v, inAlloc)
+	}
+	out := Assign(v, x, opt)
 	if v.Reasons != nil {
 		explainShares(v, x, out)
 	}
@@ -212,6 +237,37 @@ type AssignOptions struct {
 	// (jobs it delays or evicts) are offered once more to jobs the
 	// allocation did not choose.
 	Placer Placer
+	// Gavel, when set, replaces the choice pass by Gavel's (GavelChoice).
+	Gavel *GavelChoice
+}
+
+// GavelChoice is the choice pass of Gavel's simulator
+// (scheduler.py: _update_priorities, _schedule_jobs_on_workers_helper and
+// the placement loop of _schedule_jobs_on_workers), which the gavel
+// fidelity reproduces:
+//
+//   - types are filled one after the other (Gavel: v100, p100, k80; here
+//     in Order), each job on at most one type;
+//   - on a type, jobs are taken in decreasing priority x / (Round/2 +
+//     time run on the type since the last allocation reset), ties broken
+//     by larger deficit, then larger share, then arrival; the Round/2 is
+//     the half round Gavel credits every job at each reset;
+//   - a job with no share on the type (priority 0) still takes GPUs left
+//     over once the jobs with a share are placed: Gavel's mechanism is
+//     work-conserving for the jobs its allocation knows;
+//   - a job that arrived after the last reset is not in the allocation: it
+//     is counted against the type's GPUs like the others (priority 0) but
+//     never placed, so its GPUs stay idle for the round, as in Gavel;
+//   - SkipZero (Gavel's FIFO) never takes a job of priority 0.
+type GavelChoice struct {
+	// Order lists type indices of the view in the order they are filled.
+	Order []int
+	// Since[i][j] is the time job i ran on type j since the last reset;
+	// Deficit[i][j] Gavel's deficit; InAlloc[i] whether the allocation
+	// knows job i.
+	Since, Deficit [][]float64
+	InAlloc        []bool
+	SkipZero       bool
 }
 
 // Assign turns time fractions x (one row per v.Jobs) into placements in
@@ -230,6 +286,23 @@ func Assign(v *View, x [][]float64, opt AssignOptions) []planner.Placement {
 	for j, t := range v.Types {
 		free[j] = v.Pool.FreeOfType(t)
 	}
+	rank := make([]int, len(v.Jobs)) // order in which jobs were chosen
+	next := 0
+	if opt.Gavel != nil {
+		gavelChoose(v, x, opt.Gavel, choice, free, rank)
+	} else {
+		next = chooseByPriority(v, x, choice, free, rank)
+	}
+	if opt.Backfill {
+		backfill(v, choice, free, rank, &next, opt.Agnostic)
+	}
+	return place(v, opt, choice, free, rank, next, out)
+}
+
+// chooseByPriority is Assign's choice pass: (job, type) pairs in decreasing
+// priority x_ij / (received_ij / age_i), a job on at most one type, while
+// the type has GPUs left. It returns how many jobs it chose.
+func chooseByPriority(v *View, x [][]float64, choice, free, rank []int) int {
 	type pair struct {
 		i, j int
 		prio float64
@@ -263,7 +336,6 @@ func Assign(v *View, x [][]float64, opt AssignOptions) []planner.Placement {
 		}
 		return cmp.Or(cmp.Compare(pa.i, pb.i), cmp.Compare(pa.j, pb.j))
 	})
-	rank := make([]int, len(v.Jobs)) // order in which jobs were chosen
 	next := 0
 	for _, p := range pairs {
 		sf := v.Jobs[p.i].ScaleFactor
@@ -273,9 +345,12 @@ func Assign(v *View, x [][]float64, opt AssignOptions) []planner.Placement {
 		choice[p.i], free[p.j] = p.j, free[p.j]-sf
 		rank[p.i], next = next, next+1
 	}
-	if opt.Backfill {
-		backfill(v, choice, free, rank, &next, opt.Agnostic)
-	}
+	return next
+}
+
+// place puts the chosen jobs on GPUs, per type: through opt.Placer, or by
+// lease extension and Pool.Pack.
+func place(v *View, opt AssignOptions, choice, free, rank []int, next int, out []planner.Placement) []planner.Placement {
 	if opt.Placer != nil {
 		placeWith(v, opt.Placer, choice, rank, out)
 		if opt.Backfill {
@@ -428,4 +503,113 @@ func keep(pool *Pool, jb *JobView, t planner.GPUType) (planner.Unit, bool) {
 	}
 	pool.Take(prev[0])
 	return prev[0], true
+}
+
+// gavelChoose is the choice pass of GavelChoice.
+func gavelChoose(v *View, x [][]float64, g *GavelChoice, choice, free, rank []int) {
+	type entry struct {
+		i             int
+		prio, deficit float64
+	}
+	for i := range choice {
+		choice[i] = -1
+	}
+	chosen := make([]bool, len(v.Jobs))
+	next := 0
+	half := v.Round / 2
+	for _, j := range g.Order {
+		var entries []entry
+		for i, jb := range v.Jobs {
+			if v.MidRound && jb.Running || jb.Throughput[j] <= 0 {
+				continue
+			}
+			e := entry{i: i, deficit: g.Deficit[i][j]}
+			if g.InAlloc[i] && x[i][j] > 0 {
+				e.prio = x[i][j] / (half + g.Since[i][j])
+			}
+			entries = append(entries, e)
+		}
+		slices.SortStableFunc(entries, func(a, b entry) int {
+			return cmp.Or(cmp.Compare(b.prio, a.prio), cmp.Compare(b.deficit, a.deficit), cmp.Compare(x[b.i][j], x[a.i][j]))
+		})
+		for _, e := range entries {
+			sf := v.Jobs[e.i].ScaleFactor
+			if free[j] == 0 {
+				break
+			}
+			if chosen[e.i] || g.SkipZero && e.prio <= 0 || sf > free[j] {
+				continue
+			}
+			chosen[e.i], free[j] = true, free[j]-sf
+			if g.InAlloc[e.i] {
+				choice[e.i], rank[e.i], next = j, next, next+1
+			}
+		}
+	}
+}
+
+// resetBook is Gavel's _reset_time_run_so_far, at an allocation reset
+// (before the new allocation replaces the old one): every active job's
+// deficit on each type grows by the time the old allocation gave it there
+// minus the time it ran there since the last reset, and the time run since
+// the reset starts again from zero.
+func (s *PolicyScheduler) resetBook(v *View) {
+	elapsed := 0.0
+	if s.started {
+		elapsed = v.Now - s.lastReset
+	}
+	book := make(map[string]*gavelBook, len(v.Jobs))
+	for _, jb := range v.Jobs {
+		b := s.book[jb.ID]
+		if b == nil {
+			b = &gavelBook{AtReset: map[planner.GPUType]float64{}, Deficit: map[planner.GPUType]float64{}}
+		}
+		old := s.alloc[jb.ID]
+		for j, t := range v.Types {
+			share := 0.0
+			if k := slices.Index(s.types, t); k >= 0 && k < len(old) {
+				share = old[k]
+			}
+			if d := share*elapsed - (jb.Received[j] - b.AtReset[t]); d != 0 {
+				b.Deficit[t] += d
+			}
+			b.AtReset[t] = jb.Received[j]
+		}
+		book[jb.ID] = b
+	}
+	s.book = book
+}
+
+// gavelChoice builds the GavelChoice of v from the book: types are filled
+// fastest first (Gavel's fixed v100, p100, k80), the speed of a type being
+// the mean over the active jobs of their throughput there relative to
+// their best type.
+func (s *PolicyScheduler) gavelChoice(v *View, inAlloc []bool) *GavelChoice {
+	g := &GavelChoice{InAlloc: inAlloc, Since: make([][]float64, len(v.Jobs)), Deficit: make([][]float64, len(v.Jobs))}
+	_, g.SkipZero = s.Policy.(policy.FIFO)
+	speed := make([]float64, len(v.Types))
+	for i, jb := range v.Jobs {
+		best := 0.0
+		for _, tp := range jb.Throughput {
+			best = math.Max(best, tp)
+		}
+		g.Since[i] = make([]float64, len(v.Types))
+		g.Deficit[i] = make([]float64, len(v.Types))
+		b := s.book[jb.ID]
+		for j, t := range v.Types {
+			if best > 0 {
+				speed[j] += jb.Throughput[j] / best
+			}
+			if b != nil {
+				g.Since[i][j] = jb.Received[j] - b.AtReset[t]
+				g.Deficit[i][j] = b.Deficit[t]
+			}
+		}
+	}
+	g.Order = make([]int, len(v.Types))
+	for j := range g.Order {
+		g.Order[j] = j
+	}
+	slices.SortStableFunc(g.Order, func(a, b int) int { return cmp.Compare(speed[b], speed[a]) })
+	return g
 }

@@ -22,11 +22,13 @@ type policyState struct {
 	Started bool              `json:"started"`
 	Types   []planner.GPUType `json:"types"`
 	Placer  json.RawMessage   `json:"placer,omitempty"`
+	// Book is Gavel's per-job accounting (PolicyScheduler.Gavel).
+	Book map[string]*gavelBook `json:"book,omitempty"`
 }
 
 // SaveState implements Stateful.
 func (s *PolicyScheduler) SaveState() ([]byte, error) {
-	st := policyState{Policy: s.Name(), Alloc: s.alloc, LastReset: s.lastReset, JobSet: []byte(s.jobSet), Started: s.started, Types: s.types}
+	st := policyState{Policy: s.Name(), Alloc: s.alloc, LastReset: s.lastReset, JobSet: []byte(s.jobSet), Started: s.started, Types: s.types, Book: s.book}
 	if p, ok := s.Placer.(Stateful); ok {
 		b, err := p.SaveState()
 		if err != nil {
@@ -56,6 +58,18 @@ func (s *PolicyScheduler) LoadState(data []byte) error {
 			}
 		}
 	}
+	for id, b := range st.Book {
+		if b == nil || b.AtReset == nil || b.Deficit == nil {
+			return fmt.Errorf("%s state: job %s has no Gavel accounting", s.Name(), id)
+		}
+		for _, m := range []map[planner.GPUType]float64{b.AtReset, b.Deficit} {
+			for t, x := range m {
+				if math.IsNaN(x) || math.IsInf(x, 0) {
+					return fmt.Errorf("%s state: job %s has a non-finite Gavel figure %v on %s", s.Name(), id, x, t)
+				}
+			}
+		}
+	}
 	p, stateful := s.Placer.(Stateful)
 	switch {
 	case st.Placer != nil && !stateful:
@@ -69,6 +83,7 @@ func (s *PolicyScheduler) LoadState(data []byte) error {
 		}
 	}
 	s.alloc, s.lastReset, s.jobSet, s.started, s.types = st.Alloc, st.LastReset, string(st.JobSet), st.Started, st.Types
+	s.book = st.Book
 	return nil
 }
 
