@@ -208,6 +208,8 @@ const maxCheckErrors = 10
 // every type is known to the profile, and every job's (model, sf) is
 // profiled and runnable (positive consolidated throughput) on at least one of
 // types. It lists up to 10 problems, each naming the job, the key and a fix.
+// Resolve does the same check per (model, scale factor) pair, names trace
+// lines, and can skip or extrapolate jobs the profile lacks.
 func (p *Profile) Check(jobs []planner.Job, types []planner.GPUType) error {
 	if len(types) == 0 {
 		return errors.New("profile check: no GPU types given: want the cluster's types, e.g. v100,p100,k80")

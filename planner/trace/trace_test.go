@@ -2,6 +2,7 @@ package trace
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -618,5 +619,65 @@ func checkErrors(t *testing.T, parse func(io.Reader) ([]planner.Job, error), cas
 				t.Fatalf("error %v: want it to contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+// TestPhillyTraceAgainstProfile runs a real Philly-derived trace, with jobs
+// of up to 32 GPUs, through profile.Resolve in each mode: errors name the
+// trace's lines, skipping keeps exactly the profiled jobs, and extrapolating
+// keeps all of them with a profile that covers them.
+func TestPhillyTraceAgainstProfile(t *testing.T) {
+	path := filepath.Join("testdata", "gavel", "msr", "2869ce.trace")
+	jobs, lines, err := LoadWithLines(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := profile.Default()
+	types := []planner.GPUType{"v100", "p100", "k80"}
+	profiled, pairs := 0, map[[2]any]bool{}
+	for _, j := range jobs {
+		if slices.Contains(p.ScaleFactors(j.Model), j.ScaleFactor) {
+			profiled++
+		} else {
+			pairs[[2]any{j.Model, j.ScaleFactor}] = true
+		}
+	}
+	if profiled == len(jobs) || profiled == 0 {
+		t.Fatalf("%d of %d jobs profiled: the trace no longer tests unprofiled jobs", profiled, len(jobs))
+	}
+
+	_, err = p.Resolve(jobs, types, profile.Refuse, lines.Where)
+	var ue *profile.UnprofiledError
+	if !errors.As(err, &ue) || len(ue.Pairs) != len(pairs) {
+		t.Fatalf("refuse: error %v: want an *UnprofiledError naming all %d pairs", err, len(pairs))
+	}
+	msg := err.Error()
+	if n := strings.Count(msg, "first at "+path+":"); n != len(pairs) {
+		t.Errorf("refuse: %d pairs named with a trace line, want %d:\n%s", n, len(pairs), msg)
+	}
+	if !strings.Contains(msg, `("ResNet-50 (batch size 64)", 32): `) {
+		t.Errorf("refuse: want the 32-GPU ResNet-50 jobs named:\n%s", msg)
+	}
+
+	r, err := p.Resolve(jobs, types, profile.Skip, lines.Where)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Jobs) != profiled || r.Skipped() != len(jobs)-profiled {
+		t.Errorf("skip: kept %d, skipped %d; want %d and %d", len(r.Jobs), r.Skipped(), profiled, len(jobs)-profiled)
+	}
+
+	r, err = p.Resolve(jobs, types, profile.Extrapolate, lines.Where)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Jobs) != len(jobs) || len(r.Unprofiled) != len(pairs) {
+		t.Errorf("extrapolate: %d jobs and %d pairs, want %d and %d", len(r.Jobs), len(r.Unprofiled), len(jobs), len(pairs))
+	}
+	if err := r.Profile.Check(r.Jobs, types); err != nil {
+		t.Errorf("extrapolate: the resolved profile does not cover the trace: %v", err)
+	}
+	if !strings.Contains(r.Report(), path+":") {
+		t.Errorf("extrapolate: report does not name trace lines:\n%s", r.Report())
 	}
 }
