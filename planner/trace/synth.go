@@ -70,9 +70,17 @@ type SynthConfig struct {
 	// is the same distribution). nil means every model of the profile.
 	Models []string
 	// ScaleFactors and their relative weights; nil means Gavel's 1/2/4/8 at
-	// 70/10/15/5 %.
+	// 70/10/15/5 % (GavelSizes; PhillySizes and ParseSizeMix give others).
 	ScaleFactors       []int
 	ScaleFactorWeights []float64
+	// Extrapolate: a model the profile holds at two or more scale factors
+	// (so with evidence of how it scales) is also drawn at the sizes of the
+	// mix it lacks, its throughput extrapolated by profile.(*Profile).Extend
+	// (docs/formats.md). Models profiled at one size only stay there, as
+	// in Gavel's generator, so the draws at profiled sizes do not change.
+	// Without it a size no model is profiled at is an error. Run the jobs
+	// with profile.Resolve in Extrapolate mode: it derives the same figures.
+	Extrapolate bool
 	// Durations: nil means GavelDurations().
 	Durations *DurationDist
 	// HighPriorityFraction of the jobs get weight HighPriorityWeight, the
@@ -140,6 +148,10 @@ func Synthesize(cfg SynthConfig) ([]planner.Job, error) {
 		}
 		jobs[i] = j
 	}
+	if last := jobs[len(jobs)-1].Arrival; checkArrival(last) != nil {
+		return nil, fmt.Errorf("synthesize: %d jobs at %v per hour arrive over %s, past trace.MaxArrival (%.0f years): raise RatePerHour or draw fewer jobs",
+			cfg.Jobs, cfg.RatePerHour, span(last), MaxArrival/year)
+	}
 	return jobs, nil
 }
 
@@ -148,6 +160,7 @@ type synth struct {
 	profile      *profile.Profile
 	reference    planner.GPUType
 	scaleFactors []int
+	weights      []float64
 	cumWeights   []float64
 	candidates   map[int][]string // runnable models per scale factor
 	durations    DurationDist
@@ -212,6 +225,7 @@ func newSynth(cfg SynthConfig) (*synth, error) {
 	if !(total > 0) || math.IsInf(total, 0) {
 		return nil, fmt.Errorf("SynthConfig.ScaleFactorWeights %v: want a finite positive sum", weights)
 	}
+	s.weights = weights
 
 	models := cfg.Models
 	if models == nil {
@@ -225,6 +239,20 @@ func newSynth(cfg SynthConfig) (*synth, error) {
 			return nil, fmt.Errorf("SynthConfig.Models: %q is not in the profile: want one of %q", m, s.profile.Models())
 		}
 	}
+	if cfg.Extrapolate {
+		var pairs []profile.Pair
+		for i, sf := range s.scaleFactors {
+			for _, m := range models {
+				if weights[i] > 0 && len(s.profile.ScaleFactors(m)) > 1 {
+					pairs = append(pairs, profile.Pair{Model: m, ScaleFactor: sf})
+				}
+			}
+		}
+		var err error
+		if s.profile, _, err = s.profile.Extend(pairs); err != nil {
+			return nil, fmt.Errorf("SynthConfig.Extrapolate: %w", err)
+		}
+	}
 	s.candidates = map[int][]string{}
 	for i, sf := range s.scaleFactors {
 		for _, m := range models {
@@ -233,8 +261,12 @@ func newSynth(cfg SynthConfig) (*synth, error) {
 			}
 		}
 		if weights[i] > 0 && len(s.candidates[sf]) == 0 {
-			return nil, fmt.Errorf("no model of %q runs on the reference %s at scale factor %d: drop %d from ScaleFactors, give it weight 0, or add a model profiled there",
-				models, s.reference, sf, sf)
+			hint := ", or set Extrapolate to extrapolate the profile there (hadar sim --unprofiled extrapolate)"
+			if cfg.Extrapolate {
+				hint = ""
+			}
+			return nil, fmt.Errorf("no model of %q runs on the reference %s at scale factor %d: drop %d from ScaleFactors, give it weight 0, or add a model profiled there%s",
+				models, s.reference, sf, sf, hint)
 		}
 	}
 	return s, nil

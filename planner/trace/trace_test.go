@@ -681,3 +681,170 @@ func TestPhillyTraceAgainstProfile(t *testing.T) {
 		t.Errorf("extrapolate: report does not name trace lines:\n%s", r.Report())
 	}
 }
+
+func TestParseSizeMix(t *testing.T) {
+	cases := []struct {
+		in   string
+		want SizeMix
+		err  string
+	}{
+		{"gavel", GavelSizes(), ""},
+		{"", GavelSizes(), ""},
+		{" Philly ", PhillySizes(), ""},
+		{"1=70, 2=10,4=15,8=5", SizeMix{[]int{1, 2, 4, 8}, []float64{70, 10, 15, 5}}, ""},
+		{"16=1,32=0.5", SizeMix{[]int{16, 32}, []float64{1, 0.5}}, ""},
+		{"alibaba", SizeMix{}, `size mix "alibaba": entry "alibaba": want gavel, philly, or SCALE_FACTOR=WEIGHT`},
+		{"0=1", SizeMix{}, `entry "0=1"`},
+		{"1.5=1", SizeMix{}, `entry "1.5=1"`},
+		{"1=-1", SizeMix{}, `weight "-1" of scale factor 1: want a number >= 0`},
+		{"1=NaN", SizeMix{}, `weight "NaN"`},
+		{"1=1,1=2", SizeMix{}, "scale factor 1 given twice"},
+	}
+	for _, c := range cases {
+		got, err := ParseSizeMix(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("ParseSizeMix(%q): error %v, want %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("ParseSizeMix(%q) = %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+}
+
+func TestSynthesizePhilly(t *testing.T) {
+	const n = 20000
+	mix := PhillySizes()
+	cfg := SynthConfig{Jobs: n, RatePerHour: 2, Seed: 3, ScaleFactors: mix.ScaleFactors, ScaleFactorWeights: mix.Weights}
+	if _, err := Synthesize(cfg); err == nil || !strings.Contains(err.Error(), "at scale factor 16") || !strings.Contains(err.Error(), "set Extrapolate") {
+		t.Fatalf("without Extrapolate: error %v, want one naming scale factor 16 and Extrapolate", err)
+	}
+	cfg.Extrapolate = true
+	jobs, err := Synthesize(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The jobs run with the profile Resolve extrapolates, and their steps
+	// are durations from Gavel's distribution on that profile's v100
+	// figures: Synthesize and Resolve extrapolate alike.
+	r, err := profile.Default().Resolve(jobs, []planner.GPUType{"v100", "p100", "k80"}, profile.Extrapolate, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[int]int{}
+	models := map[int]map[string]bool{}
+	for _, j := range jobs {
+		count[j.ScaleFactor]++
+		if models[j.ScaleFactor] == nil {
+			models[j.ScaleFactor] = map[string]bool{}
+		}
+		models[j.ScaleFactor][j.Model] = true
+		thr, err := r.Profile.Throughput(j.Model, j.ScaleFactor, "v100", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := j.TotalSteps / thr; d < 60*math.Pow(10, 1.5)*0.99 || d > 60*1e4*1.01 {
+			t.Fatalf("%s (%q, %d): duration %v s on the resolved profile, outside Gavel's range", j.ID, j.Model, j.ScaleFactor, d)
+		}
+	}
+	total := 0.0
+	for _, w := range mix.Weights {
+		total += w
+	}
+	for i, sf := range mix.ScaleFactors {
+		want := mix.Weights[i] / total
+		if got := float64(count[sf]) / n; math.Abs(got-want) > 0.01+0.1*want {
+			t.Errorf("scale factor %d: fraction %.4f, want %.4f", sf, got, want)
+		}
+	}
+	// The 19 models Gavel profiles up to 8 GPUs are drawn at 16 and 32; the
+	// 7 it profiles on one GPU only stay there.
+	for sf, ms := range models {
+		if want := map[bool]int{true: 26, false: 19}[sf == 1]; len(ms) != want {
+			t.Errorf("%d models drawn at %d GPUs, want %d", len(ms), sf, want)
+		}
+	}
+	// With the Gavel mix, Extrapolate changes nothing: every size is profiled.
+	plain, err := Synthesize(SynthConfig{Jobs: 2000, RatePerHour: 2, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, err := Synthesize(SynthConfig{Jobs: 2000, RatePerHour: 2, Seed: 3, Extrapolate: true})
+	if err != nil || !reflect.DeepEqual(plain, extra) {
+		t.Errorf("Gavel mix with Extrapolate differs from without (%v)", err)
+	}
+}
+
+func TestRateForLoad(t *testing.T) {
+	gavel := SynthConfig{Jobs: 1}
+	v100 := func(n int) planner.Cluster {
+		c, err := planner.ParseClusterSpec(fmt.Sprintf("v100=%d", n), 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// On a V100-only cluster with the V100 reference the load is exact:
+	// check it against the offered work of a long synthesized stream.
+	rate, err := RateForLoad(gavel, v100(64), 0.9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40000
+	jobs, err := Synthesize(SynthConfig{Jobs: n, RatePerHour: rate, Seed: 11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := 0.0
+	for _, j := range jobs {
+		thr, _ := profile.Default().Throughput(j.Model, j.ScaleFactor, "v100", false)
+		work += j.TotalSteps / thr * float64(j.ScaleFactor)
+	}
+	if got := work / (jobs[n-1].Arrival * 64); math.Abs(got-0.9) > 0.05 {
+		t.Errorf("offered load %.3f at %.3f jobs/h, want 0.9 within 0.05", got, rate)
+	}
+	// Linear in the load and in the cluster.
+	if r2, _ := RateForLoad(gavel, v100(128), 0.45); math.Abs(r2-rate) > 1e-9*rate {
+		t.Errorf("twice the GPUs at half the load: %v, want %v", r2, rate)
+	}
+	// Slower types count for less than a V100, and for something.
+	mixed, err := planner.ParseClusterSpec("v100=64,k80=64", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := RateForLoad(gavel, mixed, 0.9); err != nil || r <= rate*1.05 || r >= rate*1.6 {
+		t.Errorf("64 V100 + 64 K80: %v jobs/h (%v), want between 1.05 and 1.6 times the %v of 64 V100s", r, err, rate)
+	}
+	// The Philly mix asks for more GPU time per job: a lower rate.
+	mix := PhillySizes()
+	philly := SynthConfig{Jobs: 1, ScaleFactors: mix.ScaleFactors, ScaleFactorWeights: mix.Weights, Extrapolate: true}
+	if r, err := RateForLoad(philly, v100(64), 0.9); err != nil || r >= rate*0.8 {
+		t.Errorf("Philly mix: %v jobs/h (%v), want well below Gavel's %v", r, err, rate)
+	}
+	a100, _ := planner.ParseClusterSpec("a100=8", 8)
+	for _, c := range []struct {
+		cfg     SynthConfig
+		cluster planner.Cluster
+		load    float64
+		want    string
+	}{
+		{gavel, v100(8), 0, "load 0: want a positive number"},
+		{gavel, v100(8), math.Inf(1), "load +Inf"},
+		{gavel, planner.Cluster{}, 1, "the cluster has no GPUs"},
+		{gavel, a100, 1, `cluster type "a100" is not in the profile`},
+		{SynthConfig{Jobs: 1, ScaleFactors: []int{16}, ScaleFactorWeights: []float64{1}}, v100(8), 1, "at scale factor 16"},
+	} {
+		if _, err := RateForLoad(c.cfg, c.cluster, c.load); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("error %v, want %q", err, c.want)
+		}
+	}
+}
+
+func TestSynthesizeArrivalLimit(t *testing.T) {
+	_, err := Synthesize(SynthConfig{Jobs: 1000, RatePerHour: 0.01, Seed: 1})
+	if err == nil || !strings.Contains(err.Error(), "1000 jobs at 0.01 per hour arrive over") || !strings.Contains(err.Error(), "raise RatePerHour or draw fewer jobs") {
+		t.Errorf("error %v: want the arrival limit named with the fix", err)
+	}
+}
