@@ -157,33 +157,20 @@ func (w *Watcher) decode(ev *streamEvent, t tableIndex) (d decoded, ok bool, err
 			return missing()
 		}
 		d.job, d.deleted = convertJob(p.Job), p.Deleted
-		return d, w.watched(d.job.Namespace), nil
+		return d, w.cfg.watches(d.job.Namespace), nil
 	case api.TopicAllocation:
 		if p.Allocation == nil {
 			return missing()
 		}
 		d.alloc = p.Allocation
-		return d, w.watched(namespace(d.alloc.Namespace)), nil
+		return d, w.cfg.watches(namespace(d.alloc.Namespace)), nil
 	default:
 		if p.Evaluation == nil {
 			return missing()
 		}
 		d.eval = p.Evaluation
-		return d, w.watched(namespace(d.eval.Namespace)), nil
+		return d, w.cfg.watches(namespace(d.eval.Namespace)), nil
 	}
-}
-
-// watched reports whether jobs of namespace ns are in the view.
-func (w *Watcher) watched(ns string) bool {
-	if w.cfg.allNamespaces() {
-		return true
-	}
-	for _, n := range w.cfg.Namespaces {
-		if n == ns {
-			return true
-		}
-	}
-	return false
 }
 
 // applyOne applies a decoded event under w.mu.

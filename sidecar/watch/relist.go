@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -90,37 +91,34 @@ func (l lister) fail(err error, format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, err)...)
 }
 
-// list reads evaluations and allocations before jobs, so every managed
+// list reads allocations and evaluations before jobs, so every managed
 // job an allocation or evaluation belongs to is in the job list (or was
 // purged in between), and jobs registered after the job list only have
-// allocations the event stream will deliver. prev, when not nil, lends
-// objects whose modify index is unchanged.
+// allocations the event stream will deliver. Allocations come first: the
+// busiest table (clients update it all the time) gives the event stream
+// the latest start (see tableIndex). prev, when not nil, lends objects
+// whose modify index is unchanged.
 func (l lister) list(ctx context.Context, prev *state) (*state, error) {
 	st := newState()
-	var evals []*api.Evaluation
-	var allocs []*api.AllocationListStub
-	var stubs []*api.JobListStub
-	for _, ns := range l.cfg.Namespaces {
-		es, meta, err := l.client.Evaluations().List(l.query(ctx, ns, map[string]string{}, `Status == "blocked"`))
-		if err != nil {
-			return nil, l.fail(err, "list blocked evaluations (namespace %q)", ns)
-		}
-		evals, st.tables.evals = append(evals, es...), max(st.tables.evals, meta.LastIndex)
+	// One read per table: the index argument above holds only for a single
+	// read, so several namespaces are read as "*" and filtered here.
+	ns := l.cfg.listNamespace()
+	allocs, meta, err := l.client.Allocations().List(l.query(ctx, ns, map[string]string{"task_states": "true"}, ""))
+	if err != nil {
+		return nil, l.fail(err, "list allocations (namespace %q)", ns)
 	}
-	for _, ns := range l.cfg.Namespaces {
-		as, meta, err := l.client.Allocations().List(l.query(ctx, ns, map[string]string{"task_states": "true"}, ""))
-		if err != nil {
-			return nil, l.fail(err, "list allocations (namespace %q)", ns)
-		}
-		allocs, st.tables.allocs = append(allocs, as...), max(st.tables.allocs, meta.LastIndex)
+	st.tables.allocs = meta.LastIndex
+	evals, meta, err := l.client.Evaluations().List(l.query(ctx, ns, map[string]string{}, `Status == "blocked"`))
+	if err != nil {
+		return nil, l.fail(err, "list blocked evaluations (namespace %q)", ns)
 	}
-	for _, ns := range l.cfg.Namespaces {
-		js, meta, err := l.client.Jobs().List(l.query(ctx, ns, map[string]string{"meta": "true"}, ""))
-		if err != nil {
-			return nil, l.fail(err, "list jobs (namespace %q)", ns)
-		}
-		stubs, st.tables.jobs = append(stubs, js...), max(st.tables.jobs, meta.LastIndex)
+	st.tables.evals = meta.LastIndex
+	stubs, meta, err := l.client.Jobs().List(l.query(ctx, ns, map[string]string{"meta": "true"}, ""))
+	if err != nil {
+		return nil, l.fail(err, "list jobs (namespace %q)", ns)
 	}
+	st.tables.jobs = meta.LastIndex
+	stubs = slices.DeleteFunc(stubs, func(s *api.JobListStub) bool { return !l.cfg.watches(namespace(s.Namespace)) })
 	if err := l.jobs(ctx, st, stubs, prev); err != nil {
 		return nil, err
 	}
@@ -143,8 +141,8 @@ func (l lister) list(ctx context.Context, prev *state) (*state, error) {
 	// that. Raising each threshold to the running maximum lets apply skip
 	// more events it would only apply again.
 	t := &st.tables
-	t.allocs = max(t.allocs, t.evals)
-	t.jobs = max(t.jobs, t.allocs)
+	t.evals = max(t.evals, t.allocs)
+	t.jobs = max(t.jobs, t.evals)
 	t.nodes = max(t.nodes, t.jobs)
 	return st, nil
 }

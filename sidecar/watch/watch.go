@@ -99,14 +99,23 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// allNamespaces reports whether every namespace is watched.
-func (c Config) allNamespaces() bool {
-	for _, ns := range c.Namespaces {
-		if ns == "*" {
+// watches reports whether jobs of namespace ns are in the view.
+func (c Config) watches(ns string) bool {
+	for _, n := range c.Namespaces {
+		if n == "*" || n == ns {
 			return true
 		}
 	}
 	return false
+}
+
+// listNamespace is the namespace lists and the event stream ask for: the
+// one watched namespace as is, else all ("*"), filtered by watches.
+func (c Config) listNamespace() string {
+	if len(c.Namespaces) == 1 {
+		return c.Namespaces[0]
+	}
+	return "*"
 }
 
 // Stats are the watcher's counters, for metrics.
@@ -292,7 +301,7 @@ func (w *Watcher) session(ctx context.Context) (healthy bool, err error) {
 	start := tables.min() + 1
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch, err := openStream(sctx, w.client, start, w.streamNamespace())
+	ch, err := openStream(sctx, w.client, start, w.cfg.listNamespace())
 	if err != nil {
 		w.count(func(s *Stats) { s.APIErrors++ })
 		return false, fmt.Errorf("open event stream at index %d: %w", start, err)
@@ -343,15 +352,6 @@ func (w *Watcher) session(ctx context.Context) (healthy bool, err error) {
 
 // errIndexBack marks a stream whose indexes went backwards.
 var errIndexBack = errors.New("stream inconsistent")
-
-// streamNamespace is the event stream's namespace: one watched namespace
-// as is, else all (events of others are dropped in apply).
-func (w *Watcher) streamNamespace() string {
-	if len(w.cfg.Namespaces) == 1 {
-		return w.cfg.Namespaces[0]
-	}
-	return "*"
-}
 
 func (w *Watcher) takeResync() bool {
 	w.mu.Lock()
