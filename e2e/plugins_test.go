@@ -704,3 +704,127 @@ func sorted(s []string) []string {
 	}
 	return out
 }
+
+// gpuHealth returns "id=healthy" / "id=unhealthy" for every GPU of the
+// node, sorted.
+func gpuHealth(t *testing.T, a *harness.Agent) string {
+	t.Helper()
+	node, _, err := a.Client.Nodes().Info(a.NodeID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, g := range node.NodeResources.Devices {
+		for _, d := range g.Instances {
+			h := "healthy"
+			if !d.Healthy {
+				h = "unhealthy"
+			}
+			out = append(out, d.ID+"="+h)
+		}
+	}
+	return strings.Join(sorted(out), ",")
+}
+
+func waitGPUHealth(t *testing.T, a *harness.Agent, want string) {
+	t.Helper()
+	err := harness.Eventually(context.Background(), 30*time.Second, 250*time.Millisecond, func() error {
+		if got := gpuHealth(t, a); got != want {
+			return fmt.Errorf("node GPUs %q, want %q", got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGPUHealth: a GPU an operator marks unhealthy through health_file
+// stops taking work and takes it again once cleared; and an unreadable
+// health_file (which used to make hadar-gpu send a fingerprint error, on
+// which Nomad drops the node's devices until the client restarts) only
+// marks the GPUs unhealthy until it is readable again.
+func TestGPUHealth(t *testing.T) {
+	skipShort(t)
+	healthFile := filepath.Join(t.TempDir(), "unhealthy-gpus")
+	a := harness.StartAgent(t, harness.Options{Plugins: map[string]string{"hadar-gpu": fmt.Sprintf(`
+fingerprint_period = "1s"
+health_file        = %q
+gpu {
+  id     = "k80-0"
+  model  = "Tesla K80"
+  memory = "12GiB"
+}
+gpu {
+  id     = "k80-1"
+  model  = "Tesla K80"
+  memory = "12GiB"
+}`, healthFile)}})
+	waitGPUHealth(t, a, "k80-0=healthy,k80-1=healthy")
+
+	if err := os.WriteFile(healthFile, []byte("k80-0 XID 79: fell off the bus\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitGPUHealth(t, a, "k80-0=unhealthy,k80-1=healthy")
+
+	// A job that needs both GPUs is not placed while one is unhealthy.
+	job := &api.Job{
+		ID: pointerTo("two-gpus"), Name: pointerTo("two-gpus"), Type: pointerTo("batch"),
+		Datacenters: []string{"*"},
+		TaskGroups: []*api.TaskGroup{{
+			Name: pointerTo("g"),
+			Tasks: []*api.Task{{
+				Name: "t", Driver: "raw_exec",
+				Config: map[string]interface{}{"command": "/bin/sh", "args": []string{"-c", "echo $NVIDIA_VISIBLE_DEVICES; sleep 60"}},
+				Resources: &api.Resources{
+					CPU: pointerTo(50), MemoryMB: pointerTo(32),
+					Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: pointerTo(uint64(2))}},
+				},
+			}},
+		}},
+	}
+	if _, _, err := a.Client.Jobs().Register(job, nil); err != nil {
+		t.Fatal(err)
+	}
+	err := harness.Eventually(context.Background(), 30*time.Second, 250*time.Millisecond, func() error {
+		evals, _, err := a.Client.Jobs().Evaluations("two-gpus", nil)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evals {
+			if m := ev.FailedTGAllocs["g"]; m != nil {
+				t.Logf("placement failure while k80-0 is unhealthy: %v %v", m.DimensionExhausted, m.ConstraintFiltered)
+				return nil
+			}
+		}
+		return fmt.Errorf("no placement failure yet (%d evals)", len(evals))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allocs, _, _ := a.Client.Jobs().Allocations("two-gpus", false, nil); len(allocs) != 0 {
+		t.Fatalf("job placed on an unhealthy GPU: %d allocations", len(allocs))
+	}
+
+	// An unreadable health_file: both GPUs unhealthy, none dropped.
+	if err := os.Remove(healthFile); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(healthFile, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitGPUHealth(t, a, "k80-0=unhealthy,k80-1=unhealthy")
+
+	// Cleared: both healthy again, and the waiting job is placed on them.
+	if err := os.Remove(healthFile); err != nil {
+		t.Fatal(err)
+	}
+	waitGPUHealth(t, a, "k80-0=healthy,k80-1=healthy")
+	alloc := waitRunning(t, a, "two-gpus", "")
+	devs := alloc.AllocatedResources.Tasks["t"].Devices
+	if len(devs) != 1 || strings.Join(sorted(devs[0].DeviceIDs), ",") != "k80-0,k80-1" {
+		t.Fatalf("allocated %+v, want k80-0 and k80-1", devs)
+	}
+}
+
+func pointerTo[T any](v T) *T { return &v }

@@ -157,7 +157,7 @@ func parseConfig(c Config) (*settings, error) {
 		}
 		dg := declaredGPU{
 			gpu: nvml.GPU{
-				ID: g.ID, Model: g.Model, MemoryMiB: mem, ComputeCapability: cc,
+				Index: -1, ID: g.ID, Model: g.Model, MemoryMiB: mem, ComputeCapability: cc,
 				PCIBusID: g.PCIBusID, DriverVersion: "declared", Healthy: g.Healthy,
 			},
 			stats: nvml.GPUStats{

@@ -31,11 +31,14 @@ const (
 	vendor     = "nvidia"
 	deviceType = device.DeviceTypeGPU
 
-	// Environment the task gets from Reserve. HADAR_GPU_MODEL lets the
-	// hadar-train driver pick the emulated pace without asking Nomad.
+	// Environment the task gets from Reserve. The reserved model lets
+	// hadar-train pick the emulated pace: Nomad does not pass allocated
+	// devices to drivers. It is not HADAR_GPU_MODEL because Nomad lets a
+	// device plugin's variables override the task's own, and a task's
+	// HADAR_GPU_MODEL (set by the sidecar) must win (docs/driver.md).
 	envNvidiaVisible = "NVIDIA_VISIBLE_DEVICES"
 	envCudaVisible   = "CUDA_VISIBLE_DEVICES"
-	envModel         = "HADAR_GPU_MODEL"
+	envModel         = "HADAR_GPU_RESERVED_MODEL"
 )
 
 var pluginInfo = &base.PluginInfoResponse{
@@ -53,8 +56,18 @@ type Plugin struct {
 
 	mu       sync.Mutex
 	settings *settings
-	lib      nvml.Library // open NVML, nil when declared or unavailable
-	devices  map[string]nvml.GPU
+	lib      nvml.Library // open NVML; nil when declared or not (yet) available
+	// libErr is why NVML could not be opened, logged once per change.
+	libErr string
+	// devices is the set last reported to Nomad, by ID. NVML GPUs stay in
+	// it once seen: a GPU that cannot be read or vanishes is reported
+	// unhealthy rather than dropped, because Nomad drops a node's devices
+	// for good on a fingerprint error and a smaller set strands the
+	// allocations using the missing GPUs.
+	devices map[string]nvml.GPU
+	// byIndex maps an NVML index to the ID last seen there, to name a
+	// device that can no longer be identified.
+	byIndex map[int]string
 }
 
 var _ device.DevicePlugin = (*Plugin)(nil)
@@ -66,7 +79,7 @@ func New(logger log.Logger) *Plugin {
 
 // NewWithLibrary returns the plugin with its NVML supplied by open.
 func NewWithLibrary(logger log.Logger, open func() nvml.Library) *Plugin {
-	return &Plugin{logger: logger.Named(PluginName), newLibrary: open, devices: map[string]nvml.GPU{}}
+	return &Plugin{logger: logger.Named(PluginName), newLibrary: open, devices: map[string]nvml.GPU{}, byIndex: map[int]string{}}
 }
 
 // PluginInfo identifies the plugin to Nomad.
@@ -75,9 +88,10 @@ func (p *Plugin) PluginInfo() (*base.PluginInfoResponse, error) { return pluginI
 // ConfigSchema returns the plugin block's schema.
 func (p *Plugin) ConfigSchema() (*hclspec.Spec, error) { return configSpec, nil }
 
-// SetConfig validates the plugin block and, without a declared inventory,
-// opens NVML. A node without NVML reports no GPUs rather than failing,
-// so one agent config serves GPU and CPU nodes alike.
+// SetConfig validates the plugin block. NVML is opened at the first
+// fingerprint (and again at later ones while it is unavailable), so a
+// node without NVML reports no GPUs rather than failing, and one whose
+// driver comes up late starts reporting them.
 func (p *Plugin) SetConfig(c *base.Config) error {
 	var cfg Config
 	if len(c.PluginConfig) != 0 {
@@ -93,45 +107,63 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closeLibrary()
+	p.settings = s
+	p.devices, p.byIndex = map[string]nvml.GPU{}, map[int]string{}
+	return nil
+}
+
+// library returns open NVML, opening it if needed; nil when the GPUs are
+// declared or NVML is unavailable. Called with p.mu held.
+func (p *Plugin) library() nvml.Library {
+	if p.lib != nil || p.settings == nil || !p.settings.enabled || p.settings.declared != nil {
+		return p.lib
+	}
+	lib := p.newLibrary()
+	if err := lib.Init(); err != nil {
+		if msg := err.Error(); msg != p.libErr {
+			p.libErr = msg
+			p.logger.Warn("NVML unavailable; reporting no NVML GPUs (declare an inventory with gpu blocks to emulate some)", "error", err)
+		}
+		return nil
+	}
+	p.lib, p.libErr = lib, ""
+	return lib
+}
+
+func (p *Plugin) closeLibrary() {
 	if p.lib != nil {
 		_ = p.lib.Shutdown()
 		p.lib = nil
 	}
-	p.settings = s
-	if s.enabled && s.declared == nil {
-		lib := p.newLibrary()
-		if err := lib.Init(); err != nil {
-			p.logger.Warn("NVML unavailable; reporting no GPUs (declare an inventory with gpu blocks to emulate some)", "error", err)
-		} else {
-			p.lib = lib
-		}
-	}
-	return nil
 }
 
 // gpus lists the node's GPUs now, health applied, ignored ones dropped.
+// Faults never make it fail: they mark GPUs unhealthy.
 func (p *Plugin) gpus() ([]nvml.GPU, error) {
 	p.mu.Lock()
-	s, lib := p.settings, p.lib
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	s := p.settings
 	if s == nil {
 		return nil, fmt.Errorf("%s: SetConfig was not called", PluginName)
 	}
 	var all []nvml.GPU
-	switch {
-	case s.declared != nil:
+	if s.declared != nil {
 		for _, d := range s.declared {
 			all = append(all, d.gpu)
 		}
-	case lib != nil:
-		var err error
-		if all, err = nvml.Fingerprint(lib); err != nil {
-			return nil, err
-		}
+	} else {
+		all = p.nvmlGPUs()
 	}
 	marked, err := readHealthFile(s.healthFile)
 	if err != nil {
-		return nil, err
+		// The operator's health signal cannot be read: fail safe, every
+		// GPU unhealthy until the file is readable again.
+		p.logger.Error("health_file unreadable; reporting every GPU unhealthy until it is readable", "error", err)
+		marked = map[string]string{}
+		for _, g := range all {
+			marked[g.ID] = err.Error()
+		}
 	}
 	out := make([]nvml.GPU, 0, len(all))
 	for _, g := range all {
@@ -143,13 +175,64 @@ func (p *Plugin) gpus() ([]nvml.GPU, error) {
 		}
 		out = append(out, g)
 	}
-	p.mu.Lock()
-	p.devices = make(map[string]nvml.GPU, len(out))
 	for _, g := range out {
 		p.devices[g.ID] = g
 	}
-	p.mu.Unlock()
 	return out, nil
+}
+
+// nvmlGPUs scans NVML and merges the scan into the GPUs seen before:
+// a device that cannot be identified, or is no longer counted, keeps its
+// last description and is marked unhealthy. Called with p.mu held.
+func (p *Plugin) nvmlGPUs() []nvml.GPU {
+	seen := map[string]nvml.GPU{}
+	lib := p.library()
+	if lib != nil {
+		scan, err := nvml.Fingerprint(lib)
+		if err != nil {
+			p.logger.Error("NVML scan failed; reporting the GPUs seen before as unhealthy", "error", err)
+			// Reopen at the next fingerprint: the driver may have been
+			// reloaded under us.
+			p.closeLibrary()
+			for id, g := range p.devices {
+				seen[id] = unhealthy(g, err.Error())
+			}
+		}
+		for _, g := range scan.GPUs {
+			seen[g.ID] = g
+			p.byIndex[g.Index] = g.ID
+		}
+		for _, f := range scan.Failed {
+			id, known := p.byIndex[f.Index]
+			if !known {
+				p.logger.Warn("NVML device cannot be identified and was never seen; not reported", "index", f.Index, "error", f.Err)
+				continue
+			}
+			if _, ok := seen[id]; !ok {
+				seen[id] = unhealthy(p.devices[id], fmt.Sprintf("nvml device %d: %v", f.Index, f.Err))
+			}
+		}
+	}
+	gone := "no longer reported by NVML"
+	if lib == nil {
+		gone = "NVML unavailable: " + p.libErr
+	}
+	for id, g := range p.devices {
+		if _, ok := seen[id]; !ok && g.Index >= 0 {
+			seen[id] = unhealthy(g, gone)
+		}
+	}
+	out := make([]nvml.GPU, 0, len(seen))
+	for _, g := range seen {
+		out = append(out, g)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func unhealthy(g nvml.GPU, why string) nvml.GPU {
+	g.Healthy, g.HealthDesc = false, why
+	return g
 }
 
 // Reserve returns the environment a task needs to use deviceIDs. Nomad
@@ -213,27 +296,23 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, period time.Duration, out 
 		case <-timer.C:
 			timer.Reset(period)
 		}
-		var resp *device.FingerprintResponse
 		gpus, err := p.gpus()
 		if err != nil {
-			p.logger.Error("fingerprint failed", "error", err)
-			resp = device.NewFingerprintError(err)
-			last = "" // send the next good fingerprint even if unchanged
-		} else {
-			groups := buildGroups(gpus)
-			key := groupsKey(groups)
-			if !first && key == last {
-				continue
-			}
-			if !first {
-				p.logger.Info("GPU set or health changed; sending a new fingerprint")
-			}
-			last = key
-			resp = device.NewFingerprint(groups...)
+			// Only "SetConfig was not called"; Nomad always calls it first.
+			p.logger.Error("fingerprint skipped", "error", err)
+			continue
 		}
-		first = false
+		groups := buildGroups(gpus)
+		key := groupsKey(groups)
+		if !first && key == last {
+			continue
+		}
+		if !first {
+			p.logger.Info("GPU set or health changed; sending a new fingerprint")
+		}
+		first, last = false, key
 		select {
-		case out <- resp:
+		case out <- device.NewFingerprint(groups...):
 		case <-ctx.Done():
 			return
 		}
@@ -244,8 +323,5 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, period time.Duration, out 
 func (p *Plugin) Shutdown() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.lib != nil {
-		_ = p.lib.Shutdown()
-		p.lib = nil
-	}
+	p.closeLibrary()
 }

@@ -22,11 +22,13 @@ import (
 func grpcPlugin(t *testing.T, p *Plugin) device.DevicePlugin {
 	t.Helper()
 	t.Cleanup(p.Shutdown)
-	client, server := plugin.TestPluginGRPCConn(t, true, map[string]plugin.Plugin{
+	client, _ := plugin.TestPluginGRPCConn(t, true, map[string]plugin.Plugin{
 		base.PluginTypeBase:   &base.PluginBase{Impl: p},
 		base.PluginTypeDevice: &device.PluginDevice{Impl: p},
 	})
-	t.Cleanup(func() { _ = client.Close(); server.Stop() })
+	// Closing the client shuts the server down (stopping it here as well
+	// races with that shutdown).
+	t.Cleanup(func() { _ = client.Close() })
 	raw, err := client.Dispense(base.PluginTypeDevice)
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +212,7 @@ func TestReserve(t *testing.T) {
 		wantErr string
 	}{
 		{"two", []string{"v100-1", "v100-0"}, map[string]string{
-			"NVIDIA_VISIBLE_DEVICES": "v100-1,v100-0", "CUDA_VISIBLE_DEVICES": "v100-1,v100-0", "HADAR_GPU_MODEL": "Tesla V100-SXM2-16GB"}, ""},
+			"NVIDIA_VISIBLE_DEVICES": "v100-1,v100-0", "CUDA_VISIBLE_DEVICES": "v100-1,v100-0", "HADAR_GPU_RESERVED_MODEL": "Tesla V100-SXM2-16GB"}, ""},
 		{"none", nil, nil, ""},
 		{"unknown", []string{"v100-0", "GPU-nope"}, nil, `unknown GPU id "GPU-nope"`},
 	}

@@ -20,6 +20,7 @@ const (
 	attrNvLinkDomainSize  = "nvlink_domain_size"
 	attrSwitchDomains     = "pcie_switch_domains"
 	attrSource            = "source"
+	attrHealthy           = "healthy_gpus"
 )
 
 // buildGroups makes one device group per model. Nomad fills a device
@@ -71,6 +72,17 @@ func buildGroups(gpus []nvml.GPU) []*device.DeviceGroup {
 			}
 		}
 		grp.Attributes[attrNvLinkDomainSize] = structs.NewIntAttribute(int64(largest), "")
+		// Nomad leaves device health out of a node's computed class but
+		// not group attributes: a blocked evaluation that found too few
+		// healthy GPUs is woken only when the class changes, so the count
+		// of healthy GPUs is published to change it.
+		healthy := 0
+		for _, g := range members {
+			if g.Healthy {
+				healthy++
+			}
+		}
+		grp.Attributes[attrHealthy] = structs.NewIntAttribute(int64(healthy), "")
 		if s := formatDomains(nv); s != "" {
 			grp.Attributes[attrNvLinkDomains] = structs.NewStringAttribute(s)
 		}

@@ -322,8 +322,8 @@ func gpuModels(cfg *drivers.TaskConfig) []string {
 		}
 	}
 	if len(out) == 0 {
-		for _, env := range []map[string]string{cfg.DeviceEnv, cfg.Env} {
-			for _, m := range strings.Split(env[EnvGPUModel], ",") {
+		for _, v := range []string{cfg.DeviceEnv["HADAR_GPU_RESERVED_MODEL"], cfg.Env[EnvGPUModel]} {
+			for _, m := range strings.Split(v, ",") {
 				if m != "" && !seen[m] {
 					seen[m] = true
 					out = append(out, m)

@@ -96,7 +96,7 @@ func (r *rig) task(script string, model string, mutate func(*TaskConfig)) *drive
 		}}
 		// As hadar-gpu's Reserve sets it; Nomad does not pass allocated
 		// devices to drivers over gRPC.
-		cfg.DeviceEnv = map[string]string{"NVIDIA_VISIBLE_DEVICES": "g0,g1", "CUDA_VISIBLE_DEVICES": "g0,g1", "HADAR_GPU_MODEL": model}
+		cfg.DeviceEnv = map[string]string{"NVIDIA_VISIBLE_DEVICES": "g0,g1", "CUDA_VISIBLE_DEVICES": "g0,g1", "HADAR_GPU_RESERVED_MODEL": model}
 	}
 	tc := &TaskConfig{Command: "/bin/sh", Args: []string{"-c", script}}
 	if mutate != nil {

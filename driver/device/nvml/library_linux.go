@@ -4,6 +4,7 @@ package nvml
 
 import (
 	"fmt"
+	"sync"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -11,7 +12,12 @@ import (
 // realLibrary calls NVML through go-nvml, which dlopens libnvidia-ml.so.1
 // at Init; building it needs cgo but not the NVIDIA driver.
 type realLibrary struct {
-	lib     gonvml.Interface
+	lib gonvml.Interface
+	// mu guards devices: the plugin's fingerprint and stats loops query
+	// concurrently.
+	mu sync.Mutex
+	// devices[i] is nil while device i's handle cannot be had; dev
+	// asks again, so a device that recovers comes back.
 	devices []gonvml.Device
 }
 
@@ -28,6 +34,9 @@ func nvmlErr(what string, r gonvml.Return) error {
 	return fmt.Errorf("%s: %s", what, gonvml.ErrorString(r))
 }
 
+// Init opens NVML and counts the devices. A device whose handle cannot be
+// had (e.g. GPU_IS_LOST) does not fail it: that device's queries fail
+// instead, and the plugin reports it unhealthy.
 func (l *realLibrary) Init() (err error) {
 	// go-nvml panics when libnvidia-ml.so cannot be loaded on some
 	// versions; turn that into ErrUnavailable.
@@ -41,15 +50,16 @@ func (l *realLibrary) Init() (err error) {
 	}
 	n, r := l.lib.DeviceGetCount()
 	if err := nvmlErr("device count", r); err != nil {
+		_ = l.lib.Shutdown()
 		return err
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.devices = make([]gonvml.Device, n)
 	for i := 0; i < n; i++ {
-		d, r := l.lib.DeviceGetHandleByIndex(i)
-		if err := nvmlErr(fmt.Sprintf("device %d handle", i), r); err != nil {
-			return err
+		if d, r := l.lib.DeviceGetHandleByIndex(i); r == gonvml.SUCCESS {
+			l.devices[i] = d
 		}
-		l.devices[i] = d
 	}
 	return nil
 }
@@ -61,11 +71,24 @@ func (l *realLibrary) DriverVersion() (string, error) {
 	return v, nvmlErr("driver version", r)
 }
 
-func (l *realLibrary) DeviceCount() (int, error) { return len(l.devices), nil }
+func (l *realLibrary) DeviceCount() (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.devices), nil
+}
 
 func (l *realLibrary) dev(i int) (gonvml.Device, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if i < 0 || i >= len(l.devices) {
 		return nil, fmt.Errorf("device index %d out of range [0,%d)", i, len(l.devices))
+	}
+	if l.devices[i] == nil {
+		d, r := l.lib.DeviceGetHandleByIndex(i)
+		if err := nvmlErr(fmt.Sprintf("device %d handle", i), r); err != nil {
+			return nil, err
+		}
+		l.devices[i] = d
 	}
 	return l.devices[i], nil
 }

@@ -65,6 +65,8 @@ type Library interface {
 
 // GPU is one device as the plugin reports it.
 type GPU struct {
+	// Index is the device's NVML index; -1 for a declared GPU.
+	Index             int
 	ID                string
 	Model             string
 	MemoryMiB         int64
@@ -77,6 +79,21 @@ type GPU struct {
 	SwitchPeers []string
 	Healthy     bool
 	HealthDesc  string
+}
+
+// DeviceError is a device NVML counts but cannot identify: its handle or
+// its static info could not be read.
+type DeviceError struct {
+	Index int
+	Err   error
+}
+
+// Scan is what one pass over the library found.
+type Scan struct {
+	GPUs []GPU
+	// Failed lists the devices that could not be identified; the plugin
+	// reports the GPU it last saw at that index as unhealthy.
+	Failed []DeviceError
 }
 
 // GPUStats is one device's utilization and memory.
@@ -92,24 +109,28 @@ type GPUStats struct {
 
 // Fingerprint lists the GPUs the library sees. A device whose live
 // figures cannot be read is reported unhealthy rather than dropped, so the
-// scheduler stops placing work on it while it stays visible to operators.
-func Fingerprint(lib Library) ([]GPU, error) {
+// scheduler stops placing work on it while it stays visible to operators;
+// a device that cannot even be identified is listed in Scan.Failed. Only a
+// failure of the library as a whole is an error.
+func Fingerprint(lib Library) (Scan, error) {
 	version, err := lib.DriverVersion()
 	if err != nil {
-		return nil, fmt.Errorf("nvml: driver version: %w", err)
+		return Scan{}, fmt.Errorf("nvml: driver version: %w", err)
 	}
 	n, err := lib.DeviceCount()
 	if err != nil {
-		return nil, fmt.Errorf("nvml: device count: %w", err)
+		return Scan{}, fmt.Errorf("nvml: device count: %w", err)
 	}
-	gpus := make([]GPU, 0, n)
-	byBus := make(map[string]int, n)
+	var scan Scan
+	byBus := make(map[string]string, n)
 	for i := 0; i < n; i++ {
 		info, err := lib.DeviceInfo(i)
 		if err != nil {
-			return nil, fmt.Errorf("nvml: device %d: %w", i, err)
+			scan.Failed = append(scan.Failed, DeviceError{Index: i, Err: err})
+			continue
 		}
 		g := GPU{
+			Index:             i,
 			ID:                info.UUID,
 			Model:             info.Name,
 			MemoryMiB:         int64(info.MemoryBytes >> 20),
@@ -122,35 +143,67 @@ func Fingerprint(lib Library) ([]GPU, error) {
 			g.Healthy = false
 			g.HealthDesc = fmt.Sprintf("nvml status query failed: %v", err)
 		}
-		byBus[normalizeBusID(info.PCIBusID)] = i
-		gpus = append(gpus, g)
+		byBus[normalizeBusID(info.PCIBusID)] = info.UUID
+		scan.GPUs = append(scan.GPUs, g)
 	}
-	for i := range gpus {
-		remotes, err := lib.NvLinkRemotes(i)
+	for k := range scan.GPUs {
+		g := &scan.GPUs[k]
+		remotes, err := lib.NvLinkRemotes(g.Index)
 		if err != nil {
 			// Not every GPU has NVLink; a failed query only means no peers.
 			remotes = nil
 		}
 		peers := map[string]bool{}
 		for _, r := range remotes {
-			if j, ok := byBus[normalizeBusID(r)]; ok && j != i {
-				peers[gpus[j].ID] = true
+			if id, ok := byBus[normalizeBusID(r)]; ok && id != g.ID {
+				peers[id] = true
 			}
 		}
-		gpus[i].NvLinkPeers = sortedKeys(peers)
+		g.NvLinkPeers = sortedKeys(peers)
 		switchPeers := map[string]bool{}
-		for j := range gpus {
-			if j == i {
+		for _, o := range scan.GPUs {
+			if o.Index == g.Index {
 				continue
 			}
-			lvl, err := lib.CommonAncestor(i, j)
+			lvl, err := lib.CommonAncestor(g.Index, o.Index)
 			if err == nil && lvl <= LevelMultiple {
-				switchPeers[gpus[j].ID] = true
+				switchPeers[o.ID] = true
 			}
 		}
-		gpus[i].SwitchPeers = sortedKeys(switchPeers)
+		g.SwitchPeers = sortedKeys(switchPeers)
 	}
-	return gpus, nil
+	return scan, nil
+}
+
+// Models returns the model (NVML device name) of each GPU UUID in ids, as
+// the library sees them now; an ID it does not know is an error.
+func Models(lib Library, ids []string) (map[string]string, error) {
+	n, err := lib.DeviceCount()
+	if err != nil {
+		return nil, fmt.Errorf("nvml: device count: %w", err)
+	}
+	byUUID := make(map[string]string, n)
+	var unreadable []error
+	for i := 0; i < n; i++ {
+		info, err := lib.DeviceInfo(i)
+		if err != nil {
+			unreadable = append(unreadable, fmt.Errorf("device %d: %w", i, err))
+			continue
+		}
+		byUUID[info.UUID] = info.Name
+	}
+	out := make(map[string]string, len(ids))
+	for _, id := range ids {
+		m, ok := byUUID[id]
+		if !ok {
+			if len(unreadable) > 0 {
+				return nil, fmt.Errorf("nvml: GPU %q not among the %d readable devices (unreadable: %w)", id, len(byUUID), errors.Join(unreadable...))
+			}
+			return nil, fmt.Errorf("nvml: no GPU with UUID %q among the node's %d devices", id, n)
+		}
+		out[id] = m
+	}
+	return out, nil
 }
 
 // Stats reads every device's live figures. A device that fails is left

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -61,13 +62,16 @@ func TestFingerprintRecorded(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
-			gpus, err := Fingerprint(load(t, tc.file))
+			scan, err := Fingerprint(load(t, tc.file))
 			if err != nil {
 				t.Fatal(err)
 			}
+			if len(scan.Failed) != 0 {
+				t.Errorf("failed devices %v, want none", scan.Failed)
+			}
 			byID := map[string]GPU{}
 			var ids []string
-			for _, g := range gpus {
+			for _, g := range scan.GPUs {
 				byID[g.ID] = g
 				ids = append(ids, g.ID)
 				if g.Model != tc.wantModel || g.MemoryMiB != tc.wantMemMiB || g.ComputeCapability != tc.wantCC {
@@ -93,6 +97,70 @@ func TestFingerprintRecorded(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFingerprintLostHandle: a device NVML counts but cannot reach (its
+// handle fails, as GPU_IS_LOST does) does not fail the scan: it is listed
+// as failed by index and left out of the others' topology.
+func TestFingerprintLostHandle(t *testing.T) {
+	lib := load(t, "v100x4.json")
+	lib.Rec.Devices[2].HandleError = "device 2 handle: GPU is lost"
+	scan, err := Fingerprint(lib)
+	if err != nil {
+		t.Fatalf("one lost device failed the whole scan: %v", err)
+	}
+	if len(scan.Failed) != 1 || scan.Failed[0].Index != 2 || scan.Failed[0].Err.Error() != "device 2 handle: GPU is lost" {
+		t.Fatalf("failed = %v, want device 2 with its error", scan.Failed)
+	}
+	var ids []string
+	for _, g := range scan.GPUs {
+		ids = append(ids, g.ID)
+		for _, p := range append(append([]string{}, g.NvLinkPeers...), g.SwitchPeers...) {
+			if p == "GPU-00000002-0000-0000-0000-000000000002" {
+				t.Errorf("%s lists the lost GPU as a peer", g.ID)
+			}
+		}
+	}
+	want := []string{"GPU-00000000-0000-0000-0000-000000000000", "GPU-00000001-0000-0000-0000-000000000001", "GPU-00000003-0000-0000-0000-000000000003"}
+	if !reflect.DeepEqual(ids, want) {
+		t.Fatalf("ids %v, want %v", ids, want)
+	}
+	if got := scan.GPUs[0].NvLinkPeers; !reflect.DeepEqual(got, []string{"GPU-00000001-0000-0000-0000-000000000001"}) {
+		t.Errorf("GPU0 NVLink peers %v", got)
+	}
+	// Stats leave it out too; Models names the others and refuses it.
+	if st, err := Stats(lib); err != nil || len(st) != 2 {
+		t.Errorf("stats %v, %v: want the two readable healthy GPUs", st, err)
+	}
+	m, err := Models(lib, []string{"GPU-00000003-0000-0000-0000-000000000003"})
+	if err != nil || m["GPU-00000003-0000-0000-0000-000000000003"] != "Tesla V100-SXM2-16GB" {
+		t.Errorf("Models = %v, %v", m, err)
+	}
+	if _, err := Models(lib, []string{"GPU-00000002-0000-0000-0000-000000000002"}); err == nil || !strings.Contains(err.Error(), "GPU is lost") {
+		t.Errorf("Models of the lost GPU: err %v, want one naming the unreadable device", err)
+	}
+	// A recording keeps the failure, and replays it.
+	rec, err := Record(lib, "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Devices[2].HandleError != "device 2 handle: GPU is lost" {
+		t.Errorf("recorded handle error %q", rec.Devices[2].HandleError)
+	}
+}
+
+func TestModels(t *testing.T) {
+	lib := load(t, "k80x2.json")
+	m, err := Models(lib, []string{"GPU-k80-b", "GPU-k80-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(m, map[string]string{"GPU-k80-a": "Tesla K80", "GPU-k80-b": "Tesla K80"}) {
+		t.Fatalf("models %v", m)
+	}
+	if _, err := Models(lib, []string{"GPU-k80-a", "GPU-nope"}); err == nil || !strings.Contains(err.Error(), `"GPU-nope"`) {
+		t.Fatalf("unknown UUID: err %v", err)
 	}
 }
 
@@ -151,18 +219,32 @@ func TestRealNVML(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lib.Shutdown() })
-	gpus, err := Fingerprint(lib)
+	scan, err := Fingerprint(lib)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(gpus) == 0 {
-		t.Skip("NVML loaded but reports no GPUs")
+	if len(scan.GPUs) == 0 {
+		t.Skipf("NVML loaded but reports no GPUs (unreadable: %v)", scan.Failed)
 	}
-	for _, g := range gpus {
+	for _, f := range scan.Failed {
+		t.Errorf("device %d cannot be read: %v", f.Index, f.Err)
+	}
+	ids := make([]string, 0, len(scan.GPUs))
+	for _, g := range scan.GPUs {
+		ids = append(ids, g.ID)
 		if g.ID == "" || g.Model == "" || g.MemoryMiB <= 0 || g.PCIBusID == "" {
 			t.Errorf("incomplete fingerprint: %+v", g)
 		}
 		t.Logf("gpu %+v", g)
+	}
+	models, err := Models(lib, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range scan.GPUs {
+		if models[g.ID] != g.Model {
+			t.Errorf("Models(%s) = %q, want %q", g.ID, models[g.ID], g.Model)
+		}
 	}
 	stats, err := Stats(lib)
 	if err != nil {

@@ -2,6 +2,7 @@ package nvml
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 )
@@ -20,11 +21,14 @@ type Recording struct {
 }
 
 // RecordedDevice is one device's answers. StatusError, when set, is the
-// error the status query returned (an unhealthy device).
+// error the status query returned (an unhealthy device). HandleError,
+// when set, is the error getting the device failed with: every query
+// about it fails so (a device NVML counts but cannot reach).
 type RecordedDevice struct {
 	Info          DeviceInfo `json:"info"`
 	Status        Status     `json:"status"`
 	StatusError   string     `json:"status_error,omitempty"`
+	HandleError   string     `json:"handle_error,omitempty"`
 	NvLinkRemotes []string   `json:"nvlink_remotes,omitempty"`
 }
 
@@ -42,7 +46,9 @@ func Record(lib Library, source string) (*Recording, error) {
 	for i := 0; i < n; i++ {
 		var d RecordedDevice
 		if d.Info, err = lib.DeviceInfo(i); err != nil {
-			return nil, fmt.Errorf("record device %d: %w", i, err)
+			d.HandleError = err.Error()
+			rec.Devices = append(rec.Devices, d)
+			continue
 		}
 		if d.Status, err = lib.DeviceStatus(i); err != nil {
 			d.StatusError = err.Error()
@@ -99,7 +105,11 @@ func (r Recorded) device(i int) (*RecordedDevice, error) {
 	if i < 0 || i >= len(r.Rec.Devices) {
 		return nil, fmt.Errorf("device index %d out of range [0,%d)", i, len(r.Rec.Devices))
 	}
-	return &r.Rec.Devices[i], nil
+	d := &r.Rec.Devices[i]
+	if d.HandleError != "" {
+		return nil, errors.New(d.HandleError)
+	}
+	return d, nil
 }
 
 func (r Recorded) DeviceInfo(i int) (DeviceInfo, error) {
@@ -116,7 +126,7 @@ func (r Recorded) DeviceStatus(i int) (Status, error) {
 		return Status{}, err
 	}
 	if d.StatusError != "" {
-		return Status{}, fmt.Errorf("%s", d.StatusError)
+		return Status{}, errors.New(d.StatusError)
 	}
 	return d.Status, nil
 }
