@@ -111,7 +111,11 @@ func (p *Profile) Extend(pairs []Pair) (*Profile, []Extrapolation, error) {
 		entries = append(entries, e)
 		out = append(out, x)
 	}
-	q, err := New(fmt.Sprintf("%s; %d entries extrapolated (docs/formats.md)", p.source, len(want)), entries)
+	source := fmt.Sprintf("%d entries extrapolated (docs/formats.md)", len(want))
+	if p.source != "" {
+		source = p.source + "; " + source
+	}
+	q, err := New(source, entries)
 	if err != nil {
 		return nil, nil, fmt.Errorf("profile: extend: %w", err)
 	}

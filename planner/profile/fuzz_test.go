@@ -2,6 +2,7 @@ package profile
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"testing"
 )
@@ -57,6 +58,41 @@ func roundTrip(t *testing.T, p *Profile) {
 				if err == nil && v < 0 {
 					t.Fatalf("negative throughput %v", v)
 				}
+			}
+		}
+		extendChecks(t, p, m)
+	}
+}
+
+// extendChecks extrapolates model above, between and below its profiled
+// scale factors: an accepted profile extends without error (unless a figure
+// overflows), and every extrapolated figure is finite and >= 0, zero where
+// the anchor's is.
+func extendChecks(t *testing.T, p *Profile, model string) {
+	t.Helper()
+	sfs := p.ScaleFactors(model)
+	pairs := []Pair{{model, 2*sfs[len(sfs)-1] + 1}}
+	if sfs[0] > 1 {
+		pairs = append(pairs, Pair{model, sfs[0] - 1})
+	}
+	for i := 1; i < len(sfs); i++ {
+		if sfs[i]-sfs[i-1] > 1 {
+			pairs = append(pairs, Pair{model, sfs[i-1] + 1})
+		}
+	}
+	q, xs, err := p.Extend(pairs)
+	if err != nil {
+		if !strings.Contains(err.Error(), "want a finite number") {
+			t.Fatalf("Extend(%v): %v", pairs, err)
+		}
+		return
+	}
+	for _, x := range xs {
+		for _, typ := range p.Types() {
+			anchor, aerr := p.Throughput(model, x.Anchor, typ, false)
+			v, err := q.Throughput(model, x.Pair.ScaleFactor, typ, false)
+			if (aerr == nil) != (err == nil) || err == nil && (v < 0 || math.IsInf(v, 0) || anchor == 0 && v != 0) {
+				t.Fatalf("%s on %s: %v (%v), anchor %d gives %v (%v)", x.Pair, typ, v, err, x.Anchor, anchor, aerr)
 			}
 		}
 	}

@@ -3,7 +3,9 @@ package trace
 import (
 	"bytes"
 	"io"
+	"math"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/hadar-sched/hadar/planner"
@@ -55,4 +57,27 @@ func checkParsed(t *testing.T, parse func(io.Reader) ([]planner.Job, error), dat
 	if !reflect.DeepEqual(again, jobs) {
 		t.Fatalf("round trip changed the jobs")
 	}
+}
+
+func FuzzParseSizeMix(f *testing.F) {
+	f.Add("philly")
+	f.Add("1=70,2=10,4=15,8=5")
+	f.Add("16=1, 32=0.5")
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := ParseSizeMix(s)
+		if err != nil {
+			return
+		}
+		if len(m.ScaleFactors) == 0 || len(m.ScaleFactors) != len(m.Weights) {
+			t.Fatalf("%q: %v: want one weight per scale factor, at least one", s, m)
+		}
+		for i, sf := range m.ScaleFactors {
+			if sf <= 0 || slices.Contains(m.ScaleFactors[:i], sf) {
+				t.Fatalf("%q: scale factors %v: want distinct positive integers", s, m.ScaleFactors)
+			}
+			if w := m.Weights[i]; math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+				t.Fatalf("%q: weight %v", s, w)
+			}
+		}
+	})
 }
