@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +18,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	msgpackrpc "github.com/hashicorp/net-rpc-msgpackrpc/v2"
 	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/nomad/helper/pool"
+	"github.com/hashicorp/nomad/nomad/mock"
+	"github.com/hashicorp/nomad/nomad/structs"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
@@ -833,4 +838,108 @@ func TestWatchDocExample(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// BenchmarkWatchNodes measures, against a real Nomad server holding 500
+// registered nodes of 8 GPUs each, what reading them costs: the node
+// list with resources (it has no node meta, so no rack), the plain list
+// (all a re-list reads when no node changed), the list plus one read per
+// node sequentially, and watch.List's whole view (reads on 8 workers),
+// with the view's heap size.
+// Run: go test -run '^$' -bench BenchmarkWatchNodes -benchtime 5x ./e2e/
+func BenchmarkWatchNodes(b *testing.B) {
+	const nodes = 500
+	srv := harness.StartAgent(b, harness.Options{Name: "bench-srv", Mode: harness.ModeServer})
+	registerFakeNodes(b, srv.RPCAddr, nodes)
+	c := srv.Client
+	ctx := context.Background()
+	b.Run(fmt.Sprintf("nodes=%d/list-resources", nodes), func(b *testing.B) {
+		var size int64
+		for i := 0; i < b.N; i++ {
+			body, err := c.Raw().Response("/v1/nodes?resources=true", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			size, _ = io.Copy(io.Discard, body)
+			body.Close()
+			list, _, err := c.Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+			if err != nil || len(list) != nodes {
+				b.Fatalf("%d nodes, %v", len(list), err)
+			}
+		}
+		b.ReportMetric(float64(size), "resp-bytes")
+	})
+	b.Run(fmt.Sprintf("nodes=%d/list", nodes), func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if list, _, err := c.Nodes().List(nil); err != nil || len(list) != nodes {
+				b.Fatalf("%d nodes, %v", len(list), err)
+			}
+		}
+	})
+	b.Run(fmt.Sprintf("nodes=%d/list+info-sequential", nodes), func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			list, _, err := c.Nodes().List(nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, s := range list {
+				if _, _, err := c.Nodes().Info(s.ID, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run(fmt.Sprintf("nodes=%d/watch.List", nodes), func(b *testing.B) {
+		var s *watch.Snapshot
+		for i := 0; i < b.N; i++ {
+			var err error
+			if s, err = watch.List(ctx, c, watch.Config{}); err != nil || len(s.Nodes) != nodes {
+				b.Fatalf("%v", err)
+			}
+		}
+		b.StopTimer()
+		s = nil
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s, _ = watch.List(ctx, c, watch.Config{})
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc)-float64(before.HeapAlloc), "view-heap-bytes")
+		runtime.KeepAlive(s)
+	})
+}
+
+// registerFakeNodes registers n client nodes with 8 GPUs each straight
+// through the server's RPC (Node.Register), as n client agents would,
+// without running them; they go down after their heartbeat TTL, which
+// does not matter to reading them.
+func registerFakeNodes(b *testing.B, rpcAddr string, n int) {
+	conn, err := net.Dial("tcp", rpcAddr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte{byte(pool.RpcNomad)}); err != nil {
+		b.Fatal(err)
+	}
+	codec := pool.NewClientCodec(conn)
+	for i := 0; i < n; i++ {
+		node := mock.NvidiaNode()
+		node.Name = fmt.Sprintf("fake-%03d", i)
+		node.Meta["rack"] = fmt.Sprintf("r%d", i/20)
+		g := node.NodeResources.Devices[0]
+		g.Name = "Tesla V100-SXM2-16GB"
+		for len(g.Instances) < 8 {
+			d := *g.Instances[0]
+			d.ID = fmt.Sprintf("%s-gpu%d", node.ID, len(g.Instances))
+			g.Instances = append(g.Instances, &d)
+		}
+		node.ComputeClass()
+		req := &structs.NodeRegisterRequest{Node: node, WriteRequest: structs.WriteRequest{Region: "global"}}
+		var resp structs.NodeUpdateResponse
+		if err := msgpackrpc.CallWithCodec(codec, "Node.Register", req, &resp); err != nil {
+			b.Fatalf("register node %d: %v", i, err)
+		}
+	}
 }

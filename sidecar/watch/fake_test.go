@@ -19,7 +19,7 @@ import (
 // subscription starts at the closest buffered batch, silently), that a
 // test can cut, corrupt or feed lower indexes.
 type fakeNomad struct {
-	t   *testing.T
+	t   testing.TB
 	srv *httptest.Server
 
 	mu      sync.Mutex
@@ -51,7 +51,7 @@ type fakeAlloc struct {
 	version uint64
 }
 
-func newFake(t *testing.T) *fakeNomad {
+func newFake(t testing.TB) *fakeNomad {
 	f := &fakeNomad{
 		t: t, index: 10, tables: map[string]uint64{},
 		nodes: map[string]*api.Node{}, jobs: map[JobKey]*api.Job{}, allocs: map[string]*fakeAlloc{}, evals: map[string]*api.Evaluation{},

@@ -678,3 +678,36 @@ func TestRunTwice(t *testing.T) {
 		t.Fatal("a second Run started")
 	}
 }
+
+// BenchmarkRelist: a re-list of 500 nodes and 1,000 managed jobs on the
+// fake API, cold (every node and job read) and warm (nothing changed, so
+// only the four lists are read).
+func BenchmarkRelist(b *testing.B) {
+	f := newFake(b)
+	for i := 0; i < 500; i++ {
+		f.write(false, f.nodeEvent(gpuNode(fmt.Sprintf("n%03d", i), fmt.Sprintf("r%d", i/20), true, true, true, true, true, true, true, true)))
+	}
+	for i := 0; i < 1000; i++ {
+		f.write(false, f.jobEvent(managed(fmt.Sprintf("j%04d", i)), true))
+	}
+	cfg, _ := Config{}.withDefaults()
+	l := lister{client: f.client(), cfg: cfg, log: hclog.NewNullLogger()}
+	warm, err := l.list(context.Background(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		prev *state
+	}{{"cold", nil}, {"warm", warm}} {
+		b.Run("nodes=500,jobs=1000/"+c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				st, err := l.list(context.Background(), c.prev)
+				if err != nil || len(st.nodes) != 500 || len(st.jobs) != 1000 {
+					b.Fatalf("%v", err)
+				}
+			}
+		})
+	}
+}
