@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -39,6 +40,12 @@ const maxProgressBytes = 1 << 20
 // Progress reads the training progress of an allocation through Nomad's
 // allocation filesystem API (GET /v1/client/fs/cat/<alloc>), from the path
 // Config.ProgressPath names for the allocation's training task.
+//
+// It asks the agent the watcher talks to, which forwards to the node,
+// rather than going through api.AllocFS().Cat: that first reads the node
+// (one more request per call) and then dials the node's own HTTP address,
+// which a sidecar outside the cluster network may not reach (each call
+// then waits api.ClientConnTimeout before falling back to the agent).
 func (w *Watcher) Progress(ctx context.Context, a *Alloc) (*Progress, error) {
 	p, err := w.progress(ctx, a)
 	w.count(func(s *Stats) {
@@ -56,8 +63,8 @@ func (w *Watcher) progress(ctx context.Context, a *Alloc) (*Progress, error) {
 		return nil, err
 	}
 	path := strings.ReplaceAll(w.cfg.ProgressPath, "{task}", task)
-	q := &api.QueryOptions{Namespace: a.Namespace}
-	rc, err := w.client.AllocFS().Cat(&api.Allocation{ID: a.ID, NodeID: a.NodeID, Namespace: a.Namespace}, path, q.WithContext(ctx))
+	q := &api.QueryOptions{Namespace: a.Namespace, Params: map[string]string{"path": path}}
+	rc, err := w.client.Raw().Response("/v1/client/fs/cat/"+url.PathEscape(a.ID), q.WithContext(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("alloc %s task %q: read progress file %s: %w", a.ID, task, path, err)
 	}
