@@ -35,24 +35,31 @@ func List(ctx context.Context, client *api.Client, cfg Config) (*Snapshot, error
 }
 
 // relist replaces the view with a fresh list and notifies what differs.
-// Objects whose modify index did not change are reused from the current
-// view instead of read again.
-func (w *Watcher) relist(ctx context.Context, gapCheck bool) (tableIndex, error) {
-	w.mu.Lock()
-	prev := w.st
-	w.mu.Unlock()
+// With reuse, objects whose modify index did not change are taken from the
+// current view instead of read again; without it (after a connection
+// error, when the server may have restarted with another history in which
+// an ID and a modify index can mean another object) everything is read.
+// reset reports a list at a lower index than the view's: the server lost
+// state.
+func (w *Watcher) relist(ctx context.Context, gapCheck, reuse bool) (t tableIndex, reset bool, err error) {
+	var prev *state
+	if reuse {
+		w.mu.Lock()
+		prev = w.st
+		w.mu.Unlock()
+	}
 	l := lister{client: w.client, cfg: w.cfg, log: w.log, onError: func() { w.count(func(s *Stats) { s.APIErrors++ }) }}
 	start := time.Now()
 	fresh, err := l.list(ctx, prev)
 	if err != nil {
-		return tableIndex{}, err
+		return tableIndex{}, false, err
 	}
 	fresh.index = fresh.tables.max()
 	fresh.synced = time.Now()
 
 	w.mu.Lock()
 	kinds := diffStates(w.st, fresh) | Resynced
-	if fresh.index < w.st.index {
+	if reset = fresh.index < w.st.index; reset {
 		w.stats.IndexResets++
 		w.log.Warn("Nomad's index went back: the server restarted with less state; view replaced", "was", w.st.index, "now", fresh.index)
 	}
@@ -73,7 +80,7 @@ func (w *Watcher) relist(ctx context.Context, gapCheck bool) (tableIndex, error)
 	w.log.Debug("re-listed", "index", fresh.index, "nodes", len(fresh.nodes), "jobs", len(fresh.jobs),
 		"allocs", len(fresh.allocs), "blocked_evals", len(fresh.evals), "gap_check", gapCheck, "took", time.Since(start))
 	w.notify(Change{Kinds: kinds, Index: fresh.index})
-	return fresh.tables, nil
+	return fresh.tables, reset, nil
 }
 
 // lister reads the view through Nomad's list endpoints.

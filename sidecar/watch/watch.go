@@ -252,16 +252,18 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return errors.New("watch: Run called twice")
 	}
 	defer w.running.Store(false)
-	failures := 0
+	failures, reuse := 0, false
 	for ctx.Err() == nil {
-		healthy, err := w.session(ctx)
+		healthy, err := w.session(ctx, reuse)
 		if ctx.Err() != nil {
 			break
 		}
 		if healthy {
 			failures = 0 // start the backoff over
 		}
-		if errors.Is(err, errResyncDue) {
+		// A re-list after a clean end may reuse unchanged objects; after
+		// an error the server may be another one.
+		if reuse = errors.Is(err, errResyncDue); reuse {
 			continue
 		}
 		failures++
@@ -293,8 +295,8 @@ func backoff(minWait, maxWait time.Duration, n int) time.Duration {
 // re-list is due, or ctx ends. healthy reports a stream that delivered
 // events or stayed open for BackoffMax: one that only opens and drops
 // must not reset the backoff.
-func (w *Watcher) session(ctx context.Context) (healthy bool, err error) {
-	tables, err := w.relist(ctx, false)
+func (w *Watcher) session(ctx context.Context, reuse bool) (healthy bool, err error) {
+	tables, _, err := w.relist(ctx, false, reuse)
 	if err != nil {
 		return false, err
 	}
@@ -333,8 +335,13 @@ func (w *Watcher) session(ctx context.Context) (healthy bool, err error) {
 				// event after start without saying whether events in
 				// between were dropped. The subscription is live now (it
 				// delivered this), so one more re-list closes any gap.
-				if tables, err = w.relist(ctx, true); err != nil {
+				var reset bool
+				if tables, reset, err = w.relist(ctx, true, true); err != nil {
 					return false, err
+				}
+				if reset {
+					// The stream belongs to the server's former history.
+					return false, errResyncDue
 				}
 			} else if !first && evs.Index < last {
 				return false, fmt.Errorf("event index went back from %d to %d: %w", last, evs.Index, errIndexBack)

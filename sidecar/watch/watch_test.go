@@ -449,18 +449,23 @@ func TestPeriodicResync(t *testing.T) {
 	}
 }
 
-// TestRelistReusesUnchanged: a re-list reads again only nodes and managed
-// jobs whose modify index changed.
+// TestRelistReusesUnchanged: a periodic re-list reads again only nodes and
+// managed jobs whose modify index changed.
 func TestRelistReusesUnchanged(t *testing.T) {
 	f := newFake(t)
 	for i := 0; i < 5; i++ {
 		f.write(false, f.nodeEvent(gpuNode(fmt.Sprintf("n%d", i), "r1", true)))
 	}
 	f.write(false, f.jobEvent(managed("a"), true), f.jobEvent(managed("b"), true))
-	w := run(t, f, Config{})
+	w := run(t, f, Config{ResyncInterval: time.Second})
+	eventually(t, "first session settled", func() error {
+		if w.Stats().EventsSkipped == 0 {
+			return errors.New("no event yet")
+		}
+		return nil
+	})
 	nodeReads, jobReads := f.count("node"), f.count("job")
 	f.write(true, f.nodeEvent(gpuNode("n3", "r2", true)), f.jobEvent(managed("b"), true))
-	f.cutStreams()
 	eventually(t, "changed node and job", func() error {
 		s := w.Snapshot()
 		if s.Nodes["n3"].Rack != "r2" || s.Jobs[JobKey{"default", "b"}].Version != 1 {
