@@ -18,8 +18,6 @@ const (
 
 // decoded is one event turned into the view's terms, before the lock.
 type decoded struct {
-	index   uint64
-	topic   api.Topic
 	evType  string
 	node    *Node
 	job     *Job
@@ -76,7 +74,7 @@ func (w *Watcher) apply(ctx context.Context, evs *streamBatch, t tableIndex) err
 // Only the Run goroutine writes w.st, so it reads w.st without the lock.
 func (w *Watcher) allocVersions(ctx context.Context, ds []decoded) error {
 	managed := func(k JobKey) bool {
-		for i := len(ds) - 1; i >= 0; i-- { // the batch's own job events come first
+		for i := len(ds) - 1; i >= 0; i-- { // a job event of this batch wins over the view
 			if ds[i].job != nil && ds[i].job.Key() == k {
 				return ds[i].job.Managed && !ds[i].deleted
 			}
@@ -121,7 +119,7 @@ func (w *Watcher) allocVersions(ctx context.Context, ds []decoded) error {
 // decode turns ev into the view's terms; ok is false for events to skip
 // (already listed, another namespace, another topic).
 func (w *Watcher) decode(ev *streamEvent, t tableIndex) (d decoded, ok bool, err error) {
-	d = decoded{index: ev.Index, topic: ev.Topic, evType: ev.Type}
+	d = decoded{evType: ev.Type}
 	var listed uint64
 	switch ev.Topic {
 	case api.TopicNode:
