@@ -48,7 +48,7 @@ func (s *Scheduler) fork(v *round.View, g *grid, infos []*jobInfo, out []planner
 			if added <= lost {
 				continue
 			}
-			g.commit(0, o)
+			g.commit(0, 1, o.take)
 			out[ji.idx].Units = append(out[ji.idx].Units, o.unit)
 			changed = true
 		}

@@ -4,21 +4,25 @@
 // Hadar is task-level heterogeneity-aware: the workers of one job may sit on
 // different GPU types and nodes in the same round, and the job then trains
 // at the pace the speed model gives (the slowest worker, see planner/speed).
-// It schedules online in a primal-dual framework (the OASiS template the
-// paper builds on; docs/policies.md lists what is inferred):
+// It schedules online in the OASiS primal-dual framework the paper builds on
+// (docs/policies.md lists what is inferred):
 //
-//   - Prices p[t][n][g] per (round t of a short horizon, node n, GPU type g)
-//     rise exponentially with the GPUs already committed there:
-//     p = L * (U/L)^(used/capacity), with U and L the largest and smallest
-//     value per GPU-round among the active jobs.
-//   - The dual subroutine finds, for one job, the schedule over the horizon
-//     (a start round and a task-level placement per round until the job
-//     finishes) that maximizes discounted utility minus priced cost.
-//   - Jobs are considered in decreasing order of their dual value (value
-//     per GPU at their best placement) and admitted when their payoff is
-//     positive; commitments raise the prices the next jobs see.
-//   - Only the first round of the plan is executed; everything is re-planned
-//     every round and on every arrival and completion.
+//   - A calendar of time slots (one per round) over a horizon holds the
+//     schedules committed to admitted jobs: which GPUs of which nodes each
+//     job holds in which slot. It persists across rounds.
+//   - Prices p[t][n][g] per (slot t, node n, GPU type g) follow from the
+//     commitments: p = L * (U/L)^(committed/capacity), with L and U derived
+//     from the workload (params.go).
+//   - The dual subroutine chooses, for one job, the schedule (a start slot
+//     and the GPUs it holds from then on) that maximizes the utility of its
+//     progress minus the prices of the GPUs; the job is admitted when that
+//     payoff is positive, and its schedule is committed, raising the prices
+//     later jobs see. Admission stands; schedules are revised only by the
+//     rules of revise (calendar shifts, early finishes, lost capacity).
+//   - Each round executes the commitments of its slot. Backfill gives the
+//     GPUs no commitment holds to jobs the subroutine found no paying
+//     schedule for, for that round only; a job it postponed is never
+//     started early.
 //
 // HadarE additionally forks a job into copies on other nodes, whose
 // progress adds up and whose parameters are merged at round boundaries.
@@ -41,12 +45,15 @@ type Utility string
 
 // Utilities.
 const (
-	// AvgJCT values progress as the fraction of the job's remaining work
-	// done (shortest remaining first), weighted by priority.
+	// AvgJCT values a job's completion by w * D / (completion - now), D
+	// its remaining time at its best speed: the inverse of its slowdown.
+	// Per GPU-second, short jobs are worth most (shortest remaining
+	// first), and delaying a job costs in proportion to its length.
 	AvgJCT Utility = "jct"
-	// Makespan values progress in seconds of best-type work, more for
-	// jobs with more remaining time (longest remaining first): the total
-	// time duration shrinks when the critical jobs move.
+	// Makespan is AvgJCT for most jobs, plus the jobs that decide the
+	// total time duration: a job whose remaining time at its best speed
+	// reaches Critical of the remaining makespan's lower bound is worth
+	// more than any price, so it runs at its best placement every round.
 	Makespan Utility = "makespan"
 )
 
@@ -54,26 +61,35 @@ const (
 type Config struct {
 	Speed   speed.Model
 	Utility Utility // default Makespan
-	// Horizon is the number of rounds a job's schedule spans (default 4).
-	Horizon int
-	// Discount weighs round t's value by Discount^t (default 0.9): later
-	// progress is worth less, so a job waits only for a clearly better
-	// placement.
-	Discount float64
+	// Horizon fixes the number of slots (rounds) of the calendar; 0 derives
+	// it from the workload (params.go) within [MinHorizon, MaxHorizon]
+	// (defaults 2 and 16).
+	Horizon, MinHorizon, MaxHorizon int
+	// Blocking is the share of a typical job's utility that waiting behind
+	// commitments may cost it: the derived horizon is Blocking times the
+	// typical job's duration (default 0.05).
+	Blocking float64
 	// FloorRatio sets the lowest price L to the smallest job value per
-	// GPU-round divided by FloorRatio (default 4).
+	// GPU-round divided by FloorRatio (default 4, OASiS's 1/(4 eta) with
+	// eta = 1).
 	FloorRatio float64
-	// LongestFirst is the exponent of the makespan utility's preference for
-	// jobs with more remaining time (default 1).
-	LongestFirst float64
+	// Critical is the share of the remaining makespan's lower bound from
+	// which a job is critical under the makespan utility (default 0.9).
+	Critical float64
 	// RestartCost is the seconds a job loses when its GPUs change (the
 	// simulator's restart cost); it makes keeping a placement worth more.
 	RestartCost float64
 	// NoMixing restricts every job to one GPU type (job-level, like Gavel),
 	// for ablations.
 	NoMixing bool
-	// NoBackfill leaves GPUs idle that no job had a positive payoff for.
+	// NoBackfill leaves GPUs idle that no commitment holds.
 	NoBackfill bool
+	// FlatPrices charges L for every GPU whatever the commitments (U = L):
+	// the ablation that shows what prices do.
+	FlatPrices bool
+	// NodePrices makes a GPU's price follow its node's committed share
+	// instead of its type's (an ablation: it spreads jobs over nodes).
+	NodePrices bool
 	// Filter, when set, vetoes candidate placements (planner/placement's
 	// locality policies: consolidation, delay scheduling); nil allows all.
 	Filter Filter
@@ -82,7 +98,7 @@ type Config struct {
 	// types the fluid relaxation (Gavel's min-makespan LP over the active
 	// jobs) gives it time on, so types go to the jobs with the comparative
 	// advantage on them; Hadar's dual subroutine then decides the concrete
-	// task-level placement, rounds and admission.
+	// task-level placement, slots and admission.
 	NoFluidGuide bool
 
 	// Fork turns on HadarE: idle GPUs after Hadar's plan take copies of
@@ -100,17 +116,21 @@ func (c Config) withDefaults() Config {
 	if c.Utility == "" {
 		c.Utility = Makespan
 	}
-	if c.Horizon <= 0 {
-		c.Horizon = 4
+	if c.MinHorizon <= 0 {
+		c.MinHorizon = 2
 	}
-	if c.Discount <= 0 || c.Discount > 1 {
-		c.Discount = 0.9
+	if c.MaxHorizon <= 0 {
+		c.MaxHorizon = 16
 	}
+	c.MaxHorizon = max(c.MaxHorizon, c.MinHorizon)
 	if c.FloorRatio <= 1 {
 		c.FloorRatio = 4
 	}
-	if c.LongestFirst == 0 {
-		c.LongestFirst = 1
+	if c.Critical <= 0 || c.Critical > 1 {
+		c.Critical = 0.9
+	}
+	if c.Blocking <= 0 {
+		c.Blocking = 0.05
 	}
 	if c.MaxCopies <= 0 {
 		c.MaxCopies = 4
@@ -134,6 +154,9 @@ func (c Config) Validate() error {
 	if c.MergeCost < 0 || c.RestartCost < 0 {
 		return fmt.Errorf("hadar: merge cost %v and restart cost %v: want seconds >= 0", c.MergeCost, c.RestartCost)
 	}
+	if c.Horizon < 0 || c.MinHorizon < 0 || c.MaxHorizon < 0 {
+		return fmt.Errorf("hadar: horizon %d, min %d, max %d: want slots >= 0", c.Horizon, c.MinHorizon, c.MaxHorizon)
+	}
 	return nil
 }
 
@@ -150,6 +173,22 @@ type Scheduler struct {
 	// the set of active jobs changes at a round boundary.
 	fluid    map[string][]bool
 	fluidKey string
+	// fluidRate is each job's throughput in the fluid solution: the
+	// remaining makespan of that solution is the largest remaining steps
+	// over it (value uses it to find the critical jobs).
+	fluidRate map[string]float64
+
+	// The primal-dual state, saved in snapshots (state.go).
+	// cur is the absolute number of the current slot, started at base.
+	cur     int64
+	base    float64
+	started bool
+	seq     int64
+	bounds  bounds
+	// target is the makespan the makespan utility aims at (value).
+	target    float64
+	hasTarget bool
+	jobs      map[string]*record
 }
 
 // New returns a Hadar scheduler.
@@ -157,7 +196,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Scheduler{cfg: cfg.withDefaults()}, nil
+	return &Scheduler{cfg: cfg.withDefaults(), jobs: map[string]*record{}}, nil
 }
 
 // Name implements round.Scheduler.
@@ -169,65 +208,49 @@ func (s *Scheduler) Name() string {
 	if s.cfg.Utility == AvgJCT {
 		name += "-jct"
 	}
-	return name
+	return name + s.variant()
 }
 
-// grid is the planning state: GPUs committed per (round, node, type).
-type grid struct {
-	nodes    []string
-	racks    []string // rack of each node
-	types    []planner.GPUType
-	capacity [][]int     // [node][type]
-	used     [][][]int   // [round][node][type]
-	lo, hi   float64     // price bounds L and U
-	table    [][]float64 // [type][used]: price of the next GPU
-	typeCap  []int
-	typeUsed [][]int // [round][type]
-	taken    []int   // scratch for cheapest
-	// cache of cheapest() per round, dropped when the round's commitments
-	// change: jobs with the same type preferences and width share it.
-	cache    []map[cheapKey][]slotIdx
-	fitCache []map[[2]int]int
-}
-
-type cheapKey struct {
-	allowed uint64
-	count   int
-}
-
-func (g *grid) setPrices(lo, hi float64) {
-	g.lo, g.hi = lo, hi
-	g.table = make([][]float64, len(g.types))
-	for k := range g.types {
-		c := g.typeCap[k]
-		tab := make([]float64, c+1)
-		for u := range tab {
-			tab[u] = lo * math.Pow(hi/lo, float64(u)/float64(max(c, 1)))
+// variant names the ablations switched on, as the registry spells them.
+func (s *Scheduler) variant() string {
+	v := ""
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{s.cfg.FlatPrices, "flat"}, {s.cfg.NodePrices, "nodeprices"}, {s.cfg.NoBackfill, "nobackfill"}, {s.cfg.NoFluidGuide, "noguide"}} {
+		if f.on {
+			v += ":" + f.name
 		}
-		g.table[k] = tab
 	}
+	return v
 }
 
-// price of one GPU of type k in round t at the type's current
-// utilization, as in OASiS: a job pays the prices it sees before its own
-// allocation raises them. A type's price follows its utilization across
-// the cluster, so every node of a type costs the same and packing a job
-// onto one node is never dearer than spreading it.
-func (g *grid) price(t, k int) float64 {
-	return g.table[k][min(g.typeUsed[t][k], g.typeCap[k])]
+// Bounds returns the price function's L and U and the template's alpha,
+// as derived from the jobs seen so far.
+func (s *Scheduler) Bounds() (lo, hi, alpha float64) {
+	lo, hi = s.bounds.priceRange(s.cfg)
+	return lo, hi, s.bounds.Alpha(s.cfg)
 }
 
-func (g *grid) free(t, n, k int) int { return g.capacity[n][k] - g.used[t][n][k] }
-
-// option is one placement of a job in one round.
+// option is one placement of a job held over some slots.
 type option struct {
 	unit planner.Unit
 	take []slotIdx
-	rate float64
-	cost float64
+	rate float64 // steps/s once started
+	keep bool    // the GPUs it holds now: no restart
 }
 
 type slotIdx struct{ n, k, count int }
+
+// schedule is the dual subroutine's answer for one job: opt held over the
+// slots [start, end) of the horizon.
+type schedule struct {
+	opt        *option
+	start, end int
+	pay        float64 // value minus price over the schedule
+	value      float64
+	cost       float64
+}
 
 // jobInfo caches per-job figures for one planning pass.
 type jobInfo struct {
@@ -236,94 +259,62 @@ type jobInfo struct {
 	tp       []float64 // steps/s per type, as JobView.Throughput
 	allowed  []bool    // types the fluid guide lets the job use (nil = all)
 	spread   []float64 // steps/s per type when spread over servers
-	best     float64   // best steps/s over types
+	best     float64   // best steps/s over allowed types
 	remTime  float64   // remaining seconds at the best speed
 	valueSec float64   // utility per step
 	density  float64   // dual value: value per GPU-round at its best
+	base     float64   // density before the critical boost (price bounds)
+	critical bool
 }
 
 // Schedule implements round.Scheduler.
 func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 	out := make([]planner.Placement, len(v.Jobs))
-	g := s.newGrid(v)
 	infos := s.jobInfos(v)
-	if len(infos) == 0 {
-		return out, nil
-	}
 	if err := s.guide(v, infos); err != nil {
 		return nil, err
 	}
 	s.value(v, infos)
-	horizon := s.cfg.Horizon
-	if v.MidRound {
-		horizon = 1
-	}
-	// Value per GPU-round bounds the prices.
-	lo, hi := math.Inf(1), 0.0
 	for _, ji := range infos {
-		if ji.density > 0 {
-			lo, hi = math.Min(lo, ji.density), math.Max(hi, ji.density)
+		if _, ok := s.jobs[ji.view.ID]; !ok {
+			s.jobs[ji.view.ID] = &record{Seq: s.seq, Density: ji.base}
+			s.seq++
+			s.bounds.see(ji.base, ji.remTime/v.Round)
 		}
 	}
-	if hi == 0 {
+	s.advance(v)
+	h := s.bounds.horizon(s.cfg)
+	g := s.newGrid(v, h)
+	s.replay(v, g, infos)
+	if len(infos) == 0 || s.bounds.Jobs == 0 {
 		return out, nil
 	}
-	g.setPrices(lo/s.cfg.FloorRatio, math.Max(hi, lo*1.0001))
-	slices.SortFunc(infos, func(a, b *jobInfo) int { return cmp.Or(cmp.Compare(b.density, a.density), cmp.Compare(a.idx, b.idx)) })
-
+	lo, hi := s.bounds.priceRange(s.cfg)
+	g.setPrices(lo, hi, s.cfg.NodePrices)
+	// The dual order: jobs in decreasing value per GPU-round.
+	slices.SortFunc(infos, func(a, b *jobInfo) int {
+		return cmp.Or(cmp.Compare(b.density, a.density), cmp.Compare(b.remTime, a.remTime), cmp.Compare(a.idx, b.idx))
+	})
+	var rejected []*jobInfo
 	for _, ji := range infos {
-		// Only round 0 is executed: once it is full, later jobs' plans
-		// for future rounds change nothing that runs now.
-		if g.freeTotal(0) == 0 {
-			break
-		}
-		// A job that cannot fit in round 0 at all has nothing to run now;
-		// planning its future rounds would only shift later jobs' waits.
-		if !g.fits(0, ji) {
+		if v.MidRound && ji.view.Running {
 			continue
 		}
-		plan := s.dual(v, g, ji, horizon)
-		if plan == nil {
-			v.Explain(ji.idx, round.Reason{Why: "no schedule over the horizon pays its prices now"})
+		if !s.plan(v, g, ji) {
+			rejected = append(rejected, ji)
+		}
+	}
+	// Execute slot 0 of every commitment.
+	for _, ji := range infos {
+		if v.MidRound && ji.view.Running {
 			continue
 		}
-		for t, o := range plan {
-			if o == nil {
-				continue
-			}
-			if t == 0 {
-				v.Explain(ji.idx, round.Reason{Price: o.cost, Utility: ji.valueSec * o.rate * v.Round,
-					Why: fmt.Sprintf("admitted: its progress this round is worth %.3g against a price of %.3g", ji.valueSec*o.rate*v.Round, o.cost)})
-			}
-			g.commit(t, o)
-			if t == 0 {
-				out[ji.idx] = planner.Placement{Units: []planner.Unit{o.unit}}
-			}
-		}
-		if plan[0] == nil {
-			for t, o := range plan {
-				if o != nil {
-					v.Explain(ji.idx, round.Reason{Price: o.cost, Utility: ji.valueSec * o.rate * v.Round,
-						Why: fmt.Sprintf("scheduled to start in %d round(s), when its prices are lower", t)})
-					break
-				}
-			}
+		if u, ok := s.jobs[ji.view.ID].holds(s.cur); ok {
+			out[ji.idx] = planner.Placement{Units: []planner.Unit{u}}
 		}
 	}
 	if !s.cfg.NoBackfill {
-		// Work conservation: jobs without a positive payoff, or waiting for
-		// a better round, may still use GPUs nobody took this round.
-		for _, ji := range infos {
-			if len(out[ji.idx].Units) > 0 || g.freeTotal(0) == 0 {
-				continue
-			}
-			if o := s.bestOption(v, g, ji, 0, true); o != nil {
-				s.finish(g, o)
-				g.commit(0, o)
-				out[ji.idx] = planner.Placement{Units: []planner.Unit{o.unit}}
-				v.Explain(ji.idx, round.Reason{Why: "backfilled onto GPUs no admitted job took this round"})
-			}
-		}
+		s.backfill(v, g, rejected, out)
 	}
 	if s.cfg.Fork {
 		s.fork(v, g, infos, out)
@@ -337,108 +328,320 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 	return out, nil
 }
 
-func (s *Scheduler) newGrid(v *round.View) *grid {
-	g := &grid{types: v.Types}
-	full := round.NewPool(v.Cluster)
-	for _, n := range v.Pool.Nodes() {
-		g.nodes = append(g.nodes, n)
-		g.racks = append(g.racks, v.Pool.Rack(n))
-		capRow := make([]int, len(v.Types))
-		for k, t := range v.Types {
-			capRow[k] = full.Free(n, t)
-		}
-		g.capacity = append(g.capacity, capRow)
+// advance moves the calendar to the current round and forgets jobs that
+// left. At a round boundary the current slot moves by the rounds elapsed
+// since the last boundary; commitments of past slots expire.
+func (s *Scheduler) advance(v *round.View) {
+	active := make(map[string]bool, len(v.Jobs))
+	for _, jb := range v.Jobs {
+		active[jb.ID] = true
 	}
-	h := s.cfg.Horizon
+	for id := range s.jobs {
+		if !active[id] {
+			delete(s.jobs, id) // finished (or failed): its commitments are released
+		}
+	}
 	if v.MidRound {
-		h = 1
+		return
 	}
-	g.used = make([][][]int, h)
-	g.cache = make([]map[cheapKey][]slotIdx, h)
-	g.fitCache = make([]map[[2]int]int, h)
-	g.typeCap = make([]int, len(v.Types))
-	g.typeUsed = make([][]int, h)
-	for _, row := range g.capacity {
-		for k, c := range row {
-			g.typeCap[k] += c
+	if !s.started {
+		s.started, s.base = true, v.Now
+		return
+	}
+	elapsed := int64(math.Round((v.Now - s.base) / v.Round))
+	if elapsed > 0 {
+		s.cur += elapsed
+		s.base = v.Now
+	}
+	for _, r := range s.jobs {
+		r.clip(s.cur, math.MaxInt64)
+	}
+}
+
+// replay writes the commitments into the grid, applying the revision rules
+// that keep them true to the cluster and the estimates (docs/policies.md,
+// "Revisions"):
+//
+//   - a commitment on GPUs the cluster no longer has (node lost, drained,
+//     GPUs gone) is dropped from the first slot it does not fit, latest
+//     admitted first; the job plans again this round;
+//   - a job's commitment beyond the slots its estimated remaining work
+//     needs at its committed speed is released (it finishes early);
+//   - commitments beyond the horizon are dropped (a shorter horizon).
+//
+// Mid-round, slot 0 is the pool's and a running job's GPUs are already
+// busy there; a waiting job's commitment for slot 0 stands only if its
+// GPUs are idle.
+func (s *Scheduler) replay(v *round.View, g *grid, infos []*jobInfo) {
+	byID := make(map[string]*jobInfo, len(infos))
+	for _, ji := range infos {
+		byID[ji.view.ID] = ji
+	}
+	h := int64(g.horizon())
+	for _, id := range sortedIDs(s.jobs) {
+		r := s.jobs[id]
+		r.clip(s.cur, s.cur+h)
+		ji := byID[id]
+		if ji == nil {
+			r.Segs = nil // cannot run now (no runnable type)
+			continue
 		}
-	}
-	for t := range h {
-		g.used[t] = make([][]int, len(g.nodes))
-		for n, name := range g.nodes {
-			g.used[t][n] = make([]int, len(v.Types))
-			if t == 0 {
-				// Round 0 sees only what the pool offers (mid-round: the
-				// idle GPUs).
-				for k, ty := range v.Types {
-					g.used[t][n][k] = g.capacity[n][k] - v.Pool.Free(name, ty)
+		// Estimated slots still needed, counted from the first slot of
+		// the commitment.
+		left := ji.view.Remaining
+		var kept []segment
+		for _, sg := range r.Segs {
+			take, ok := g.resolve(sg.Unit)
+			rate := 0.0
+			if ok {
+				rate = s.rate(v, ji, sg.Unit)
+			}
+			if !ok || rate <= 0 || left <= 0 {
+				break
+			}
+			to := sg.From
+			for t := sg.From; t < sg.To && left > 0; t++ {
+				rel := int(t - s.cur)
+				if rel == 0 && v.MidRound && ji.view.Running {
+					left -= rate * v.Round // already busy in the pool
+					to = t + 1
+					continue
 				}
+				if !g.fitsAt(rel, take) {
+					break
+				}
+				g.commit(rel, rel+1, take)
+				left -= rate * v.Round
+				to = t + 1
+			}
+			if to > sg.From {
+				kept = append(kept, segment{From: sg.From, To: to, Unit: sg.Unit})
+			}
+			if to < sg.To {
+				break
 			}
 		}
+		r.Segs = kept
 	}
-	for t := range h {
-		g.typeUsed[t] = make([]int, len(v.Types))
-		for n := range g.nodes {
-			for k := range v.Types {
-				g.typeUsed[t][k] += g.used[t][n][k]
+}
+
+// plan runs the dual subroutine for one job and commits what it chooses.
+// It reports whether the job holds a commitment afterwards (running now or
+// postponed); false means no schedule pays its prices.
+func (s *Scheduler) plan(v *round.View, g *grid, ji *jobInfo) bool {
+	r := s.jobs[ji.view.ID]
+	h := g.horizon()
+	cur, holdsNow := r.holds(s.cur)
+	switch {
+	case holdsNow:
+		// Running under its commitment: extend it to the slots it opened
+		// (the horizon moved) if it needs them and they pay.
+		end := int(r.end() - s.cur)
+		need := ji.view.Remaining - s.committedSteps(v, ji, r)
+		if end < h && need > 0 {
+			last := r.Segs[len(r.Segs)-1].Unit
+			if sc := s.dual(v, g, ji, end, s.keepFrom(v, g, ji, last), need); sc != nil {
+				s.commit(g, r, sc)
 			}
 		}
+		s.explainCommitted(v, g, ji, cur)
+		return true
+	case len(r.Segs) > 0:
+		// Postponed: plan again against today's prices; the new schedule
+		// replaces the old one only if it pays more (so admission stands:
+		// the old one is kept even if prices rose since).
+		saved := slices.Clone(r.Segs)
+		oldPay := s.release(v, g, ji, r)
+		sc := s.dual(v, g, ji, 0, s.keepNow(v, g, ji), ji.view.Remaining)
+		if sc == nil || sc.pay <= oldPay {
+			s.recommit(g, r, saved)
+			v.Explain(ji.idx, round.Reason{Why: fmt.Sprintf("postponed: its committed schedule starts in %d round(s)", r.Segs[0].From-s.cur)})
+			return true
+		}
+		s.commit(g, r, sc)
+		s.explainPlan(v, ji, sc)
+		return true
 	}
-	return g
+	sc := s.dual(v, g, ji, 0, s.keepNow(v, g, ji), ji.view.Remaining)
+	if sc == nil {
+		if r.Admitted {
+			v.Explain(ji.idx, round.Reason{Why: "admitted earlier; no schedule over the horizon pays today's prices, so it waits"})
+		} else {
+			v.Explain(ji.idx, round.Reason{Why: "no schedule over the horizon pays its prices: not admitted yet"})
+		}
+		return false
+	}
+	r.Admitted = true
+	s.commit(g, r, sc)
+	s.explainPlan(v, ji, sc)
+	return true
 }
 
-// bestFit returns the node with the fewest free GPUs of type k that still
-// has count free in round t, or -1; cached until round t changes.
-func (g *grid) bestFit(t, k, count int) int {
-	key := [2]int{k, count}
-	if n, ok := g.fitCache[t][key]; ok {
-		return n
+// release takes a postponed job's commitments off the grid and returns
+// what they pay at today's prices (possibly negative: prices may have
+// risen since they were committed).
+func (s *Scheduler) release(v *round.View, g *grid, ji *jobInfo, r *record) float64 {
+	pay := 0.0
+	for _, sg := range r.Segs {
+		take, ok := g.resolve(sg.Unit)
+		if !ok {
+			continue
+		}
+		from, to := int(sg.From-s.cur), int(sg.To-s.cur)
+		rate := s.rate(v, ji, sg.Unit)
+		for t := from; t < to; t++ {
+			for _, sl := range take {
+				g.used[t][sl.n][sl.k] -= sl.count
+				g.typeUsed[t][sl.k] -= sl.count
+			}
+		}
+		g.windows = nil
+		for t := from; t < to; t++ {
+			secs := v.Round
+			if t == from {
+				secs -= s.cfg.RestartCost
+			}
+			pay += ji.valueSec*rate*math.Max(0, secs)*discount(ji, t, v.Round) - g.costAt(t, take)
+		}
 	}
-	best := planner.BestFit(len(g.nodes), func(n int) int { return g.free(t, n, k) }, count)
-	if g.fitCache[t] == nil {
-		g.fitCache[t] = map[[2]int]int{}
-	}
-	g.fitCache[t][key] = best
-	return best
+	r.Segs = nil
+	return pay
 }
 
-// fits reports whether round t has enough free GPUs of the job's
-// runnable types for all its workers.
+// recommit puts released commitments back as they were.
+func (s *Scheduler) recommit(g *grid, r *record, segs []segment) {
+	for _, sg := range segs {
+		if take, ok := g.resolve(sg.Unit); ok {
+			g.commit(int(sg.From-s.cur), int(sg.To-s.cur), take)
+			r.Segs = append(r.Segs, sg)
+		}
+	}
+}
+
+func (s *Scheduler) commit(g *grid, r *record, sc *schedule) {
+	if sc == nil {
+		return
+	}
+	g.commit(sc.start, sc.end, sc.opt.take)
+	r.add(s.cur+int64(sc.start), s.cur+int64(sc.end), sc.opt.unit)
+}
+
+// committedSteps is the progress the job's commitments provide.
+func (s *Scheduler) committedSteps(v *round.View, ji *jobInfo, r *record) float64 {
+	steps := 0.0
+	for _, sg := range r.Segs {
+		steps += s.rate(v, ji, sg.Unit) * v.Round * float64(sg.To-sg.From)
+	}
+	return steps
+}
+
+// keepNow is the job's current GPUs as an option from slot 0, when it runs
+// (or ran last round) on one unit of its full width.
+func (s *Scheduler) keepNow(v *round.View, g *grid, ji *jobInfo) *option {
+	prev := ji.view.Placement.Units
+	if len(prev) == 0 || v.MidRound && !ji.view.Running {
+		return nil
+	}
+	return s.keepFrom(v, g, ji, prev[0])
+}
+
+// keepFrom is unit u as an option continuing without a restart.
+func (s *Scheduler) keepFrom(v *round.View, g *grid, ji *jobInfo, u planner.Unit) *option {
+	if u.GPUs() != ji.view.ScaleFactor {
+		return nil
+	}
+	take, ok := g.resolve(u)
+	if !ok {
+		return nil
+	}
+	rate := s.rate(v, ji, u)
+	if rate <= 0 {
+		return nil
+	}
+	return &option{unit: u, take: take, rate: rate, keep: true}
+}
+
+// backfill gives the GPUs of slot 0 that no commitment holds to jobs the
+// dual subroutine found no paying schedule for, for this round only: a
+// job keeps its GPUs if they are free, else takes the fastest placement
+// left. Postponed jobs are not among them.
+func (s *Scheduler) backfill(v *round.View, g *grid, rejected []*jobInfo, out []planner.Placement) {
+	// The fluid guide's types first, for every job: backfill must not
+	// spend a type on a job without the comparative advantage there while
+	// a job with it fits; then any type.
+	for _, anyType := range []bool{false, true} {
+		for _, ji := range rejected {
+			if g.freeTotal(0) == 0 {
+				return
+			}
+			if len(out[ji.idx].Units) > 0 || !g.fits(0, ji) || anyType && ji.allowed == nil {
+				continue
+			}
+			o := s.keepNow(v, g, ji)
+			if o != nil && (!g.fitsAt(0, o.take) || !s.allowed(v, g, ji, o) || !anyType && !ji.allows(o.take)) {
+				o = nil
+			}
+			if o == nil {
+				o = s.bestOption(v, g, ji, g.window(0, 1), true, anyType)
+			}
+			if o == nil {
+				continue
+			}
+			s.finish(g, o)
+			g.commit(0, 1, o.take)
+			out[ji.idx] = planner.Placement{Units: []planner.Unit{o.unit}}
+			v.Explain(ji.idx, round.Reason{Why: "backfilled onto GPUs no commitment holds this round"})
+		}
+	}
+}
+
+// allows reports whether the fluid guide lets the job use every type of
+// take.
+func (ji *jobInfo) allows(take []slotIdx) bool {
+	for _, sl := range take {
+		if ji.allowed != nil && !ji.allowed[sl.k] {
+			return false
+		}
+	}
+	return true
+}
+
+// fits reports whether slot t has enough free GPUs of the job's runnable
+// types for all its workers.
 func (g *grid) fits(t int, ji *jobInfo) bool {
-	n := 0
-	for k := range g.types {
-		if ji.tp[k] > 0 {
-			n += g.typeCap[k] - g.typeUsed[t][k]
-		}
-	}
-	return n >= ji.view.ScaleFactor
+	return g.freeOfTypes(t, func(k int) bool { return ji.tp[k] > 0 }) >= ji.view.ScaleFactor
 }
 
-func (g *grid) freeTotal(t int) int {
-	n := 0
-	for i := range g.nodes {
-		for k := range g.types {
-			n += g.free(t, i, k)
-		}
+func (s *Scheduler) explainCommitted(v *round.View, g *grid, ji *jobInfo, u planner.Unit) {
+	take, ok := g.resolve(u)
+	if !ok {
+		return
 	}
-	return n
+	r := s.jobs[ji.view.ID]
+	rate := s.rate(v, ji, u)
+	val := ji.valueSec * rate * v.Round
+	cost := g.costAt(0, take)
+	v.Explain(ji.idx, round.Reason{Price: cost, Utility: val,
+		Why: fmt.Sprintf("runs under its committed schedule (%d more round(s)); its progress this round is worth %.3g against a price of %.3g", r.end()-s.cur-1, val, cost)})
 }
 
-func (g *grid) commit(t int, o *option) {
-	for _, sl := range o.take {
-		g.used[t][sl.n][sl.k] += sl.count
-		g.typeUsed[t][sl.k] += sl.count
+func (s *Scheduler) explainPlan(v *round.View, ji *jobInfo, sc *schedule) {
+	if sc == nil {
+		return
 	}
-	g.cache[t] = nil
-	g.fitCache[t] = nil
+	why := fmt.Sprintf("admitted: its schedule over %d round(s) is worth %.3g against a price of %.3g", sc.end-sc.start, sc.value, sc.cost)
+	if sc.start > 0 {
+		why = fmt.Sprintf("postponed: its schedule starts in %d round(s), where it pays most (worth %.3g against a price of %.3g)", sc.start, sc.value, sc.cost)
+	}
+	if ji.critical {
+		why += "; critical for the makespan"
+	}
+	v.Explain(ji.idx, round.Reason{Price: sc.cost, Utility: sc.value, Why: why})
 }
 
 func (s *Scheduler) jobInfos(v *round.View) []*jobInfo {
 	var infos []*jobInfo
 	for i, jb := range v.Jobs {
-		if v.MidRound && jb.Running {
-			continue
-		}
 		best := 0.0
 		for _, x := range jb.Throughput {
 			best = math.Max(best, x)
@@ -461,7 +664,10 @@ func (s *Scheduler) jobInfos(v *round.View) []*jobInfo {
 // speed and remaining time count only the types it may use, so a job the
 // fluid guide confines to slow GPUs is seen as the longer job it is.
 func (s *Scheduler) value(v *round.View, infos []*jobInfo) {
-	maxRem := 0.0
+	maxRem, work, gpus := 0.0, 0.0, 0.0
+	for _, c := range v.Capacity {
+		gpus += c
+	}
 	for _, ji := range infos {
 		if ji.allowed != nil {
 			best := 0.0
@@ -476,123 +682,241 @@ func (s *Scheduler) value(v *round.View, infos []*jobInfo) {
 		}
 		ji.remTime = ji.view.Remaining / ji.best
 		maxRem = math.Max(maxRem, ji.remTime)
+		work += ji.remTime * float64(ji.view.ScaleFactor)
+	}
+	// The remaining makespan: that of the fluid solution when there is one
+	// (its jobs' remaining steps over their fluid throughputs), else a
+	// lower bound: the longest remaining job, and the whole work spread
+	// over every GPU.
+	bound := math.Max(maxRem, work/math.Max(gpus, 1))
+	if len(s.fluidRate) > 0 {
+		fluid := 0.0
+		for _, ji := range infos {
+			if r := s.fluidRate[ji.view.ID]; r > 0 {
+				fluid = math.Max(fluid, ji.view.Remaining/r)
+			}
+		}
+		if fluid > 0 {
+			bound = math.Max(maxRem, fluid)
+		}
 	}
 	for _, ji := range infos {
 		w := ji.view.Weight
 		if w <= 0 {
 			w = 1
 		}
-		switch s.cfg.Utility {
-		case AvgJCT:
-			ji.valueSec = w / ji.view.Remaining
-		default:
-			ji.valueSec = w / (ji.best * maxRem) * math.Pow(ji.remTime/maxRem, s.cfg.LongestFirst)
-		}
+		ji.valueSec = w / ji.view.Remaining
 		ji.density = ji.valueSec * ji.best * v.Round / float64(ji.view.ScaleFactor)
+		ji.base = ji.density
+	}
+	if s.cfg.Utility == Makespan {
+		// The makespan target: now plus the remaining makespan when jobs
+		// arrive, and never later than that afterwards, so that a
+		// schedule falling behind its fluid plan makes more jobs critical
+		// instead of moving the target.
+		arrived := false
+		for _, ji := range infos {
+			if _, ok := s.jobs[ji.view.ID]; !ok {
+				arrived = true
+			}
+		}
+		if arrived || !s.hasTarget {
+			s.target, s.hasTarget = v.Now+bound, true
+		} else {
+			s.target = math.Min(s.target, v.Now+bound)
+		}
+		left := math.Max(s.target-v.Now, 0)
+		for _, ji := range infos {
+			ji.critical = ji.remTime >= s.cfg.Critical*left
+		}
+	}
+	// Critical jobs are worth twice the highest value of any job, so they
+	// pay any price below U: they run every round at their best placement.
+	top := s.bounds.Hi
+	for _, ji := range infos {
+		if !ji.critical {
+			top = math.Max(top, ji.density)
+		}
+	}
+	for _, ji := range infos {
+		if ji.critical {
+			scale := 2 * top / ji.density
+			ji.valueSec *= scale
+			ji.density *= scale
+		}
 	}
 }
 
-// dual is the dual subroutine: the best schedule of one job over the
-// horizon, as one option per round (nil = not running then), or nil when no
-// schedule has a positive payoff.
-func (s *Scheduler) dual(v *round.View, g *grid, ji *jobInfo, horizon int) []*option {
-	// The best placement of each round does not depend on when the
-	// schedule starts: find it once per round.
-	opts := make([]*option, horizon)
-	for t := range horizon {
-		opts[t] = s.bestOption(v, g, ji, t, false)
+// discount is the share of the utility that progress made t slots from now
+// keeps: with completion utility w*D/(completion-now), starting t rounds
+// later scales it by D/(D + t*Round).
+func discount(ji *jobInfo, t int, round float64) float64 {
+	if t == 0 {
+		return 1
 	}
-	var best []*option
-	bestPay := 0.0
-	for start := range horizon {
-		plan := make([]*option, horizon)
-		pay := 0.0
-		left := ji.view.Remaining
-		disc := math.Pow(s.cfg.Discount, float64(start))
-		for t := start; t < horizon && left > 0; t++ {
-			o := opts[t]
-			if o == nil {
-				break
+	return ji.remTime / (ji.remTime + float64(t)*round)
+}
+
+// dual is the dual subroutine: the schedule of one job from slot from on
+// (a start slot and the GPUs it holds until it has made need steps or the
+// horizon ends) with the largest payoff, or nil when none is positive.
+// keep, when set, is its current GPUs (no restart if it continues there
+// from slot from).
+func (s *Scheduler) dual(v *round.View, g *grid, ji *jobInfo, from int, keep *option, need float64) *schedule {
+	h := g.horizon()
+	if from >= h || need <= 0 {
+		return nil
+	}
+	// No price is lower than the cheapest GPU of the job's types in the
+	// window: a job worth less cannot pay anywhere.
+	if !s.mayPay(v, g, ji, from) {
+		return nil
+	}
+	var best *schedule
+	try := func(o *option, start int, end int) {
+		if o == nil {
+			return
+		}
+		if sc := s.evaluate(v, g, ji, o, start, end, need); sc != nil && (best == nil || sc.pay > best.pay) {
+			best = sc
+		}
+	}
+	for _, st := range g.starts(from) {
+		if g.freeOfTypes(st, func(k int) bool { return ji.tp[k] > 0 }) < ji.view.ScaleFactor {
+			continue
+		}
+		end := min(h, st+int(math.Ceil(need/(ji.best*v.Round))))
+		w := g.window(st, max(end, st+1))
+		o := s.bestOption(v, g, ji, w, false, false)
+		if keep != nil && st == from {
+			try(keep, st, h)
+			if o != nil {
+				s.finish(g, o)
+				o.keep = o.unit.Equal(keep.unit)
 			}
-			steps := math.Min(left, o.rate*v.Round)
-			left -= steps
-			gain := disc*ji.valueSec*steps - o.cost
-			if gain <= 0 {
-				break
-			}
-			pay += gain
-			plan[t] = o
-			disc *= s.cfg.Discount
 		}
-		if pay > bestPay {
-			best, bestPay = plan, pay
-		}
+		try(o, st, h)
 	}
-	for _, o := range best {
-		if o != nil && o.unit.Slots == nil {
-			o.unit = g.unit(o.take)
-		}
+	if best == nil && ji.critical && ji.allowed != nil && from == 0 {
+		// A critical job runs somewhere rather than wait for the types
+		// the fluid guide gave it.
+		w := g.window(0, 1)
+		try(s.bestOption(v, g, ji, w, false, true), 0, h)
 	}
+	if best == nil || best.pay <= 0 {
+		return nil
+	}
+	s.finish(g, best.opt)
 	return best
 }
 
-// bestOption finds the placement of the job's ScaleFactor workers in round
-// t with the largest value minus priced cost (ignoring prices when free
-// is set, for backfill). Candidates: the previous GPUs (no restart), each
-// single-node single-type fit, and, for each pace type, the cheapest GPUs
-// among types at least that fast (task-level mixing across types and
-// nodes).
-func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, t int, free bool) *option {
-	sf := ji.view.ScaleFactor
-	var best *option
-	bestScore := math.Inf(-1)
-	score := func(o *option) float64 {
-		if free {
-			return o.rate
-		}
-		return ji.valueSec*o.rate*v.Round - o.cost
+// mayPay reports whether the job's value per GPU-round beats the lowest
+// price of a GPU of its types somewhere in [from, horizon).
+func (s *Scheduler) mayPay(v *round.View, g *grid, ji *jobInfo, from int) bool {
+	if ji.critical {
+		return true
 	}
-	consider := func(o *option) {
-		if o == nil || o.rate <= 0 {
-			return
-		}
-		if s.cfg.Filter != nil {
-			s.finish(g, o)
-			if !s.cfg.Filter.Allow(v, ji.view, o.unit) {
-				return
+	perGPU := ji.valueSec * ji.best * v.Round / float64(ji.view.ScaleFactor)
+	for t := from; t < g.horizon(); t++ {
+		for k := range g.types {
+			if ji.tp[k] <= 0 || g.typeCap[k] == g.typeUsed[t][k] {
+				continue
+			}
+			lowest := g.prices.table[k][min(g.typeUsed[t][k], g.typeCap[k])]
+			if g.prices.node {
+				lowest = g.prices.lo
+			}
+			if perGPU*discount(ji, t, v.Round) > lowest {
+				return true
 			}
 		}
-		if sc := score(o); sc > bestScore {
+	}
+	return false
+}
+
+// evaluate prices option o held from slot start until the job has made
+// need steps, the horizon (or end) is reached, o's GPUs are taken, or a
+// slot's progress is worth less than its price.
+func (s *Scheduler) evaluate(v *round.View, g *grid, ji *jobInfo, o *option, start, end int, need float64) *schedule {
+	sc := &schedule{opt: o, start: start}
+	left := need
+	t := start
+	for ; t < min(end, g.horizon()) && left > 0; t++ {
+		if !g.fitsAt(t, o.take) {
+			break
+		}
+		secs := v.Round
+		if t == start && !o.keep {
+			secs = math.Max(0, v.Round-s.cfg.RestartCost)
+		}
+		steps := math.Min(left, o.rate*secs)
+		val := ji.valueSec * steps * discount(ji, t, v.Round)
+		cost := g.costAt(t, o.take)
+		if val <= cost {
+			break
+		}
+		sc.value += val
+		sc.cost += cost
+		left -= steps
+	}
+	sc.end = t
+	sc.pay = sc.value - sc.cost
+	if sc.end == start {
+		return nil
+	}
+	return sc
+}
+
+// allowed applies the placement filter.
+func (s *Scheduler) allowed(v *round.View, g *grid, ji *jobInfo, o *option) bool {
+	if s.cfg.Filter == nil {
+		return true
+	}
+	s.finish(g, o)
+	return s.cfg.Filter.Allow(v, ji.view, o.unit)
+}
+
+// bestOption finds the placement of the job's ScaleFactor workers free
+// throughout window w with the largest value minus summed price (or, with
+// free set for backfill, the fastest). Candidates: each single-node
+// single-type fit (best fit), and, for each pace type, the cheapest GPUs
+// among types at least that fast (task-level mixing across types and
+// nodes). An option on the GPUs of keep is marked as such.
+func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, w *window, free, anyType bool) *option {
+	sf := ji.view.ScaleFactor
+	slots := float64(w.e - w.s)
+	var best *option
+	bestScore := math.Inf(-1)
+	consider := func(o *option, cost float64) {
+		if o == nil || o.rate <= 0 || !s.allowed(v, g, ji, o) {
+			return
+		}
+		sc := o.rate
+		if !free {
+			sc = ji.valueSec*o.rate*v.Round*slots - cost
+		}
+		if sc > bestScore {
 			best, bestScore = o, sc
 		}
 	}
-	restartLoss := 1.0
-	if s.cfg.RestartCost > 0 {
-		restartLoss = math.Max(0, 1-s.cfg.RestartCost/v.Round)
-	}
-	if t == 0 {
-		consider(s.keepOption(v, g, ji))
-	}
-	// Single node, single type: score every cell without allocating, then
-	// build the winner.
+	// Single node, single type: every node of a type free through the
+	// window has the same type-level price: take the best fit (fewest
+	// free GPUs), which keeps large holes for wide jobs.
 	bn, bk, bScore := -1, -1, bestScore
 	var bRate, bCost float64
 	for k := range g.types {
-		if ji.tp[k] <= 0 || (!free && ji.allowed != nil && !ji.allowed[k]) {
+		if ji.tp[k] <= 0 || (!anyType && ji.allowed != nil && !ji.allowed[k]) {
 			continue
 		}
-		// Prices are per type, so every node of a type with room scores
-		// the same: take the best-fit one (fewest free GPUs), which keeps
-		// large holes for wide jobs.
-		n := g.bestFit(t, k, sf)
+		n := w.bestFit(k, sf)
 		if n < 0 {
 			continue
 		}
-		c := float64(sf) * g.price(t, k)
-		r := ji.tp[k] * restartLoss
+		c := float64(sf) * w.price(n, k)
+		r := ji.tp[k]
 		sc := r
 		if !free {
-			sc = ji.valueSec*r*v.Round - c
+			sc = ji.valueSec*r*v.Round*slots - c
 		}
 		if sc > bScore {
 			bn, bk, bScore, bRate, bCost = n, k, sc, r, c
@@ -600,36 +924,37 @@ func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, t int, free 
 	}
 	if bn >= 0 {
 		take := []slotIdx{{bn, bk, sf}}
-		o := &option{take: take, cost: bCost, rate: bRate}
+		o := &option{take: take, rate: bRate}
 		if s.cfg.Speed.Network != nil {
-			o.rate = s.takeRate(v, g, ji, take) * restartLoss
+			o.rate = s.takeRate(v, g, ji, take)
 		}
-		consider(o)
+		consider(o, bCost)
 	}
-	if sf == 1 {
-		return best
-	}
-	// Spread or mixed: per pace type, the cheapest GPUs among types at
-	// least as fast for this job.
-	allowed := make([]bool, len(g.types))
-	for pace := range g.types {
-		if ji.tp[pace] <= 0 || (!free && ji.allowed != nil && !ji.allowed[pace]) {
-			continue
-		}
-		for k := range g.types {
-			if s.cfg.NoMixing {
-				allowed[k] = k == pace
-			} else {
-				allowed[k] = ji.tp[k] >= ji.tp[pace] && (free || ji.allowed == nil || ji.allowed[k])
+	if sf > 1 {
+		// Spread or mixed: per pace type, the cheapest GPUs among types at
+		// least as fast for this job.
+		allowed := make([]bool, len(g.types))
+		for pace := range g.types {
+			if ji.tp[pace] <= 0 || (!anyType && ji.allowed != nil && !ji.allowed[pace]) {
+				continue
 			}
+			for k := range g.types {
+				if s.cfg.NoMixing {
+					allowed[k] = k == pace
+				} else {
+					allowed[k] = ji.tp[k] >= ji.tp[pace] && (anyType || ji.allowed == nil || ji.allowed[k])
+				}
+			}
+			take := g.cheapest(w, sf, allowed)
+			if take == nil {
+				continue
+			}
+			cost := 0.0
+			for _, sl := range take {
+				cost += float64(sl.count) * w.price(sl.n, sl.k)
+			}
+			consider(&option{take: take, rate: s.takeRate(v, g, ji, take)}, cost)
 		}
-		take := s.cheapest(g, t, sf, allowed)
-		if take == nil {
-			continue
-		}
-		o := &option{take: take, cost: s.cost(g, t, take)}
-		o.rate = s.takeRate(v, g, ji, take) * restartLoss
-		consider(o)
 	}
 	return best
 }
@@ -639,14 +964,6 @@ func (s *Scheduler) finish(g *grid, o *option) {
 	if o != nil && o.unit.Slots == nil {
 		o.unit = g.unit(o.take)
 	}
-}
-
-func (g *grid) unit(take []slotIdx) planner.Unit {
-	u := planner.Unit{Slots: make([]planner.Slot, 0, len(take))}
-	for _, sl := range take {
-		u.Slots = append(u.Slots, planner.Slot{Node: g.nodes[sl.n], Type: g.types[sl.k], Count: sl.count})
-	}
-	return u
 }
 
 // takeRate is the speed of a candidate placement. Without a network model
@@ -671,120 +988,6 @@ func (s *Scheduler) takeRate(v *round.View, g *grid, ji *jobInfo, take []slotIdx
 	return r
 }
 
-func (s *Scheduler) cost(g *grid, t int, take []slotIdx) float64 {
-	c := 0.0
-	for _, sl := range take {
-		c += float64(sl.count) * g.price(t, sl.k)
-	}
-	return c
-}
-
-// keepOption is the job's previous placement, if all of it is free in
-// round 0.
-func (s *Scheduler) keepOption(v *round.View, g *grid, ji *jobInfo) *option {
-	prev := ji.view.Placement.Units
-	if len(prev) == 0 || !ji.view.Running && v.MidRound {
-		return nil
-	}
-	// A forked job keeps its first unit; copies are re-decided.
-	u := prev[0]
-	if u.GPUs() != ji.view.ScaleFactor {
-		return nil
-	}
-	var take []slotIdx
-	for _, sl := range u.Slots {
-		n := slices.Index(g.nodes, sl.Node)
-		k := slices.Index(g.types, sl.Type)
-		if n < 0 || k < 0 || g.free(0, n, k) < sl.Count {
-			return nil
-		}
-		take = append(take, slotIdx{n, k, sl.Count})
-	}
-	return &option{unit: u, take: take, cost: s.cost(g, 0, take), rate: s.rate(v, ji, u)}
-}
-
-// cheapest picks count GPUs among allowed types with the lowest marginal
-// prices, preferring nodes with more free GPUs on ties (fewer servers).
-func (s *Scheduler) cheapest(g *grid, t, count int, allowed []bool) []slotIdx {
-	key := cheapKey{count: count}
-	cacheable := len(g.types) <= 64
-	if cacheable {
-		for k, a := range allowed {
-			if a {
-				key.allowed |= 1 << k
-			}
-		}
-		if r, ok := g.cache[t][key]; ok {
-			return r
-		}
-	}
-	out := g.cheapest(t, count, allowed)
-	if cacheable {
-		if g.cache[t] == nil {
-			g.cache[t] = map[cheapKey][]slotIdx{}
-		}
-		g.cache[t][key] = out
-	}
-	return out
-}
-
-func (g *grid) cheapest(t, count int, allowed []bool) []slotIdx {
-	nk := len(g.nodes) * len(g.types)
-	if cap(g.taken) < nk {
-		g.taken = make([]int, nk)
-	}
-	taken := g.taken[:nk]
-	clear(taken)
-	total := 0
-	for n := range g.nodes {
-		for k := range g.types {
-			if allowed[k] {
-				total += g.free(t, n, k)
-			}
-		}
-	}
-	if total < count {
-		return nil
-	}
-	var out []slotIdx
-	// Equal prices: stay on a cell in use (fewer servers), then in a rack in
-	// use (traffic stays under one switch), then take the cell with the
-	// most free GPUs left.
-	rackUsed := map[string]bool{}
-	for range count {
-		pn, pk, pickCost := -1, -1, math.Inf(1)
-		for n := range g.nodes {
-			for k := range g.types {
-				if !allowed[k] || g.free(t, n, k)-taken[n*len(g.types)+k] == 0 {
-					continue
-				}
-				q := taken[n*len(g.types)+k]
-				cost := g.price(t, k)
-				better := cost < pickCost*(1-1e-12)
-				if !better && cost <= pickCost*(1+1e-12) && pn >= 0 {
-					pq := taken[pn*len(g.types)+pk]
-					ra, rb := rackUsed[g.racks[n]], rackUsed[g.racks[pn]]
-					better = q > pq || (q == pq && ra && !rb) ||
-						(q == pq && ra == rb && g.free(t, n, k)-q > g.free(t, pn, pk)-pq)
-				}
-				if better {
-					pn, pk, pickCost = n, k, cost
-				}
-			}
-		}
-		taken[pn*len(g.types)+pk]++
-		rackUsed[g.racks[pn]] = true
-	}
-	for n := range g.nodes {
-		for k := range g.types {
-			if c := taken[n*len(g.types)+k]; c > 0 {
-				out = append(out, slotIdx{n, k, c})
-			}
-		}
-	}
-	return out
-}
-
 func (s *Scheduler) rate(v *round.View, ji *jobInfo, u planner.Unit) float64 {
 	r, err := s.cfg.Speed.UnitRate(ji.view.Job, u, v.Now)
 	if err != nil {
@@ -795,7 +998,7 @@ func (s *Scheduler) rate(v *round.View, ji *jobInfo, u planner.Unit) float64 {
 
 // guide sets each job's allowed types from the fluid relaxation.
 func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
-	if s.cfg.NoFluidGuide || s.cfg.Utility != Makespan {
+	if s.cfg.NoFluidGuide {
 		return nil
 	}
 	if !v.MidRound {
@@ -806,15 +1009,18 @@ func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
 				return fmt.Errorf("hadar fluid guide: %w", err)
 			}
 			s.fluid = make(map[string][]bool, len(v.Jobs))
+			s.fluidRate = make(map[string]float64, len(v.Jobs))
 			for i, j := range v.Jobs {
 				row := make([]bool, len(v.Types))
-				any := false
+				any, thr := false, 0.0
 				for k, x := range a.X[i] {
 					row[k] = x > 1e-6
 					any = any || row[k]
+					thr += x * j.Throughput[k]
 				}
 				if any {
 					s.fluid[j.ID] = row
+					s.fluidRate[j.ID] = thr
 				}
 			}
 			s.fluidKey = key

@@ -43,22 +43,42 @@ func DefaultPrices() map[planner.GPUType]float64 {
 	return map[planner.GPUType]float64{"v100": 0.74, "p100": 0.43, "k80": 0.135}
 }
 
-type constructor func(o Options) (round.Scheduler, error)
+type constructor func(o Options, ablations []string) (round.Scheduler, error)
+
+// HadarAblations are the switches a Hadar or HadarE name may carry after a
+// colon, e.g. hadar:flat:nobackfill (docs/results.md, the ablation): flat
+// prices (U = L), no backfill, no fluid guide, prices per node.
+var HadarAblations = []string{"flat", "nobackfill", "noguide", "nodeprices"}
 
 // extra lists the schedulers beside Gavel's policies: hadar and hadare
 // with the utility of Options.HadarUtility, and the -jct variants with the
 // average-JCT utility, so both can run in one comparison.
 func extra() map[string]constructor {
 	build := func(fork bool, utility string) constructor {
-		return func(o Options) (round.Scheduler, error) {
+		return func(o Options, ablations []string) (round.Scheduler, error) {
 			u := utility
 			if u == "" {
 				u = o.HadarUtility
 			}
-			return hadar.New(hadar.Config{
+			cfg := hadar.Config{
 				Speed: o.Speed, Utility: hadar.Utility(u), RestartCost: o.RestartCost,
 				Fork: fork, MergeCost: o.MergeCost, Filter: filter(o.Placer),
-			})
+			}
+			for _, a := range ablations {
+				switch a {
+				case "flat":
+					cfg.FlatPrices = true
+				case "nobackfill":
+					cfg.NoBackfill = true
+				case "noguide":
+					cfg.NoFluidGuide = true
+				case "nodeprices":
+					cfg.NodePrices = true
+				default:
+					return nil, fmt.Errorf("unknown Hadar switch %q: want any of %s, e.g. hadar:flat:nobackfill", a, strings.Join(HadarAblations, ", "))
+				}
+			}
+			return hadar.New(cfg)
 		}
 	}
 	return map[string]constructor{
@@ -88,8 +108,13 @@ func Names() []string {
 // New builds the scheduler of the given name.
 func New(name string, o Options) (round.Scheduler, error) {
 	name = strings.ToLower(strings.TrimSpace(name))
-	if c, ok := extra()[name]; ok {
-		return c(o)
+	base, switches, _ := strings.Cut(name, ":")
+	if c, ok := extra()[base]; ok {
+		var ablations []string
+		if switches != "" {
+			ablations = strings.Split(switches, ":")
+		}
+		return c(o, ablations)
 	}
 	p, err := policy.New(name)
 	if err != nil {
