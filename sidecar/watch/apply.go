@@ -110,7 +110,16 @@ func (w *Watcher) allocVersions(ctx context.Context, ds []decoded) error {
 			versions[s.ID] = s.JobVersion
 		}
 		for _, i := range idx {
-			ds[i].version = versions[ds[i].alloc.ID] // 0 if collected already
+			v, ok := versions[ds[i].alloc.ID]
+			if !ok {
+				// Collected since, or not visible yet: the job's
+				// current version is the scheduler's likely one.
+				if j := w.st.jobs[k]; j != nil {
+					v = j.Version
+				}
+				w.log.Debug("allocation missing from its job's allocation list; assuming the job's version", "alloc", ds[i].alloc.ID, "job", k.String(), "version", v)
+			}
+			ds[i].version = v
 		}
 	}
 	return nil

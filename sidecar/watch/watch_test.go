@@ -716,3 +716,24 @@ func BenchmarkRelist(b *testing.B) {
 		})
 	}
 }
+
+// TestAllocVersionFallback: an allocation its job's allocation list does
+// not show (collected already) takes the job's current version.
+func TestAllocVersionFallback(t *testing.T) {
+	f := newFake(t)
+	f.write(false, f.jobEvent(managed("a"), true))
+	f.write(false, f.jobEvent(managed("a"), true))
+	w := run(t, f, Config{})
+	f.set(func() {
+		f.index++
+		p := []byte(`{"Allocation":{"ID":"gone","Namespace":"default","JobID":"a","ClientStatus":"complete","ModifyIndex":` + fmt.Sprint(f.index) + `}}`)
+		f.publish(streamBatch{Index: f.index, Events: []streamEvent{{Topic: api.TopicAllocation, Type: eventPlanResult, Index: f.index, Payload: p}}})
+	})
+	eventually(t, "allocation with the job's version", func() error {
+		a := w.Snapshot().Allocs["gone"]
+		if a == nil || a.JobVersion != 1 {
+			return fmt.Errorf("alloc %+v", a)
+		}
+		return nil
+	})
+}
