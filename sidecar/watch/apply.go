@@ -222,7 +222,7 @@ func (w *Watcher) applyOne(d decoded) ChangeKind {
 		old := st.allocs[d.alloc.ID]
 		if j == nil || !j.Managed {
 			delete(st.allocs, d.alloc.ID)
-			return allocChange(old, nil)
+			return allocChange(old, nil) | st.hold(d.alloc)
 		}
 		a := convertAlloc(allocStub(d.alloc, d.version), trainTask(j), w.cfg.TaskEvents)
 		if old != nil && old.ModifyIndex > a.ModifyIndex {

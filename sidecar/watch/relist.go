@@ -110,7 +110,8 @@ func (l lister) list(ctx context.Context, prev *state) (*state, error) {
 	// One read per table: the index argument above holds only for a single
 	// read, so several namespaces are read as "*" and filtered here.
 	ns := l.cfg.listNamespace()
-	allocs, meta, err := l.client.Allocations().List(l.query(ctx, ns, map[string]string{"task_states": "true"}, ""))
+	// resources=true: the GPUs allocations of unmanaged jobs hold.
+	allocs, meta, err := l.client.Allocations().List(l.query(ctx, ns, map[string]string{"task_states": "true", "resources": "true"}, ""))
 	if err != nil {
 		return nil, l.fail(err, "list allocations (namespace %q)", ns)
 	}
@@ -132,6 +133,9 @@ func (l lister) list(ctx context.Context, prev *state) (*state, error) {
 	for _, a := range allocs {
 		if j := st.jobs[jobKey(a.Namespace, a.JobID)]; j != nil && j.Managed {
 			st.allocs[a.ID] = convertAlloc(a, trainTask(j), l.cfg.TaskEvents)
+		} else {
+			st.hold(&api.Allocation{ID: a.ID, NodeID: a.NodeID, Namespace: a.Namespace, JobID: a.JobID,
+				ClientStatus: a.ClientStatus, AllocatedResources: a.AllocatedResources})
 		}
 	}
 	for _, e := range evals {

@@ -32,6 +32,45 @@ type Snapshot struct {
 	Allocs map[string]*Alloc
 	// BlockedEvals of managed jobs, by evaluation ID.
 	BlockedEvals map[string]*Eval
+	// Unmanaged are the NVIDIA GPUs that live allocations of jobs hadar
+	// does not manage hold: capacity the planner must leave alone.
+	Unmanaged []Held
+}
+
+// Held is the GPUs one allocation of an unmanaged job holds on its node.
+type Held struct {
+	AllocID string
+	NodeID  string
+	Job     JobKey
+	// GPUs by device model (the device group's name).
+	GPUs map[string]int
+}
+
+// heldBy returns the NVIDIA GPUs a live allocation holds, nil when it is
+// terminal (or about to be: desired stop or evict) or holds none.
+func heldBy(a *api.Allocation) *Held {
+	if a == nil || a.AllocatedResources == nil {
+		return nil
+	}
+	switch a.ClientStatus {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return nil
+	}
+	h := &Held{AllocID: a.ID, NodeID: a.NodeID, Job: JobKey{namespace(a.Namespace), a.JobID}, GPUs: map[string]int{}}
+	for _, t := range a.AllocatedResources.Tasks {
+		if t == nil {
+			continue
+		}
+		for _, d := range t.Devices {
+			if d != nil && d.Vendor == "nvidia" && d.Type == "gpu" {
+				h.GPUs[d.Name] += len(d.DeviceIDs)
+			}
+		}
+	}
+	if len(h.GPUs) == 0 {
+		return nil
+	}
+	return h
 }
 
 // JobKey identifies a job: Nomad job IDs are unique per namespace.

@@ -1,8 +1,10 @@
 package watch
 
 import (
+	"github.com/hashicorp/nomad/api"
 	"maps"
 	"reflect"
+	"sort"
 	"strings"
 	"time"
 )
@@ -37,10 +39,12 @@ const (
 	// Resynced: the view was replaced by a full re-list; the other bits
 	// of the same Change say what the re-list found different.
 	Resynced
+	// CapacityChanged: GPUs held by jobs hadar does not manage changed.
+	CapacityChanged
 )
 
 var kindNames = []string{"node-added", "node-changed", "node-removed", "job-arrived", "job-changed", "job-removed",
-	"alloc-placed", "alloc-changed", "alloc-terminal", "eval-blocked", "eval-unblocked", "resynced"}
+	"alloc-placed", "alloc-changed", "alloc-terminal", "eval-blocked", "eval-unblocked", "resynced", "capacity-changed"}
 
 func (k ChangeKind) String() string {
 	var parts []string
@@ -90,17 +94,44 @@ type state struct {
 	jobs   map[JobKey]*Job
 	allocs map[string]*Alloc
 	evals  map[string]*Eval
+	// held are the GPUs live allocations of unmanaged jobs hold, by
+	// allocation ID.
+	held map[string]*Held
 }
 
 func newState() *state {
-	return &state{nodes: map[string]*Node{}, jobs: map[JobKey]*Job{}, allocs: map[string]*Alloc{}, evals: map[string]*Eval{}}
+	return &state{nodes: map[string]*Node{}, jobs: map[JobKey]*Job{}, allocs: map[string]*Alloc{}, evals: map[string]*Eval{}, held: map[string]*Held{}}
 }
 
 func (s *state) freeze() *Snapshot {
-	return &Snapshot{
+	snap := &Snapshot{
 		Index: s.index, Synced: s.synced,
 		Nodes: maps.Clone(s.nodes), Jobs: maps.Clone(s.jobs), Allocs: maps.Clone(s.allocs), BlockedEvals: maps.Clone(s.evals),
 	}
+	for _, h := range s.held {
+		snap.Unmanaged = append(snap.Unmanaged, *h)
+	}
+	sort.Slice(snap.Unmanaged, func(i, j int) bool { return snap.Unmanaged[i].AllocID < snap.Unmanaged[j].AllocID })
+	return snap
+}
+
+// hold records (or, for a terminal allocation or one without GPUs,
+// forgets) the GPUs an allocation of an unmanaged job holds, and reports
+// whether that changed anything.
+func (s *state) hold(a *api.Allocation) ChangeKind {
+	h := heldBy(a)
+	old := s.held[a.ID]
+	switch {
+	case h == nil && old == nil:
+		return 0
+	case h == nil:
+		delete(s.held, a.ID)
+	case old != nil && reflect.DeepEqual(*old, *h):
+		return 0
+	default:
+		s.held[a.ID] = h
+	}
+	return CapacityChanged
 }
 
 // The *Change functions say what replacing was by now (either may be nil)
@@ -179,6 +210,9 @@ func diffStates(was, now *state) ChangeKind {
 	k |= diffKinds(was.jobs, now.jobs, jobChange)
 	k |= diffKinds(was.allocs, now.allocs, allocChange)
 	k |= diffKinds(was.evals, now.evals, evalChange)
+	if !maps.EqualFunc(was.held, now.held, func(a, b *Held) bool { return reflect.DeepEqual(a, b) }) {
+		k |= CapacityChanged
+	}
 	return k
 }
 
