@@ -65,13 +65,16 @@ type simFlags struct {
 	estSeed     int64
 	learn       bool
 	events      string
+	unprofiled  string
+	sizes       string
+	load        float64
 }
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f simFlags
 	fs := flag.NewFlagSet("hadar sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.trace, "trace", "", "trace file: Gavel's 10-column .trace or hadar's CSV (docs/formats.md)")
+	fs.StringVar(&f.trace, "trace", "", "trace file: Gavel's .trace (10- or legacy 7-column) or hadar's CSV (docs/formats.md)")
 	fs.IntVar(&f.synthetic, "synthetic", 0, "generate this many Gavel-style jobs instead of reading --trace")
 	fs.Float64Var(&f.rate, "rate", 0, "with --synthetic: Poisson arrivals per hour (0 = all jobs at t=0)")
 	fs.StringVar(&f.cluster, "cluster", "v100=36,p100=36,k80=36", "GPUs per type, TYPE=COUNT,...")
@@ -100,6 +103,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Float64Var(&f.stepError, "step-error", -1, "declared-steps error alone (default: --estimate-error)")
 	fs.Int64Var(&f.estSeed, "estimate-seed", 0, "seed of the estimate errors (default: --seed)")
 	fs.BoolVar(&f.learn, "learn", false, "learn throughputs online from observed progress")
+	fs.StringVar(&f.unprofiled, "unprofiled", "refuse", "jobs whose (model, scale factor) the profile lacks: refuse (name each pair), skip (and count), or extrapolate (docs/formats.md)")
+	fs.StringVar(&f.sizes, "sizes", "gavel", "with --synthetic: job sizes, gavel (1/2/4/8 GPUs), philly (up to 32 GPUs) or SF=WEIGHT,... (docs/formats.md)")
+	fs.Float64Var(&f.load, "load", 0, "with --synthetic: arrival rate for this nominal load of the cluster (e.g. 0.95) instead of --rate")
 	fs.StringVar(&f.events, "events", "", "cluster events file: node drains, losses and joins during the run (docs/simulator.md)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -132,24 +138,49 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("--throughputs: %w", err)
 		}
 	}
+	mode, err := profile.ParseUnprofiled(f.unprofiled)
+	if err != nil {
+		return fmt.Errorf("--unprofiled: %w", err)
+	}
 	var jobs []planner.Job
+	var lines *trace.Lines
 	switch {
 	case f.trace != "" && f.synthetic > 0:
 		return fmt.Errorf("give either --trace or --synthetic, not both")
+	case f.trace != "" && (f.sizes != "gavel" || f.load > 0):
+		return fmt.Errorf("--sizes and --load shape synthetic jobs: give them with --synthetic, not --trace")
 	case f.trace != "":
-		if jobs, err = trace.Load(f.trace); err != nil {
+		if jobs, lines, err = trace.LoadWithLines(f.trace); err != nil {
 			return fmt.Errorf("--trace: %w", err)
 		}
 	case f.synthetic > 0:
-		jobs, err = trace.Synthesize(trace.SynthConfig{Jobs: f.synthetic, RatePerHour: f.rate, Seed: f.seed, Profile: prof, Reference: planner.GPUType(f.reference)})
+		sizes, err := trace.ParseSizeMix(f.sizes)
 		if err != nil {
+			return fmt.Errorf("--sizes: %w", err)
+		}
+		sc := trace.SynthConfig{Jobs: f.synthetic, RatePerHour: f.rate, Seed: f.seed, Profile: prof, Reference: planner.GPUType(f.reference),
+			ScaleFactors: sizes.ScaleFactors, ScaleFactorWeights: sizes.Weights, Extrapolate: mode == profile.Extrapolate}
+		if f.load > 0 {
+			if f.rate > 0 {
+				return fmt.Errorf("give either --rate or --load, not both")
+			}
+			if sc.RatePerHour, err = trace.RateForLoad(sc, cluster, f.load); err != nil {
+				return fmt.Errorf("--load: %w", err)
+			}
+		}
+		if jobs, err = trace.Synthesize(sc); err != nil {
 			return fmt.Errorf("--synthetic: %w", err)
 		}
 	default:
 		return fmt.Errorf("no jobs: give --trace FILE or --synthetic N")
 	}
-	if err := prof.Check(jobs, cluster.Types()); err != nil {
+	res, err := prof.Resolve(jobs, cluster.Types(), mode, lines.Where)
+	if err != nil {
 		return fmt.Errorf("trace against profile: %w", err)
+	}
+	prof, jobs = res.Profile, res.Jobs
+	if r := res.Report(); r != "" {
+		fmt.Fprintln(stderr, r)
 	}
 	prices, err := parsePrices(f.prices)
 	if err != nil {
