@@ -784,13 +784,14 @@ func TestWatchEventBufferOverflow(t *testing.T) {
 	}
 }
 
-// firstStreamIndex opens Nomad's event stream at index and returns the
-// index of the first job event it delivers.
+// firstStreamIndex opens Nomad's event stream at index, on the topics the
+// watcher follows, and returns the index of the first batch it delivers.
 func firstStreamIndex(t *testing.T, c *api.Client, index uint64) uint64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ch, err := c.EventStream().Stream(ctx, map[api.Topic][]string{api.TopicJob: {"*"}}, index, nil)
+	topics := map[api.Topic][]string{api.TopicJob: {"*"}, api.TopicEvaluation: {"*"}, api.TopicAllocation: {"*"}, api.TopicNode: {"*"}}
+	ch, err := c.EventStream().Stream(ctx, topics, index, &api.QueryOptions{Namespace: "*"})
 	if err != nil {
 		t.Fatal(err)
 	}
