@@ -26,8 +26,12 @@ func GateConstraint() *api.Constraint {
 	return api.NewConstraint(GateAttribute, "=", GateValue)
 }
 
-// GateHCL is the constraint block error messages ask authors to add.
-const GateHCL = `constraint { attribute = "${meta.hadar.gate}" value = "waiting-for-hadar" }`
+// GateHCL is the constraint block error messages ask authors to add. It
+// spans lines: HCL2 refuses a one-line block with two arguments.
+const GateHCL = `constraint {
+  attribute = "${meta.hadar.gate}"
+  value     = "waiting-for-hadar"
+}`
 
 // Gate is where a job carries a gate constraint.
 type Gate struct {
