@@ -222,6 +222,9 @@ func (s *Scheduler) variant() string {
 			v += ":" + f.name
 		}
 	}
+	if s.cfg.Horizon > 0 {
+		v += fmt.Sprintf(":h%d", s.cfg.Horizon)
+	}
 	return v
 }
 

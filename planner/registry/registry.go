@@ -5,6 +5,7 @@ package registry
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/hadar-sched/hadar/planner"
@@ -47,8 +48,9 @@ type constructor func(o Options, ablations []string) (round.Scheduler, error)
 
 // HadarAblations are the switches a Hadar or HadarE name may carry after a
 // colon, e.g. hadar:flat:nobackfill (docs/results.md, the ablation): flat
-// prices (U = L), no backfill, no fluid guide, prices per node.
-var HadarAblations = []string{"flat", "nobackfill", "noguide", "nodeprices"}
+// prices (U = L), no backfill, no fluid guide, prices per node, and hN, a
+// horizon fixed at N rounds.
+var HadarAblations = []string{"flat", "nobackfill", "noguide", "nodeprices", "hN"}
 
 // extra lists the schedulers beside Gavel's policies: hadar and hadare
 // with the utility of Options.HadarUtility, and the -jct variants with the
@@ -75,6 +77,10 @@ func extra() map[string]constructor {
 				case "nodeprices":
 					cfg.NodePrices = true
 				default:
+					if n, err := strconv.Atoi(strings.TrimPrefix(a, "h")); err == nil && strings.HasPrefix(a, "h") && n > 0 {
+						cfg.Horizon = n
+						continue
+					}
 					return nil, fmt.Errorf("unknown Hadar switch %q: want any of %s, e.g. hadar:flat:nobackfill", a, strings.Join(HadarAblations, ", "))
 				}
 			}

@@ -16,6 +16,7 @@ func TestHadarAblationSwitches(t *testing.T) {
 		"hadar-jct:nobackfill:flat":   "hadar-jct:flat:nobackfill",
 		"hadare:noguide":              "hadare:noguide",
 		"HADAR:nodeprices:nobackfill": "hadar:nodeprices:nobackfill",
+		"hadar:h8:flat":               "hadar:flat:h8",
 	} {
 		s, err := New(name, o)
 		if err != nil {
@@ -25,8 +26,10 @@ func TestHadarAblationSwitches(t *testing.T) {
 			t.Fatalf("%s built %q, want %q", name, s.Name(), want)
 		}
 	}
-	if _, err := New("hadar:fast", o); err == nil || !strings.Contains(err.Error(), "flat") {
-		t.Fatalf("an unknown switch gave %v, want an error listing the known ones", err)
+	for _, bad := range []string{"hadar:fast", "hadar:h0", "hadar:h-2"} {
+		if _, err := New(bad, o); err == nil || !strings.Contains(err.Error(), "flat") {
+			t.Fatalf("%s gave %v, want an error listing the known switches", bad, err)
+		}
 	}
 	if _, err := New("gavel-maxmin:flat", o); err == nil {
 		t.Fatal("a Gavel policy took a Hadar switch")
