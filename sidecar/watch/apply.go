@@ -169,8 +169,10 @@ func (w *Watcher) decode(ev *streamEvent, t tableIndex) (d decoded, ok bool, err
 		if p.Allocation == nil {
 			return missing()
 		}
+		// Every namespace: an allocation of an unwatched job still holds
+		// GPUs (applyOne counts it in Snapshot.Unmanaged).
 		d.alloc = p.Allocation
-		return d, w.cfg.watches(namespace(d.alloc.Namespace)), nil
+		return d, true, nil
 	default:
 		if p.Evaluation == nil {
 			return missing()

@@ -257,7 +257,11 @@ func (f *fakeNomad) serve(w http.ResponseWriter, r *http.Request) {
 		var stubs []*api.AllocationListStub
 		for _, a := range f.allocs {
 			if inNS(a.a.Namespace) {
-				stubs = append(stubs, allocStub(a.a, a.version))
+				s := allocStub(a.a, a.version)
+				if q.Get("resources") == "true" {
+					s.AllocatedResources = a.a.AllocatedResources
+				}
+				stubs = append(stubs, s)
 			}
 		}
 		out = stubs

@@ -110,10 +110,12 @@ func (l lister) list(ctx context.Context, prev *state) (*state, error) {
 	// One read per table: the index argument above holds only for a single
 	// read, so several namespaces are read as "*" and filtered here.
 	ns := l.cfg.listNamespace()
-	// resources=true: the GPUs allocations of unmanaged jobs hold.
-	allocs, meta, err := l.client.Allocations().List(l.query(ctx, ns, map[string]string{"task_states": "true", "resources": "true"}, ""))
+	// Allocations of every namespace, with resources: those of jobs the
+	// view leaves out (unmanaged, or of an unwatched namespace) still hold
+	// GPUs the planner must not count as free.
+	allocs, meta, err := l.client.Allocations().List(l.query(ctx, "*", map[string]string{"task_states": "true", "resources": "true"}, ""))
 	if err != nil {
-		return nil, l.fail(err, "list allocations (namespace %q)", ns)
+		return nil, l.fail(err, "list allocations (all namespaces)")
 	}
 	st.tables.allocs = meta.LastIndex
 	evals, meta, err := l.client.Evaluations().List(l.query(ctx, ns, map[string]string{}, `Status == "blocked"`))

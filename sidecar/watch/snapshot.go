@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"fmt"
 	"maps"
 	"net"
 	"reflect"
@@ -33,7 +34,8 @@ type Snapshot struct {
 	// BlockedEvals of managed jobs, by evaluation ID.
 	BlockedEvals map[string]*Eval
 	// Unmanaged are the NVIDIA GPUs that live allocations of jobs hadar
-	// does not manage hold: capacity the planner must leave alone.
+	// does not manage hold (in every namespace, watched or not), sorted by
+	// allocation ID: capacity the planner must leave alone.
 	Unmanaged []Held
 }
 
@@ -47,7 +49,8 @@ type Held struct {
 }
 
 // heldBy returns the NVIDIA GPUs a live allocation holds, nil when it is
-// terminal (or about to be: desired stop or evict) or holds none.
+// terminal or holds none. One told to stop still holds its GPUs until its
+// client reports it stopped.
 func heldBy(a *api.Allocation) *Held {
 	if a == nil || a.AllocatedResources == nil {
 		return nil
@@ -314,7 +317,8 @@ func (s *Snapshot) Equal(o *Snapshot) bool {
 	return maps.EqualFunc(s.Nodes, o.Nodes, func(a, b *Node) bool { return reflect.DeepEqual(a, b) }) &&
 		maps.EqualFunc(s.Jobs, o.Jobs, jobsEqual) &&
 		maps.EqualFunc(s.Allocs, o.Allocs, func(a, b *Alloc) bool { return reflect.DeepEqual(a, b) }) &&
-		maps.EqualFunc(s.BlockedEvals, o.BlockedEvals, func(a, b *Eval) bool { return reflect.DeepEqual(a, b) })
+		maps.EqualFunc(s.BlockedEvals, o.BlockedEvals, func(a, b *Eval) bool { return reflect.DeepEqual(a, b) }) &&
+		reflect.DeepEqual(s.Unmanaged, o.Unmanaged)
 }
 
 // Diff describes how o differs from s, for test failure messages; "" when
@@ -325,6 +329,9 @@ func (s *Snapshot) Diff(o *Snapshot) string {
 	d = diffMap(d, "job", s.Jobs, o.Jobs, jobsEqual)
 	d = diffMap(d, "alloc", s.Allocs, o.Allocs, func(a, b *Alloc) bool { return reflect.DeepEqual(a, b) })
 	d = diffMap(d, "blocked eval", s.BlockedEvals, o.BlockedEvals, func(a, b *Eval) bool { return reflect.DeepEqual(a, b) })
+	if !reflect.DeepEqual(s.Unmanaged, o.Unmanaged) {
+		d = append(d, fmt.Sprintf("GPUs held by unmanaged jobs: %v vs %v", s.Unmanaged, o.Unmanaged))
+	}
 	return strings.Join(d, "; ")
 }
 

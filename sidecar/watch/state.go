@@ -1,12 +1,13 @@
 package watch
 
 import (
-	"github.com/hashicorp/nomad/api"
 	"maps"
 	"reflect"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/hashicorp/nomad/api"
 )
 
 // ChangeKind is a bit set of what changed in the view.

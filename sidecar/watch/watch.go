@@ -109,8 +109,9 @@ func (c Config) watches(ns string) bool {
 	return false
 }
 
-// listNamespace is the namespace lists and the event stream ask for: the
-// one watched namespace as is, else all ("*"), filtered by watches.
+// listNamespace is the namespace the job and evaluation lists ask for:
+// the one watched namespace as is, else all ("*"), filtered by watches.
+// Allocations and the event stream always cover every namespace.
 func (c Config) listNamespace() string {
 	if len(c.Namespaces) == 1 {
 		return c.Namespaces[0]
@@ -303,7 +304,7 @@ func (w *Watcher) session(ctx context.Context, reuse bool) (healthy bool, err er
 	start := tables.min() + 1
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch, err := openStream(sctx, w.client, start, w.cfg.listNamespace())
+	ch, err := openStream(sctx, w.client, start, "*")
 	if err != nil {
 		w.count(func(s *Stats) { s.APIErrors++ })
 		return false, fmt.Errorf("open event stream at index %d: %w", start, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -514,6 +515,27 @@ func TestNamespaces(t *testing.T) {
 	})
 	if len(w.Snapshot().Jobs) != 1 {
 		t.Fatalf("jobs %v", w.Snapshot().Jobs)
+	}
+	fresh(t, w, f)
+
+	// A job of an unwatched namespace still holds GPUs.
+	drainChanges(w)
+	a := allocOf("ox", "o", "n1", "running")
+	a.AllocatedResources = &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"trainer": {
+		Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: "Tesla K80", DeviceIDs: []string{"g0", "g1"}}}}}}
+	f.write(false, f.allocEvent(a, 0, eventPlanResult))
+	waitChange(t, w, CapacityChanged)
+	want := []Held{{AllocID: "ox", NodeID: "n1", Job: JobKey{"default", "o"}, GPUs: map[string]int{"Tesla K80": 2}}}
+	if got := w.Snapshot().Unmanaged; !reflect.DeepEqual(got, want) {
+		t.Fatalf("unmanaged holds %+v, want %+v", got, want)
+	}
+	fresh(t, w, f)
+	done := allocOf("ox", "o", "n1", "complete")
+	done.AllocatedResources = a.AllocatedResources
+	f.write(false, f.allocEvent(done, 0, "AllocationUpdated"))
+	waitChange(t, w, CapacityChanged)
+	if got := w.Snapshot().Unmanaged; len(got) != 0 {
+		t.Fatalf("a finished allocation still holds %+v", got)
 	}
 	fresh(t, w, f)
 }
