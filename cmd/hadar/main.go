@@ -1,5 +1,5 @@
-// Command hadar is hadar's command-line tool: the trace-driven simulator
-// today, the sidecar and helpers as they land.
+// Command hadar is hadar's command-line tool: the trace-driven simulator,
+// the sidecar, and a dry-run planner against a live cluster.
 package main
 
 import (
@@ -15,6 +15,8 @@ const usage = `usage: hadar <command> [flags]
 
 commands:
   sim      replay a trace (or synthetic jobs) through several policies and compare them
+  sidecar  run the daemon that makes Nomad run the planner's decisions (docs/sidecar.md)
+  plan     dry run against a live Nomad cluster: what the next round would do, and why
   policies list the policies hadar sim knows
   netmodel calibrate: print the network model's fit to Gavel's throughputs
 
@@ -36,6 +38,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "sim":
 		err = runSim(ctx, args[1:], stdout, stderr)
+	case "sidecar":
+		err = runSidecar(ctx, args[1:], stdout, stderr)
+	case "plan":
+		err = runPlan(ctx, args[1:], stdout, stderr)
 	case "policies":
 		err = runPolicies(stdout)
 	case "netmodel":

@@ -1,0 +1,402 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobspec"
+)
+
+// Emulated paces of the test workloads: steps/s of a one-GPU job on each
+// model (hadar.throughput says the same to the planner).
+var paces = map[string]float64{"Tesla V100-SXM2-16GB": 40, "Tesla P100-PCIE-16GB": 20, "Tesla K80": 10}
+
+var modelOfType = map[string]string{"v100": "Tesla V100-SXM2-16GB", "p100": "Tesla P100-PCIE-16GB", "k80": "Tesla K80"}
+
+// sidecarCluster is one Nomad server and four clients on loopback, with
+// declared GPUs in two racks, both plugins, and the sidecar in process.
+type sidecarCluster struct {
+	t       *testing.T
+	server  *harness.Agent
+	api     *api.Client
+	nodes   map[string]string // node ID -> name
+	ids     map[string]string // name -> node ID
+	trainer string
+	ckpt    string
+	merge   string
+
+	mu     sync.Mutex
+	agent  *agent.Agent
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func declare(prefix, model, mem string, n int) string {
+	var b strings.Builder
+	b.WriteString("fingerprint_period = \"1s\"\n")
+	for i := range n {
+		fmt.Fprintf(&b, "gpu {\n  id = \"%s-%d\"\n  model = %q\n  memory = %q\n}\n", prefix, i, model, mem)
+	}
+	return b.String()
+}
+
+// startSidecarCluster starts the cluster (not the sidecar):
+//
+//	rack r1: v100-a (4x V100), v100-b (4x V100)
+//	rack r2: p100-a (4x P100), k80-a (4x K80)
+func startSidecarCluster(t *testing.T) *sidecarCluster {
+	t.Helper()
+	c := &sidecarCluster{t: t, nodes: map[string]string{}, ids: map[string]string{}}
+	c.trainer = harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
+	c.ckpt, c.merge = harness.SharedDir(t), harness.SharedDir(t)
+	c.server = harness.StartAgent(t, harness.Options{Name: "sc-srv", Mode: harness.ModeServer})
+	c.api = c.server.Client
+	train := fmt.Sprintf("checkpoint_root = %q\nmerge_root = %q\nprogress_poll_interval = \"500ms\"", c.ckpt, c.merge)
+	for _, n := range []struct{ name, rack, gpus string }{
+		{"v100-a", "r1", declare("va", "Tesla V100-SXM2-16GB", "16GiB", 4)},
+		{"v100-b", "r1", declare("vb", "Tesla V100-SXM2-16GB", "16GiB", 4)},
+		{"p100-a", "r2", declare("pa", "Tesla P100-PCIE-16GB", "16GiB", 4)},
+		{"k80-a", "r2", declare("ka", "Tesla K80", "12GiB", 4)},
+	} {
+		a := harness.StartAgent(t, harness.Options{Name: n.name, Mode: harness.ModeClient, Servers: []string{c.server.RPCAddr},
+			Meta: map[string]string{"rack": n.rack}, Plugins: map[string]string{"hadar-gpu": n.gpus, "hadar-train": train}})
+		c.nodes[a.NodeID], c.ids[n.name] = n.name, a.NodeID
+	}
+	t.Cleanup(c.stopSidecar)
+	return c
+}
+
+// startSidecar runs the sidecar in this process against the cluster.
+func (c *sidecarCluster) startSidecar(cfg agent.Config) *agent.Agent {
+	c.t.Helper()
+	if cfg.Nomad.Address == "" {
+		cfg.Nomad.Address = c.server.Addr
+	}
+	if cfg.Round == "" {
+		cfg.Round = "8s"
+	}
+	if cfg.GangTimeout == "" {
+		cfg.GangTimeout = "40s"
+	}
+	if cfg.StopTimeout == "" {
+		cfg.StopTimeout = "30s"
+	}
+	if cfg.MinRunTime == "" {
+		cfg.MinRunTime = "1s"
+	}
+	s, err := cfg.Resolve()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	client, err := api.NewClient(&api.Config{Address: s.Nomad.Address})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "sidecar", Level: hclog.Debug, Output: testWriter{c.t}})
+	a, err := agent.New(s, client, log)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	c.mu.Lock()
+	c.agent, c.cancel, c.done = a, cancel, done
+	c.mu.Unlock()
+	return a
+}
+
+func (c *sidecarCluster) stopSidecar() {
+	c.mu.Lock()
+	cancel, done := c.cancel, c.done
+	c.cancel, c.done, c.agent = nil, nil, nil
+	c.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			c.t.Errorf("sidecar: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		c.t.Error("the sidecar did not stop within 30 s")
+	}
+}
+
+// testWriter sends the sidecar's log to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// scJob is the HCL of a managed emulated training job.
+type scJob struct {
+	id       string
+	steps    int
+	workers  int
+	weight   float64
+	forkable bool
+	extra    string // more meta lines
+	task     string // more task lines
+	gated    bool
+}
+
+func (c *sidecarCluster) hcl(m scJob) string {
+	if m.workers == 0 {
+		m.workers = 1
+	}
+	if m.weight == 0 {
+		m.weight = 1
+	}
+	var thr []string
+	for t, model := range modelOfType {
+		thr = append(thr, fmt.Sprintf("%s=%g", t, paces[model]*float64(m.workers)))
+	}
+	sort.Strings(thr)
+	gate := ""
+	if m.gated {
+		gate = jobspec.GateHCL
+	}
+	return fmt.Sprintf(`job %q {
+  type = "batch"
+  meta = {
+    "hadar.throughput" = %q
+    "hadar.steps"      = "%d"
+    "hadar.workers"    = "%d"
+    "hadar.weight"     = "%g"
+    "hadar.forkable"   = "%t"
+%s
+  }
+  %s
+  group "train" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "trainer" {
+      driver       = "hadar-train"
+      kill_timeout = "15s"
+      config {
+        command     = %q
+        args        = ["--model", "mlp", "--progress-interval", "500ms"]
+        total_steps = %d
+        emulate {
+          steps_per_sec = {
+            "Tesla V100-SXM2-16GB" = %g
+            "Tesla P100-PCIE-16GB" = %g
+            "Tesla K80"            = %g
+          }
+        }
+      }
+%s
+      resources {
+        cpu    = 100
+        memory = 128
+        device "nvidia/gpu" {
+          count = 1
+        }
+      }
+    }
+  }
+}
+`, m.id, strings.Join(thr, ","), m.steps, m.workers, m.weight, m.forkable, m.extra, gate, c.trainer, m.steps,
+		paces["Tesla V100-SXM2-16GB"], paces["Tesla P100-PCIE-16GB"], paces["Tesla K80"], m.task)
+}
+
+// submit registers a managed job (gated unless told otherwise).
+func (c *sidecarCluster) submit(m scJob) *api.Job {
+	c.t.Helper()
+	job, err := c.api.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: c.hcl(m), Canonicalize: true})
+	if err != nil {
+		c.t.Fatalf("parse job %s: %v\n%s", m.id, err, c.hcl(m))
+	}
+	if _, _, err := c.api.Jobs().Register(job, nil); err != nil {
+		c.t.Fatalf("register job %s: %v", m.id, err)
+	}
+	return job
+}
+
+// allocs returns a job's allocations.
+func (c *sidecarCluster) allocs(id string) []*api.AllocationListStub {
+	c.t.Helper()
+	as, _, err := c.api.Jobs().Allocations(id, true, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return as
+}
+
+// waitFor polls f until it returns nil.
+func (c *sidecarCluster) waitFor(what string, timeout time.Duration, f func() error) {
+	c.t.Helper()
+	if err := harness.Eventually(context.Background(), timeout, 500*time.Millisecond, f); err != nil {
+		c.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// running returns the nodes (by name) and groups of a job's running
+// allocations.
+func (c *sidecarCluster) running(id string) map[string]string {
+	out := map[string]string{}
+	for _, a := range c.allocs(id) {
+		if a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun {
+			out[a.TaskGroup] = c.nodes[a.NodeID]
+		}
+	}
+	return out
+}
+
+func (c *sidecarCluster) jobStatus(id string) string {
+	j, _, err := c.api.Jobs().Info(id, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return *j.Status
+}
+
+func (c *sidecarCluster) planOf(a *agent.Agent, id string) agent.JobView {
+	for _, jv := range a.Plan().Jobs {
+		if jv.Job == id {
+			return jv
+		}
+	}
+	return agent.JobView{}
+}
+
+var errNotYet = errors.New("not yet")
+
+// TestSidecarPlacesManagedJobs: a managed job submitted while the sidecar
+// is down waits, pending, with the gate as Nomad's reason, and runs only
+// after the sidecar placed it, on the GPUs the plan chose; a plain Nomad
+// job beside it is never touched; jobs complete and leave the plan.
+func TestSidecarPlacesManagedJobs(t *testing.T) {
+	skipShort(t)
+	c := startSidecarCluster(t)
+	// A plain Nomad job holding two K80s: never hadar's.
+	plain := c.hcl(scJob{id: "plain", steps: 100000})
+	plain = strings.Replace(plain, "meta = {", "meta = { # no hadar keys\n    owner = \"a-person\"", 1)
+	for _, key := range []string{"hadar.throughput", "hadar.steps", "hadar.workers", "hadar.weight", "hadar.forkable"} {
+		lines := strings.Split(plain, "\n")
+		plain = ""
+		for _, l := range lines {
+			if !strings.Contains(l, `"`+key+`"`) {
+				plain += l + "\n"
+			}
+		}
+	}
+	plain = strings.Replace(plain, `count = 1`, "count = 2\n          constraint {\n            attribute = \"${device.model}\"\n            value = \"Tesla K80\"\n          }", 1)
+	pj, err := c.api.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: plain, Canonicalize: true})
+	if err != nil {
+		t.Fatalf("plain job: %v\n%s", err, plain)
+	}
+	if _, _, err := c.api.Jobs().Register(pj, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("the plain job runs", time.Minute, func() error {
+		if len(c.running("plain")) != 1 {
+			return errNotYet
+		}
+		return nil
+	})
+	plainBefore, _, _ := c.api.Jobs().Info("plain", nil)
+
+	// Submitted while no sidecar runs: pending, no allocation, and Nomad
+	// says the gate is why.
+	for _, m := range []scJob{{id: "a", steps: 400, gated: true}, {id: "b", steps: 300, gated: true}} {
+		c.submit(m)
+	}
+	time.Sleep(8 * time.Second)
+	for _, id := range []string{"a", "b"} {
+		if n := len(c.allocs(id)); n != 0 {
+			t.Fatalf("job %s has %d allocations before the sidecar ran", id, n)
+		}
+		if st := c.jobStatus(id); st != "pending" {
+			t.Fatalf("job %s is %s before the sidecar ran, want pending", id, st)
+		}
+		evals, _, err := c.api.Jobs().Evaluations(id, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		why := ""
+		for _, ev := range evals {
+			for _, m := range ev.FailedTGAllocs {
+				for cons := range m.ConstraintFiltered {
+					why += cons
+				}
+			}
+		}
+		if !strings.Contains(why, jobspec.GateAttribute) {
+			t.Fatalf("job %s: Nomad's reason %q does not name the gate", id, why)
+		}
+	}
+
+	a := c.startSidecar(agent.Config{Policy: "gavel-maxmin"})
+	for _, id := range []string{"a", "b"} {
+		c.waitFor("job "+id+" runs", 90*time.Second, func() error {
+			run := c.running(id)
+			if len(run) != 1 {
+				return fmt.Errorf("%d running allocations", len(run))
+			}
+			return nil
+		})
+		// It runs where the plan put it.
+		jv := c.planOf(a, id)
+		run := c.running(id)
+		if len(jv.Units) != 1 || len(jv.Units[0].Slots) != 1 {
+			t.Fatalf("job %s: plan %+v", id, jv)
+		}
+		want := c.nodes[jv.Units[0].Slots[0].Node]
+		if got := run[jobform.GroupName("train", 0, 0)]; got != want {
+			t.Fatalf("job %s runs on %q, the plan put it on %q", id, got, want)
+		}
+		if want == "k80-a" && jv.Units[0].Slots[0].Type != "k80" || strings.HasPrefix(want, "v100") && jv.Units[0].Slots[0].Type != "v100" {
+			t.Fatalf("job %s: type %s on node %s", id, jv.Units[0].Slots[0].Type, want)
+		}
+	}
+	for _, id := range []string{"a", "b"} {
+		c.waitFor("job "+id+" completes", 3*time.Minute, func() error {
+			if st := c.jobStatus(id); st != "dead" {
+				return fmt.Errorf("status %s", st)
+			}
+			return nil
+		})
+	}
+	c.waitFor("completed jobs leave the plan", 30*time.Second, func() error {
+		if n := len(a.Plan().Jobs); n != 0 {
+			return fmt.Errorf("%d jobs in the plan", n)
+		}
+		return nil
+	})
+	plainAfter, _, _ := c.api.Jobs().Info("plain", nil)
+	if *plainAfter.Version != *plainBefore.Version || *plainAfter.JobModifyIndex != *plainBefore.JobModifyIndex {
+		t.Fatalf("the plain job was written: version %d -> %d", *plainBefore.Version, *plainAfter.Version)
+	}
+	if len(c.running("plain")) != 1 {
+		t.Fatal("the plain job no longer runs")
+	}
+	if w := a.Applier().Writes(); w["stop"] != 0 || w["rollback"] != 0 {
+		t.Fatalf("writes %v: no stop or rollback expected", w)
+	}
+	_ = os.Getenv
+}

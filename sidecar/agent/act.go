@@ -1,0 +1,192 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/engine"
+	"github.com/hadar-sched/hadar/sidecar/apply"
+	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/watch"
+)
+
+// act carries out the changes of a decision.
+func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision) {
+	byID := map[string]*managed{}
+	for _, mj := range a.jobs {
+		byID[mj.id] = mj
+	}
+	for _, jd := range d.Changes() {
+		mj := byID[jd.Job]
+		if mj == nil {
+			continue
+		}
+		j := snap.Jobs[mj.key]
+		if j == nil || j.Raw == nil || j.Spec == nil {
+			continue
+		}
+		target, err := a.target(mj, j, jd)
+		ev := Event{Time: a.clock(), Job: jd.Job, Action: jd.Action, Why: jd.Reason.Why, Kind: d.Kind, Reason: jd.Reason}
+		ev.To = append(ev.To, jd.To.Units...)
+		if err == nil {
+			a.applier.Cancel(apply.Key(mj.key))
+			_, err = a.applier.Begin(ctx, &apply.Job{Key: apply.Key(mj.key), Raw: j.Raw, Spec: *j.Spec, JobModifyIndex: j.JobModifyIndex}, target)
+		}
+		if err != nil {
+			ev.Result = "not applied: " + err.Error()
+			if errors.Is(err, apply.ErrConflict) {
+				a.log.Info("job changed by someone else during the round: re-reading it, not overwriting", "job", jd.Job)
+			} else {
+				a.log.Warn("decision not applied", "job", jd.Job, "action", jd.Action, "error", err)
+			}
+			// The engine assumed the change; Nomad is the truth: the next
+			// reconcile puts the engine back where Nomad is.
+		} else {
+			a.log.Info("decision", "job", jd.Job, "action", jd.Action, "why", jd.Reason.Why)
+		}
+		a.note(ev)
+	}
+}
+
+// target turns the engine's placement of a job into units to write: a
+// unit the engine kept keeps its number, port and workers; a new unit
+// gets a fresh number and port, and its workers the node's GPU models of
+// their type.
+func (a *Agent) target(mj *managed, j *watch.Job, jd engine.JobDecision) ([]jobform.Unit, error) {
+	current, err := jobform.Units(j.Raw, *j.Spec)
+	if err != nil {
+		return nil, err
+	}
+	var out []jobform.Unit
+	for k, u := range jd.To.Units {
+		if f := jd.KeptFrom[k]; f >= 0 && f < len(jd.From.Units) {
+			if cu := unitOf(current, jd.From.Units[f]); cu != nil {
+				out = append(out, *cu)
+				continue
+			}
+		}
+		port, err := a.ports.Take()
+		if err != nil {
+			return nil, err
+		}
+		nu := jobform.Unit{ID: mj.units, Port: port}
+		mj.units++
+		for _, sl := range u.Slots {
+			for range sl.Count {
+				nu.Workers = append(nu.Workers, jobform.Worker{Node: sl.Node, Type: sl.Type, Models: a.models[sl.Node][sl.Type]})
+			}
+		}
+		addr := a.addrs[nu.Workers[0].Node]
+		for i := range nu.Workers {
+			nu.Workers[i].Addr = addr
+		}
+		out = append(out, nu)
+	}
+	return out, nil
+}
+
+// unitOf finds the written unit on exactly the GPUs of u.
+func unitOf(written []jobform.Unit, u planner.Unit) *jobform.Unit {
+	for i := range written {
+		if written[i].Planner().Equal(u) {
+			return &written[i]
+		}
+	}
+	return nil
+}
+
+// clusterView adapts a watch.Snapshot to what apply reads.
+type clusterView struct {
+	a    *Agent
+	snap *watch.Snapshot
+}
+
+func (c clusterView) Job(k apply.Key) *apply.Job {
+	j := c.snap.Jobs[watch.JobKey(k)]
+	if j == nil || j.Raw == nil || j.Spec == nil || j.Stop {
+		return nil
+	}
+	return &apply.Job{Key: k, Raw: j.Raw, Spec: *j.Spec, JobModifyIndex: j.JobModifyIndex}
+}
+
+func (c clusterView) Group(k apply.Key, group string) apply.Group {
+	g := apply.Group{Ended: true}
+	for _, al := range c.snap.AllocsOf(watch.JobKey(k)) {
+		if al.TaskGroup != group {
+			continue
+		}
+		if !al.Terminal() {
+			g.Ended = false
+		}
+		if al.DesiredStatus == api.AllocDesiredStatusRun && al.ClientStatus == api.AllocClientStatusRunning {
+			g.Running = true
+		}
+	}
+	for _, ev := range c.snap.BlockedEvalsOf(watch.JobKey(k)) {
+		if m := ev.FailedTGAllocs[group]; m != nil {
+			g.Failed = apply.Explain(m)
+		}
+	}
+	return g
+}
+
+// progressReads bounds the progress files read at once.
+const progressReads = 8
+
+// readProgress reads the progress of every job the engine runs, from the
+// rank 0 worker of each of its units, and reports the highest (each copy
+// of a HadarE job reports the job's merged steps).
+func (a *Agent) readProgress(ctx context.Context, snap *watch.Snapshot, now float64) {
+	type read struct {
+		id    string
+		alloc *watch.Alloc
+	}
+	var reads []read
+	for _, k := range sortedKeys(a.jobs) {
+		mj := a.jobs[k]
+		if st, ok := a.eng.Job(mj.id); !ok || !st.Running {
+			continue
+		}
+		for _, al := range snap.AllocsOf(k) {
+			if _, _, rank, ok := jobform.ParseGroupName(al.TaskGroup); ok && rank == 0 && al.ClientStatus == api.AllocClientStatusRunning {
+				reads = append(reads, read{mj.id, al})
+			}
+		}
+	}
+	done := make([]float64, len(reads))
+	sem := make(chan struct{}, progressReads)
+	var wg sync.WaitGroup
+	for i, r := range reads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			p, err := a.watcher.Progress(rctx, r.alloc)
+			if err != nil {
+				done[i] = -1
+				return
+			}
+			done[i] = float64(p.StepsDone)
+		}()
+	}
+	wg.Wait()
+	best := map[string]float64{}
+	for i, r := range reads {
+		if done[i] >= 0 && done[i] > best[r.id] {
+			best[r.id] = done[i]
+		}
+	}
+	for id, d := range best {
+		if err := a.eng.Progress(id, d, now); err != nil {
+			a.log.Debug("progress", "job", id, "error", err)
+		}
+	}
+}

@@ -1,0 +1,308 @@
+// Package agent is the hadar sidecar's lifecycle: it watches a Nomad
+// cluster (sidecar/watch), keeps the round engine (planner/engine) in step
+// with what Nomad runs, plans every round and at once when jobs arrive or
+// complete or nodes change, and carries decisions out through
+// sidecar/apply. The engine does all the deciding and all the round
+// bookkeeping; the agent only translates between Nomad and the engine.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/engine"
+	"github.com/hadar-sched/hadar/planner/placement"
+	"github.com/hadar-sched/hadar/planner/profile"
+	"github.com/hadar-sched/hadar/planner/registry"
+	"github.com/hadar-sched/hadar/planner/round"
+	"github.com/hadar-sched/hadar/planner/speed"
+	"github.com/hadar-sched/hadar/sidecar/apply"
+	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/watch"
+)
+
+// Agent is one sidecar.
+type Agent struct {
+	cfg     Settings
+	log     hclog.Logger
+	client  *api.Client
+	watcher *watch.Watcher
+	applier *apply.Applier
+	prof    *jobProfile
+	types   GPUTypes
+	clock   func() time.Time
+
+	mu      sync.Mutex // guards the rest; HTTP handlers read under it
+	eng     *engine.Engine
+	est     *engine.Estimates
+	jobs    map[watch.JobKey]*managed
+	invalid map[watch.JobKey]invalidJob
+	nodes   map[string]planner.Node // what the engine was told, by ID
+	drained map[string]bool
+	addrs   map[string]string                       // node address by ID
+	models  map[string]map[planner.GPUType][]string // device models per node and type
+	last    engine.Decision
+	history []Event
+	rounds  int
+	next    time.Time // next round boundary
+	ports   *apply.Ports
+	warned  map[string]time.Time
+}
+
+// managed is a job admitted to the engine.
+type managed struct {
+	key      watch.JobKey
+	id       string // engine job ID
+	spec     jobspec.Spec
+	version  uint64 // the job version its spec was read from
+	model    string
+	arrival  time.Time
+	failures int
+	units    int // highest unit number ever seen + 1
+}
+
+type invalidJob struct {
+	err   *jobspec.FieldError
+	index uint64
+}
+
+// Event is one decision that changed a job, kept for the status API.
+type Event struct {
+	Time   time.Time      `json:"time"`
+	Job    string         `json:"job"`
+	Action engine.Action  `json:"action"`
+	To     []planner.Unit `json:"to,omitempty"`
+	Why    string         `json:"why"`
+	Result string         `json:"result,omitempty"`
+	Kind   engine.Kind    `json:"kind"`
+	Reason round.Reason   `json:"reason"`
+}
+
+// maxHistory bounds the decisions kept for the status API.
+const maxHistory = 500
+
+// New builds an agent on a Nomad client; it does not contact Nomad yet.
+func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	var base speed.Profile = profile.Default()
+	if cfg.Profile != "" {
+		p, err := profile.Load(cfg.Profile)
+		if err != nil {
+			return nil, fmt.Errorf("sidecar config: profile: %w", err)
+		}
+		base = p
+	}
+	w, err := watch.New(client, watch.Config{Namespaces: cfg.Namespaces, RackMetaKey: cfg.RackMetaKey}, logger)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg: cfg, log: logger, client: client, watcher: w, prof: newJobProfile(base), types: NewGPUTypes(cfg.GPUTypes),
+		clock: time.Now, jobs: map[watch.JobKey]*managed{}, invalid: map[watch.JobKey]invalidJob{},
+		nodes: map[string]planner.Node{}, drained: map[string]bool{}, addrs: map[string]string{},
+		models: map[string]map[planner.GPUType][]string{}, ports: apply.NewPorts(cfg.PortLow, cfg.PortHigh),
+	}
+	a.applier = apply.New(client.Jobs(), apply.Config{GangTimeout: cfg.GangTimeoutD, StopTimeout: cfg.StopTimeoutD, DryRun: cfg.DryRun, Logger: logger.Named("apply")})
+	if a.eng, a.est, err = a.newEngine(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// newEngine builds the estimates, the scheduler with its placement policy,
+// and an engine over them: a fresh one, or one restored from a snapshot.
+func (a *Agent) newEngine() (*engine.Engine, *engine.Estimates, error) {
+	return a.buildEngine(nil)
+}
+
+func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates, error) {
+	est, err := engine.NewEstimates(a.prof, engine.LearnConfig{On: a.cfg.LearnOn})
+	if err != nil {
+		return nil, nil, err
+	}
+	model := speed.Model{Profile: est}
+	pl, err := placement.New(a.cfg.Placement, placement.Config{Speed: model, MinRunTime: a.cfg.MinRunTimeD.Seconds(), RestartCost: a.cfg.RestartCostD.Seconds()})
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := registry.Options{Speed: model, RestartCost: a.cfg.RestartCostD.Seconds(), MergeCost: a.cfg.MergeCostD.Seconds()}
+	if a.cfg.Placement != placement.Pack {
+		opts.Placer = pl
+	}
+	sched, err := registry.New(a.cfg.Policy, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := engine.Config{Round: a.cfg.RoundD.Seconds(), Speed: model}
+	if snapshot != nil {
+		e, err := engine.Restore(snapshot, cfg, sched)
+		return e, est, err
+	}
+	e, err := engine.New(cfg, sched)
+	return e, est, err
+}
+
+// plan plans on the engine, or in a dry run on a copy of it: a dry run
+// writes nothing, so the engine must not believe its decisions ran.
+func (a *Agent) plan(ctx context.Context, now float64, kind engine.Kind) (engine.Decision, error) {
+	if !a.cfg.DryRun {
+		return a.eng.Plan(ctx, now, kind)
+	}
+	data, err := a.eng.Snapshot()
+	if err != nil {
+		return engine.Decision{}, err
+	}
+	scratch, _, err := a.buildEngine(data)
+	if err != nil {
+		return engine.Decision{}, err
+	}
+	return scratch.Plan(ctx, now, kind)
+}
+
+// now is the engine's clock: Unix seconds.
+func (a *Agent) now() float64 { return float64(a.clock().UnixNano()) / 1e9 }
+
+// Watcher exposes the watcher (status, metrics).
+func (a *Agent) Watcher() *watch.Watcher { return a.watcher }
+
+// Applier exposes the applier (status, metrics).
+func (a *Agent) Applier() *apply.Applier { return a.applier }
+
+// stepInterval is how often operations in flight are advanced.
+const stepInterval = time.Second
+
+// Run runs the sidecar until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	werr := make(chan error, 1)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { werr <- a.watcher.Run(wctx) }()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-werr:
+		return fmt.Errorf("watcher: %w", err)
+	case <-a.watcher.Ready():
+	}
+	a.log.Info("sidecar started", "policy", a.cfg.Policy, "placement", a.cfg.Placement, "round", a.cfg.RoundD, "dry_run", a.cfg.DryRun)
+	a.mu.Lock()
+	a.next = a.clock()
+	a.mu.Unlock()
+	tick := time.NewTicker(stepInterval)
+	defer tick.Stop()
+	for {
+		if err := a.Cycle(ctx, false); err != nil && !errors.Is(err, context.Canceled) {
+			a.log.Error("cycle failed; retrying", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-werr:
+			return fmt.Errorf("watcher: %w", err)
+		case <-a.watcher.Changes():
+		case <-tick.C:
+		}
+	}
+}
+
+// Cycle brings the engine in step with the cluster, advances the writes
+// in flight, reads progress at round boundaries, and plans: a boundary
+// when the round is due (or force), else a fill, which does nothing when
+// nothing changed.
+func (a *Agent) Cycle(ctx context.Context, force bool) error {
+	snap := a.watcher.Snapshot()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	for _, o := range a.applier.Step(ctx, clusterView{a, snap}) {
+		a.outcome(o)
+	}
+	if err := a.sync(snap, now); err != nil {
+		return err
+	}
+	boundary := force || !a.clock().Before(a.next)
+	if boundary {
+		a.readProgress(ctx, snap, now)
+	}
+	kind := engine.Fill
+	if boundary {
+		kind = engine.Boundary
+	}
+	d, err := a.plan(ctx, now, kind)
+	if err != nil {
+		return fmt.Errorf("plan: %w", err)
+	}
+	if boundary {
+		a.rounds++
+		a.next = a.clock().Add(a.cfg.RoundD)
+	}
+	if d.Kind == engine.None {
+		return nil
+	}
+	a.last = d
+	if !a.cfg.DryRun {
+		a.act(ctx, snap, d)
+	}
+	return nil
+}
+
+// outcome records how an operation ended.
+func (a *Agent) outcome(o apply.Outcome) {
+	if o.Phase == apply.Failed {
+		a.log.Warn("placement change failed", "job", o.Key.String(), "error", o.Err)
+		a.note(Event{Time: a.clock(), Job: o.Key.String(), Result: "failed: " + o.Err.Error()})
+	}
+}
+
+func (a *Agent) note(ev Event) {
+	a.history = append(a.history, ev)
+	if len(a.history) > maxHistory {
+		a.history = a.history[len(a.history)-maxHistory:]
+	}
+}
+
+// engineID is the engine's job ID of a Nomad job.
+func engineID(k watch.JobKey) string { return k.Namespace + "/" + k.ID }
+
+// sortedKeys lists map keys sorted.
+func sortedKeys[V any](m map[watch.JobKey]V) []watch.JobKey {
+	out := make([]watch.JobKey, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// PlanOnce syncs with the cluster once and plans a round boundary on a
+// copy of the engine, writing nothing: `hadar plan`.
+func (a *Agent) PlanOnce(ctx context.Context) (PlanView, error) {
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	werr := make(chan error, 1)
+	go func() { werr <- a.watcher.Run(wctx) }()
+	select {
+	case <-ctx.Done():
+		return PlanView{}, fmt.Errorf("waiting for Nomad: %w", ctx.Err())
+	case err := <-werr:
+		return PlanView{}, fmt.Errorf("watcher: %w", err)
+	case <-a.watcher.Ready():
+	}
+	dry := a.cfg.DryRun
+	a.cfg.DryRun = true
+	defer func() { a.cfg.DryRun = dry }()
+	if err := a.Cycle(ctx, true); err != nil {
+		return PlanView{}, err
+	}
+	return a.Plan(), nil
+}

@@ -1,0 +1,212 @@
+package agent
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2/hclsimple"
+
+	"github.com/hadar-sched/hadar/planner/placement"
+	"github.com/hadar-sched/hadar/planner/registry"
+)
+
+// Config is the sidecar's configuration (docs/sidecar.md lists every
+// field with its default). The Nomad connection also follows Nomad's own
+// environment variables: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION,
+// NOMAD_NAMESPACE, NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY; a
+// value in the file wins over the environment.
+type Config struct {
+	Nomad NomadConfig `hcl:"nomad,block"`
+	// Namespaces watched for managed jobs; ["*"] is every namespace.
+	Namespaces []string `hcl:"namespaces,optional"`
+	// Policy is the scheduler: one of `hadar policies`.
+	Policy string `hcl:"policy,optional"`
+	// Placement is the placement policy (docs/placement.md).
+	Placement string `hcl:"placement,optional"`
+	// Round is the round length.
+	Round string `hcl:"round,optional"`
+	// Profile is a throughput profile file (Gavel JSON or hadar's);
+	// empty: Gavel's measured throughputs, embedded.
+	Profile string `hcl:"profile,optional"`
+	// GPUTypes maps a device model (the device group name, what
+	// ${device.model} matches) to the planner's GPU type name, for models
+	// the built-in rules do not recognise.
+	GPUTypes map[string]string `hcl:"gpu_types,optional"`
+	// RackMetaKey is the node meta key naming a node's rack.
+	RackMetaKey string `hcl:"rack_meta_key,optional"`
+	// MinRunTime is the least time a job runs before it may be preempted
+	// (a job's hadar.min_run_time overrides it).
+	MinRunTime string `hcl:"min_run_time,optional"`
+	// RestartCost is what a (re)start costs a job: checkpoint restore and
+	// warm-up. The schedulers weigh moves with it.
+	RestartCost string `hcl:"restart_cost,optional"`
+	// MergeCost is what each HadarE copy spends merging per round.
+	MergeCost string `hcl:"merge_cost,optional"`
+	// GangTimeout bounds how long a started unit may have workers placed
+	// while others are not: then all of it is rolled back.
+	GangTimeout string `hcl:"gang_timeout,optional"`
+	// StopTimeout bounds the wait for evicted workers to checkpoint and end
+	// before their GPUs go to the next job.
+	StopTimeout string `hcl:"stop_timeout,optional"`
+	// Learn turns on online learning of throughputs from progress.
+	Learn *bool `hcl:"learn,optional"`
+	// RendezvousPorts is the range MASTER_PORT is taken from, "LOW-HIGH".
+	RendezvousPorts string `hcl:"rendezvous_ports,optional"`
+	// HTTP is the status API's listener.
+	HTTP HTTPConfig `hcl:"http,block"`
+	// DryRun plans and serves the plan without writing anything to Nomad.
+	DryRun bool `hcl:"dry_run,optional"`
+	// LogLevel is hclog's: trace, debug, info, warn, error.
+	LogLevel string `hcl:"log_level,optional"`
+}
+
+// NomadConfig is the connection to Nomad.
+type NomadConfig struct {
+	Address    string `hcl:"address,optional"`
+	Region     string `hcl:"region,optional"`
+	Token      string `hcl:"token,optional"`
+	CACert     string `hcl:"ca_cert,optional"`
+	ClientCert string `hcl:"client_cert,optional"`
+	ClientKey  string `hcl:"client_key,optional"`
+}
+
+// HTTPConfig is the status API listener.
+type HTTPConfig struct {
+	// Address is host:port; loopback by default.
+	Address string `hcl:"address,optional"`
+}
+
+// Defaults.
+const (
+	DefaultPolicy          = "hadar"
+	DefaultPlacement       = placement.Delay
+	DefaultRound           = 6 * time.Minute
+	DefaultRackMetaKey     = "rack"
+	DefaultMinRunTime      = 30 * time.Minute
+	DefaultRestartCost     = 20 * time.Second
+	DefaultMergeCost       = 10 * time.Second
+	DefaultGangTimeout     = 2 * time.Minute
+	DefaultStopTimeout     = 2 * time.Minute
+	DefaultRendezvousPorts = "29500-29999"
+	DefaultHTTPAddress     = "127.0.0.1:4650"
+	DefaultLogLevel        = "info"
+)
+
+// Settings is a Config with defaults applied and values parsed.
+type Settings struct {
+	Config
+	RoundD, MinRunTimeD, RestartCostD, MergeCostD, GangTimeoutD, StopTimeoutD time.Duration
+	LearnOn                                                                   bool
+	PortLow, PortHigh                                                         int
+}
+
+// LoadConfig reads an HCL config file; an empty path gives the defaults.
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	if path == "" {
+		return c, nil
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("sidecar config: %w", err)
+	}
+	if err := hclsimple.Decode(path, src, nil, &c); err != nil {
+		return c, fmt.Errorf("sidecar config: %w", err)
+	}
+	return c, nil
+}
+
+// Resolve applies defaults and checks every field, naming the one that is
+// wrong and what would fix it.
+func (c Config) Resolve() (Settings, error) {
+	s := Settings{Config: c}
+	if len(s.Namespaces) == 0 {
+		s.Namespaces = []string{"*"}
+	}
+	if s.Policy == "" {
+		s.Policy = DefaultPolicy
+	}
+	if !slices.Contains(registry.Names(), s.Policy) {
+		return s, fmt.Errorf("sidecar config: policy %q: want one of %s", s.Policy, strings.Join(registry.Names(), ", "))
+	}
+	if s.Placement == "" {
+		s.Placement = DefaultPlacement
+	}
+	if !slices.Contains(placement.Names(), s.Placement) {
+		return s, fmt.Errorf("sidecar config: placement %q: want one of %s", s.Placement, strings.Join(placement.Names(), ", "))
+	}
+	if s.RackMetaKey == "" {
+		s.RackMetaKey = DefaultRackMetaKey
+	}
+	durations := []struct {
+		field string
+		in    string
+		def   time.Duration
+		min   time.Duration
+		out   *time.Duration
+	}{
+		{"round", s.Round, DefaultRound, time.Second, &s.RoundD},
+		{"min_run_time", s.MinRunTime, DefaultMinRunTime, 0, &s.MinRunTimeD},
+		{"restart_cost", s.RestartCost, DefaultRestartCost, 0, &s.RestartCostD},
+		{"merge_cost", s.MergeCost, DefaultMergeCost, 0, &s.MergeCostD},
+		{"gang_timeout", s.GangTimeout, DefaultGangTimeout, time.Second, &s.GangTimeoutD},
+		{"stop_timeout", s.StopTimeout, DefaultStopTimeout, time.Second, &s.StopTimeoutD},
+	}
+	for _, d := range durations {
+		*d.out = d.def
+		if d.in == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.in)
+		if err != nil || v < d.min || v > 30*24*time.Hour {
+			return s, fmt.Errorf("sidecar config: %s = %q: want a duration from %v to 720h, e.g. %q", d.field, d.in, d.min, d.def.String())
+		}
+		*d.out = v
+	}
+	s.LearnOn = c.Learn == nil || *c.Learn
+	ports := s.RendezvousPorts
+	if ports == "" {
+		ports = DefaultRendezvousPorts
+	}
+	lo, hi, ok := strings.Cut(ports, "-")
+	l, err1 := strconv.Atoi(strings.TrimSpace(lo))
+	h, err2 := strconv.Atoi(strings.TrimSpace(hi))
+	if !ok || err1 != nil || err2 != nil || l < 1024 || h > math.MaxUint16 || l > h {
+		return s, fmt.Errorf("sidecar config: rendezvous_ports = %q: want LOW-HIGH with 1024 <= LOW <= HIGH <= 65535, e.g. %q", ports, DefaultRendezvousPorts)
+	}
+	s.PortLow, s.PortHigh = l, h
+	for model, t := range s.GPUTypes {
+		if strings.TrimSpace(model) == "" || !validType(t) {
+			return s, fmt.Errorf("sidecar config: gpu_types[%q] = %q: want a device model mapped to a lowercase GPU type name such as \"v100\"", model, t)
+		}
+	}
+	if s.HTTP.Address == "" {
+		s.HTTP.Address = DefaultHTTPAddress
+	}
+	if s.LogLevel == "" {
+		s.LogLevel = DefaultLogLevel
+	}
+	switch strings.ToLower(s.LogLevel) {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		return s, fmt.Errorf("sidecar config: log_level = %q: want trace, debug, info, warn or error", s.LogLevel)
+	}
+	return s, nil
+}
+
+func validType(t string) bool {
+	if t == "" || t != strings.ToLower(t) {
+		return false
+	}
+	for _, r := range t {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,441 @@
+package agent
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/sidecar/apply"
+	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/watch"
+)
+
+// maxFailures is how often a job's workers may fail before hadar gives up
+// on it (it is then left held, with the reason in the status API).
+const maxFailures = 3
+
+// sync brings the engine in step with the snapshot: nodes first (jobs on a
+// lost node are interrupted), then jobs (arrivals, changes, completions,
+// removals), then each job's running placement as Nomad shows it.
+func (a *Agent) sync(snap *watch.Snapshot, now float64) error {
+	if err := a.syncNodes(snap, now); err != nil {
+		return err
+	}
+	a.syncJobs(snap, now)
+	a.reconcile(snap, now)
+	a.ports.Reset(a.usedPorts(snap), a.clock())
+	return nil
+}
+
+// plannerNode is the engine's view of a Nomad node: its healthy GPUs per
+// planner type, less those allocations of jobs hadar does not manage hold.
+// ok is false for a node the engine must not plan on (not ready, no GPUs).
+func (a *Agent) plannerNode(n *watch.Node, held map[string]map[string]int) (planner.Node, bool) {
+	if n.Status != api.NodeStatusReady {
+		return planner.Node{}, false
+	}
+	pn := planner.Node{ID: n.ID, Rack: n.Rack, GPUs: map[planner.GPUType]int{}}
+	if pn.Rack == "" {
+		pn.Rack = "rack-" + n.ID // no rack meta: a rack of its own
+	}
+	models := map[planner.GPUType][]string{}
+	for _, g := range n.GPUs {
+		t := a.types.Type(g.Model)
+		if t == "" {
+			continue
+		}
+		free := g.Healthy - held[n.ID][g.Model]
+		if free > 0 {
+			pn.GPUs[t] += free
+		}
+		models[t] = append(models[t], g.Model)
+	}
+	a.models[n.ID] = models
+	a.addrs[n.ID] = n.Address
+	if len(pn.GPUs) == 0 {
+		return planner.Node{}, false
+	}
+	return pn, true
+}
+
+func (a *Agent) syncNodes(snap *watch.Snapshot, now float64) error {
+	held := unmanagedGPUs(snap)
+	want := map[string]planner.Node{}
+	drain := map[string]bool{}
+	for id, n := range snap.Nodes {
+		for _, g := range n.GPUs {
+			if a.types.Type(g.Model) == "" {
+				a.warnOnce("model:"+g.Model, "GPU model not recognised: its GPUs are left out of planning", "model", g.Model, "node", n.Name,
+					"fix", fmt.Sprintf(`add gpu_types = { %q = "<type>" } to the sidecar config`, g.Model))
+			}
+		}
+		if pn, ok := a.plannerNode(n, held); ok {
+			want[id] = pn
+			drain[id] = !n.Schedulable()
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(a.nodes)) {
+		if _, ok := want[id]; ok {
+			continue
+		}
+		hit, err := a.eng.RemoveNode(id, now)
+		if err != nil {
+			return fmt.Errorf("node %s left: %w", id, err)
+		}
+		a.log.Info("node left the plan", "node", id, "jobs_interrupted", len(hit))
+		delete(a.nodes, id)
+		delete(a.drained, id)
+	}
+	var changed []planner.Node
+	for _, id := range slices.Sorted(maps.Keys(want)) {
+		if old, ok := a.nodes[id]; !ok || old.Rack != want[id].Rack || !maps.Equal(old.GPUs, want[id].GPUs) {
+			changed = append(changed, want[id])
+		}
+	}
+	if len(changed) > 0 {
+		hit, err := a.eng.SetNodes(changed, now)
+		if err != nil {
+			return fmt.Errorf("nodes: %w", err)
+		}
+		for _, n := range changed {
+			a.nodes[n.ID] = n
+		}
+		if len(hit) > 0 {
+			a.log.Info("GPUs lost under running jobs", "jobs_interrupted", hit)
+		}
+	}
+	for id, d := range drain {
+		if a.drained[id] != d {
+			if err := a.eng.Drain(id, d, now); err != nil {
+				return err
+			}
+			a.drained[id] = d
+		}
+	}
+	return nil
+}
+
+// unmanagedGPUs counts, per node and device model, the GPUs that running
+// allocations of jobs hadar does not manage hold: capacity hadar must not
+// plan on.
+func unmanagedGPUs(snap *watch.Snapshot) map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for _, h := range snap.Unmanaged {
+		if out[h.NodeID] == nil {
+			out[h.NodeID] = map[string]int{}
+		}
+		for model, n := range h.GPUs {
+			out[h.NodeID][model] += n
+		}
+	}
+	return out
+}
+
+func (a *Agent) syncJobs(snap *watch.Snapshot, now float64) {
+	seen := map[watch.JobKey]bool{}
+	for _, j := range snap.ManagedJobs() {
+		k := j.Key()
+		seen[k] = true
+		mj := a.jobs[k]
+		if j.SpecErr != nil {
+			if iv, ok := a.invalid[k]; !ok || iv.index != j.JobModifyIndex {
+				a.log.Error("managed job refused: fix its jobspec", "job", k.String(), "error", j.SpecErr.Error())
+				a.invalid[k] = invalidJob{err: j.SpecErr, index: j.JobModifyIndex}
+			}
+			if mj != nil {
+				a.forget(mj, now)
+			}
+			continue
+		}
+		delete(a.invalid, k)
+		if j.Spec == nil {
+			continue
+		}
+		if mj != nil && j.Version != mj.version && !sameSpec(mj.spec, *j.Spec) {
+			a.log.Info("managed job's contract changed: planning it afresh", "job", k.String())
+			a.forget(mj, now)
+			mj = nil
+		}
+		if mj != nil {
+			mj.version = j.Version
+		}
+		switch {
+		case j.Stop:
+			if mj != nil {
+				a.log.Info("managed job stopped by its owner", "job", k.String())
+				a.forget(mj, now)
+			}
+		case j.Status == "dead":
+			if mj != nil {
+				a.finished(snap, j, mj, now)
+			}
+		case mj == nil:
+			a.admit(snap, j, now)
+		}
+	}
+	for _, k := range sortedKeys(a.jobs) {
+		if !seen[k] {
+			a.log.Info("managed job is gone", "job", k.String())
+			a.forget(a.jobs[k], now)
+		}
+	}
+	for k := range a.invalid {
+		if !seen[k] {
+			delete(a.invalid, k)
+		}
+	}
+}
+
+// sameSpec reports whether two versions of a job ask the planner for the
+// same thing.
+func sameSpec(a, b jobspec.Spec) bool {
+	return a.Model == b.Model && maps.Equal(a.Throughput, b.Throughput) && a.Steps == b.Steps && a.Workers == b.Workers &&
+		a.Weight == b.Weight && a.Forkable == b.Forkable && a.Gang == b.Gang && a.Sensitivity == b.Sensitivity &&
+		a.Group == b.Group && a.Task == b.Task
+}
+
+// admit hands a valid managed job to the engine.
+func (a *Agent) admit(snap *watch.Snapshot, j *watch.Job, now float64) {
+	k := j.Key()
+	s := *j.Spec
+	model := a.prof.register(s)
+	arrival := float64(j.SubmitTime.UnixNano()) / 1e9
+	if j.SubmitTime.IsZero() || arrival > now {
+		arrival = now
+	}
+	jb := planner.Job{ID: engineID(k), Model: model, ScaleFactor: s.Workers, TotalSteps: float64(s.Steps), Weight: s.Weight, Arrival: arrival, MaxCopies: 1}
+	if s.Forkable {
+		jb.MaxCopies = 0
+	}
+	if err := a.eng.Admit(jb, now); err != nil {
+		a.prof.forget(model)
+		fe := &jobspec.FieldError{Job: s.JobID, Namespace: s.Namespace, Field: jobspec.KeyModel, Value: s.Model,
+			Want: fmt.Sprintf("a job the throughput profile can plan: %v; give hadar.throughput for the GPU types it runs on, or a profiled hadar.workers", err)}
+		if iv, ok := a.invalid[k]; !ok || iv.index != j.JobModifyIndex {
+			a.log.Error("managed job refused", "job", k.String(), "error", fe.Error())
+		}
+		a.invalid[k] = invalidJob{err: fe, index: j.JobModifyIndex}
+		return
+	}
+	mj := &managed{key: k, id: jb.ID, spec: s, version: j.Version, model: model, arrival: j.SubmitTime}
+	mj.units = nextUnit(snap, j)
+	a.jobs[k] = mj
+	a.log.Info("managed job admitted", "job", k.String(), "model", s.Model, "workers", s.Workers, "steps", s.Steps)
+}
+
+// nextUnit is one past the highest unit number the job's spec or any of
+// its allocations used: new units never reuse a group name.
+func nextUnit(snap *watch.Snapshot, j *watch.Job) int {
+	n := 0
+	if j.Raw != nil {
+		for _, g := range j.Raw.TaskGroups {
+			if _, u, _, ok := jobform.ParseGroupName(deref(g.Name)); ok {
+				n = max(n, u+1)
+			}
+		}
+	}
+	for _, al := range snap.AllocsOf(j.Key()) {
+		if _, u, _, ok := jobform.ParseGroupName(al.TaskGroup); ok {
+			n = max(n, u+1)
+		}
+	}
+	return n
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// finished handles a managed job Nomad reports dead: complete when its
+// workers exited 0, else a failure, retried from its checkpoint a few
+// times before hadar gives up.
+func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now float64) {
+	if a.applier.InFlight(apply.Key(j.Key())) != nil {
+		return // our own write is in flight: Nomad's status is stale
+	}
+	complete, failed := false, ""
+	for _, al := range snap.AllocsOf(j.Key()) {
+		if _, _, _, gen := jobform.ParseGroupName(al.TaskGroup); !gen || al.JobVersion != j.Version || al.DesiredStatus != api.AllocDesiredStatusRun {
+			continue
+		}
+		switch al.ClientStatus {
+		case api.AllocClientStatusComplete:
+			complete = true
+		case api.AllocClientStatusFailed, api.AllocClientStatusLost:
+			failed = fmt.Sprintf("allocation %s %s (%s)", shortID(al.ID), al.ClientStatus, al.ClientDescription)
+		}
+	}
+	switch {
+	case complete && failed == "":
+		if err := a.eng.Complete(mj.id, now); err == nil {
+			a.log.Info("managed job complete", "job", mj.key.String())
+			a.note(Event{Time: a.clock(), Job: mj.id, Result: "complete"})
+		}
+		a.prof.forget(mj.model)
+		delete(a.jobs, mj.key)
+	case failed != "":
+		mj.failures++
+		if mj.failures > maxFailures {
+			a.log.Error("managed job failed too often: giving up", "job", mj.key.String(), "last", failed)
+			a.note(Event{Time: a.clock(), Job: mj.id, Result: "failed for good: " + failed})
+			a.forget(mj, now)
+			return
+		}
+		a.log.Warn("managed job's workers failed: restarting it from its checkpoint", "job", mj.key.String(), "failure", mj.failures, "last", failed)
+		if err := a.eng.Interrupt(mj.id, now); err != nil {
+			a.log.Error("interrupt", "job", mj.id, "error", err)
+		}
+	}
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// forget removes a job from the engine.
+func (a *Agent) forget(mj *managed, now float64) {
+	// Complete and Fail both take the job out; a failure is also logged
+	// and noted by the caller.
+	if err := a.eng.Fail(mj.id, now); err != nil {
+		a.log.Debug("forget", "job", mj.id, "error", err)
+	}
+	a.applier.Cancel(apply.Key(mj.key))
+	a.prof.forget(mj.model)
+	delete(a.jobs, mj.key)
+}
+
+// running returns the units of a job Nomad runs now: written in its spec,
+// every worker placed (pending or running, desired run).
+func running(snap *watch.Snapshot, j *watch.Job) ([]jobform.Unit, error) {
+	units, err := jobform.Units(j.Raw, *j.Spec)
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]bool{}
+	for _, al := range snap.AllocsOf(j.Key()) {
+		if al.DesiredStatus == api.AllocDesiredStatusRun && (al.ClientStatus == api.AllocClientStatusRunning || al.ClientStatus == api.AllocClientStatusPending) {
+			live[al.TaskGroup] = true
+		}
+	}
+	var out []jobform.Unit
+	for _, u := range units {
+		all := true
+		for r := range u.Workers {
+			all = all && live[jobform.GroupName(j.Spec.Group, u.ID, r)]
+		}
+		if all {
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+// reconcile makes the engine's placement of each job without a write in
+// flight equal to what Nomad runs: Nomad is the truth (a write refused, a
+// gang rolled back, workers that died, a person's edit).
+func (a *Agent) reconcile(snap *watch.Snapshot, now float64) {
+	for _, k := range sortedKeys(a.jobs) {
+		mj := a.jobs[k]
+		j := snap.Jobs[k]
+		if j == nil || j.Spec == nil || a.applier.InFlight(apply.Key(k)) != nil {
+			continue
+		}
+		st, ok := a.eng.Job(mj.id)
+		if !ok {
+			continue
+		}
+		units, err := running(snap, j)
+		if err != nil {
+			a.warnOnce("units:"+k.String(), "cannot read the placement written in a managed job", "job", k.String(), "error", err)
+			continue
+		}
+		var obs planner.Placement
+		for _, u := range units {
+			obs.Units = append(obs.Units, u.Planner())
+		}
+		if samePlacement(st.Placement, obs) {
+			continue
+		}
+		if len(obs.Units) == 0 {
+			if st.Running {
+				a.log.Info("job no longer runs in Nomad: it waits for a new placement", "job", mj.id)
+				if err := a.eng.Interrupt(mj.id, now); err != nil {
+					a.log.Error("interrupt", "job", mj.id, "error", err)
+				}
+			}
+			continue
+		}
+		if err := a.eng.Adopt(mj.id, obs, now); err != nil {
+			a.log.Warn("job runs where the plan cannot hold it: it will be moved", "job", mj.id, "error", err)
+			if err := a.eng.Interrupt(mj.id, now); err != nil {
+				a.log.Error("interrupt", "job", mj.id, "error", err)
+			}
+			continue
+		}
+		a.log.Info("adopted the placement Nomad runs", "job", mj.id, "units", len(obs.Units))
+	}
+}
+
+// samePlacement compares placements unit by unit, in any order.
+func samePlacement(a, b planner.Placement) bool {
+	if len(a.Units) != len(b.Units) {
+		return false
+	}
+	used := make([]bool, len(b.Units))
+	for _, u := range a.Units {
+		found := false
+		for i, v := range b.Units {
+			if !used[i] && u.Equal(v) {
+				used[i], found = true, true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// usedPorts are the rendezvous ports written in managed jobs.
+func (a *Agent) usedPorts(snap *watch.Snapshot) []int {
+	var out []int
+	for _, j := range snap.ManagedJobs() {
+		if j.Spec == nil || j.Raw == nil {
+			continue
+		}
+		us, err := jobform.Units(j.Raw, *j.Spec)
+		if err != nil {
+			continue
+		}
+		for _, u := range us {
+			out = append(out, u.Port)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// warnOnce logs a warning the first time key is seen.
+func (a *Agent) warnOnce(key, msg string, args ...any) {
+	if a.warned == nil {
+		a.warned = map[string]time.Time{}
+	}
+	if _, ok := a.warned[key]; ok {
+		return
+	}
+	a.warned[key] = a.clock()
+	a.log.Warn(msg, args...)
+}
