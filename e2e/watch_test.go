@@ -418,6 +418,24 @@ func TestWatchCluster(t *testing.T) {
 	}
 	t.Logf("progress of %s: %+v", alloc.ID, *p)
 
+	// A job hadar does not manage, running on w-k80: its GPU is held.
+	at = watchRegister(t, client, watchParse(t, client, watchJobHCL("human-run", `    owner = "ana"`, fmt.Sprintf(`  constraint {
+    attribute = "${node.unique.id}"
+    value     = %q
+  }
+`, c2.NodeID), trainer)))
+	waitView(t, w, 30*time.Second, at, "the GPU human-run holds on w-k80", func(s *watch.Snapshot) error {
+		if len(s.Unmanaged) != 1 || s.Unmanaged[0].NodeID != c2.NodeID || s.Unmanaged[0].GPUs["Tesla K80"] != 1 ||
+			s.Unmanaged[0].Job != (watch.JobKey{Namespace: "default", ID: "human-run"}) {
+			return fmt.Errorf("unmanaged holds %+v", s.Unmanaged)
+		}
+		if len(s.AllocsOf(watch.JobKey{Namespace: "default", ID: "human-run"})) != 0 {
+			return errors.New("the human job's allocation is among managed allocations")
+		}
+		return nil
+	})
+	rec.expect(t, watch.CapacityChanged)
+
 	// A node change: w-k80 made ineligible.
 	if _, err := client.Nodes().ToggleEligibility(c2.NodeID, false, nil); err != nil {
 		t.Fatal(err)
@@ -449,14 +467,14 @@ func TestWatchCluster(t *testing.T) {
 	rec.expect(t, watch.JobChanged|watch.AllocTerminal)
 
 	// Purge: gone from the view with its allocations and evaluations.
-	for _, id := range []string{"wa", "wbad", "human"} {
+	for _, id := range []string{"wa", "wbad", "human", "human-run"} {
 		if _, _, err := client.Jobs().Deregister(id, true, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	waitView(t, w, visibleWithin, time.Now(), "purged jobs gone", func(s *watch.Snapshot) error {
-		if len(s.Jobs) != 0 || len(s.Allocs) != 0 || len(s.BlockedEvals) != 0 {
-			return fmt.Errorf("%d jobs, %d allocs, %d blocked evals left", len(s.Jobs), len(s.Allocs), len(s.BlockedEvals))
+		if len(s.Jobs) != 0 || len(s.Allocs) != 0 || len(s.BlockedEvals) != 0 || len(s.Unmanaged) != 0 {
+			return fmt.Errorf("%d jobs, %d allocs, %d blocked evals, %d unmanaged holds left", len(s.Jobs), len(s.Allocs), len(s.BlockedEvals), len(s.Unmanaged))
 		}
 		return nil
 	})
