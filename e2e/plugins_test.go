@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,7 +78,7 @@ func skipShort(t *testing.T) {
 }
 
 func startAgent(t *testing.T, checkpointRoot string) *harness.Agent {
-	return startAgentMerge(t, checkpointRoot, t.TempDir())
+	return startAgentMerge(t, checkpointRoot, harness.SharedDir(t))
 }
 
 func startAgentMerge(t *testing.T, checkpointRoot, mergeRoot string) *harness.Agent {
@@ -84,10 +86,9 @@ func startAgentMerge(t *testing.T, checkpointRoot, mergeRoot string) *harness.Ag
 		Plugins: map[string]string{
 			"hadar-gpu": inventory,
 			"hadar-train": fmt.Sprintf(`
-checkpoint_root         = %q
-merge_root              = %q
-progress_poll_interval  = "500ms"
-progress_event_interval = "2s"`, checkpointRoot, mergeRoot),
+checkpoint_root        = %q
+merge_root             = %q
+progress_poll_interval = "500ms"`, checkpointRoot, mergeRoot),
 		},
 	})
 }
@@ -117,7 +118,7 @@ func parseJobspec(t *testing.T, a *harness.Agent, name, trainer string, vars ...
 
 func TestNodeDevices(t *testing.T) {
 	skipShort(t)
-	a := startAgent(t, t.TempDir())
+	a := startAgent(t, harness.SharedDir(t))
 	node, _, err := a.Client.Nodes().Info(a.NodeID, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +184,7 @@ func TestNodeDevices(t *testing.T) {
 func TestTrainStopResume(t *testing.T) {
 	skipShort(t)
 	trainer := harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
-	ckRoot := t.TempDir()
+	ckRoot := harness.SharedDir(t)
 	a := startAgent(t, ckRoot)
 	parse := func() *api.Job { return parseJobspec(t, a, "train-emulated.nomad.hcl", trainer) }
 	jobID := "train-emulated"
@@ -229,10 +230,8 @@ func TestTrainStopResume(t *testing.T) {
 	if p.TotalSteps != 100000 || p.StepsPerSec < 20 || p.StepsPerSec > 60 {
 		t.Errorf("progress %+v: want total 100000 at about 40 steps/s", p)
 	}
-	// ... and through task events.
-	pe := waitEvent(t, a, alloc.ID, "progress", 30*time.Second)
-	if n, _ := strconv.Atoi(pe.Details["hadar.steps_done"]); n <= 0 {
-		t.Errorf("progress event details %v", pe.Details)
+	if ev.Details["hadar.gpu_model_source"] != "hadar-gpu reservation" || ev.Details["hadar.uid"] != "65534" {
+		t.Errorf("start event details %v: want the model from hadar-gpu's reservation, the task run as nobody", ev.Details)
 	}
 
 	// Stop mid-run: the trainer checkpoints and exits 0.
@@ -262,6 +261,9 @@ func TestTrainStopResume(t *testing.T) {
 	if _, err := os.Stat(ckPath); err != nil {
 		t.Fatalf("checkpoint file: %v", err)
 	}
+	// Progress lives in the alloc filesystem; events mark only what
+	// changed: no periodic progress events (Nomad keeps 10 per task).
+	wantEvents(t, a, alloc.ID, "training process started", "checkpoint saved", "final progress")
 
 	// Run again: a new allocation that resumes from the checkpoint.
 	if _, _, err := a.Client.Jobs().Register(parse(), nil); err != nil {
@@ -275,6 +277,10 @@ func TestTrainStopResume(t *testing.T) {
 	logs := taskLog(t, a, alloc2, "stderr") + taskLog(t, a, alloc2, "stdout")
 	if !strings.Contains(logs, "resumed") || !strings.Contains(logs, filepath.Base(ckPath)) {
 		t.Errorf("second run's log does not say it resumed from %s:\n%s", ckPath, logs)
+	}
+	re := waitEvent(t, a, alloc2.ID, "resumed from checkpoint "+ckPath, 10*time.Second)
+	if n, _ := strconv.Atoi(re.Details["hadar.steps_done"]); n < saved {
+		t.Errorf("resume event %q details %v: want a step >= %d", re.DriverMessage, re.Details, saved)
 	}
 	t.Logf("first run checkpointed at step %d (%s); second run resumed at step %d", saved, ckPath, first.StepsDone)
 }
@@ -305,9 +311,8 @@ func TestRecoverAfterClientRestart(t *testing.T) {
 		Plugins: map[string]string{
 			"hadar-gpu": inventory,
 			"hadar-train": fmt.Sprintf(`
-checkpoint_root         = %q
-progress_poll_interval  = "500ms"
-progress_event_interval = "2s"`, t.TempDir()),
+checkpoint_root        = %q
+progress_poll_interval = "500ms"`, harness.SharedDir(t)),
 		},
 	})
 	if _, _, err := a.Client.Jobs().Register(parseJobspec(t, a, "train-emulated.nomad.hcl", trainer), nil); err != nil {
@@ -372,7 +377,7 @@ func TestHeterogeneousCluster(t *testing.T) {
 	trainer := harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
 	server := harness.StartAgent(t, harness.Options{Name: "server", Mode: harness.ModeServer})
 	train := fmt.Sprintf(`checkpoint_root = %q
-progress_poll_interval = "500ms"`, t.TempDir())
+progress_poll_interval = "500ms"`, harness.SharedDir(t))
 	gpus := func(model, mem string, ids ...string) string {
 		var b strings.Builder
 		for _, id := range ids {
@@ -434,8 +439,8 @@ progress_poll_interval = "500ms"`, t.TempDir())
 func TestHadarE(t *testing.T) {
 	skipShort(t)
 	trainer := harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
-	mergeRoot := t.TempDir()
-	a := startAgentMerge(t, t.TempDir(), mergeRoot)
+	mergeRoot := harness.SharedDir(t)
+	a := startAgentMerge(t, harness.SharedDir(t), mergeRoot)
 	jobID := "hadare-emulated"
 	if _, _, err := a.Client.Jobs().Register(parseJobspec(t, a, "hadare-emulated.nomad.hcl", trainer), nil); err != nil {
 		t.Fatal(err)
@@ -616,6 +621,37 @@ func waitEvent(t *testing.T, a *harness.Agent, allocID, prefix string, within ti
 		t.Fatal(err)
 	}
 	return found
+}
+
+// wantEvents checks the driver's task events of an allocation: exactly
+// these, in order (message prefixes).
+func wantEvents(t *testing.T, a *harness.Agent, allocID string, want ...string) {
+	t.Helper()
+	var got []string
+	err := harness.Eventually(context.Background(), 10*time.Second, 250*time.Millisecond, func() error {
+		al, _, err := a.Client.Allocations().Info(allocID, nil)
+		if err != nil {
+			return err
+		}
+		got = got[:0]
+		for _, e := range al.TaskStates["trainer"].Events {
+			if e.Type == "Driver" {
+				got = append(got, e.DriverMessage)
+			}
+		}
+		if len(got) != len(want) {
+			return fmt.Errorf("driver events %q, want %q", got, want)
+		}
+		for i, w := range want {
+			if !strings.HasPrefix(got[i], w) {
+				return fmt.Errorf("driver events %q, want %q", got, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitProgress reads the progress file through Nomad's alloc filesystem
@@ -828,3 +864,454 @@ gpu {
 }
 
 func pointerTo[T any](v T) *T { return &v }
+
+// trainJob is a batch job of one hadar-train task running sh -c script,
+// never restarted nor rescheduled.
+func trainJob(id, script string, cpu, memoryMB int, user string) *api.Job {
+	return &api.Job{
+		ID: pointerTo(id), Name: pointerTo(id), Type: pointerTo("batch"),
+		Datacenters: []string{"*"},
+		TaskGroups: []*api.TaskGroup{{
+			Name:             pointerTo("train"),
+			RestartPolicy:    &api.RestartPolicy{Attempts: pointerTo(0), Mode: pointerTo("fail")},
+			ReschedulePolicy: &api.ReschedulePolicy{Attempts: pointerTo(0), Unlimited: pointerTo(false)},
+			Tasks: []*api.Task{{
+				Name: "trainer", Driver: "hadar-train", User: user,
+				Config:    map[string]interface{}{"command": "/bin/sh", "args": []string{"-c", script}},
+				Resources: &api.Resources{CPU: pointerTo(cpu), MemoryMB: pointerTo(memoryMB)},
+			}},
+		}},
+	}
+}
+
+// taskPid finds the pid of the allocation's process named prog.
+func taskPid(t *testing.T, allocID, prog string) int {
+	t.Helper()
+	var pid int
+	err := harness.Eventually(context.Background(), 10*time.Second, 200*time.Millisecond, func() error {
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			n, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+			if filepath.Base(strings.SplitN(string(cmd), "\x00", 2)[0]) == prog && strings.Contains(string(env), "NOMAD_ALLOC_ID="+allocID+"\x00") {
+				pid = n
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s process of allocation %s", prog, allocID)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+func readTrim(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// taskEventOf waits for the allocation's task event of type typ.
+func taskEventOf(t *testing.T, a *harness.Agent, allocID, typ string) *api.TaskEvent {
+	t.Helper()
+	var found *api.TaskEvent
+	err := harness.Eventually(context.Background(), 60*time.Second, 250*time.Millisecond, func() error {
+		al, _, err := a.Client.Allocations().Info(allocID, nil)
+		if err != nil {
+			return err
+		}
+		if ts := al.TaskStates["trainer"]; ts != nil {
+			for _, e := range ts.Events {
+				if e.Type == typ {
+					found = e
+					return nil
+				}
+			}
+			return fmt.Errorf("no %q event: %s", typ, eventList(ts.Events))
+		}
+		return fmt.Errorf("no task state")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// firstAlloc waits for the job's first allocation.
+func firstAlloc(t *testing.T, a *harness.Agent, jobID string) *api.AllocationListStub {
+	t.Helper()
+	var al *api.AllocationListStub
+	err := harness.Eventually(context.Background(), 30*time.Second, 250*time.Millisecond, func() error {
+		allocs, _, err := a.Client.Jobs().Allocations(jobID, true, nil)
+		if err != nil {
+			return err
+		}
+		if len(allocs) == 0 {
+			return fmt.Errorf("no allocation of %s yet", jobID)
+		}
+		al = allocs[0]
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return al
+}
+
+// TestTaskIsolation runs hadar-train tasks on a real agent: a task runs
+// as nobody by default (not as the client's root), in the cgroup Nomad
+// made for it with its CPU share and memory limit, and reports its CPU in
+// MHz; root needs allow_root; a runaway task is killed at its memory
+// limit and reported OOM-killed; a program that cannot start fails the
+// start.
+func TestTaskIsolation(t *testing.T) {
+	skipShort(t)
+	if os.Geteuid() != 0 {
+		t.Skipf("the agent would run as uid %d: a Nomad client needs root to switch users and make cgroups", os.Geteuid())
+	}
+	if _, err := user.Lookup("nobody"); err != nil {
+		t.Skipf("no user nobody on this machine: %v", err)
+	}
+	a := harness.StartAgent(t, harness.Options{Plugins: map[string]string{"hadar-train": `progress_poll_interval = "500ms"`}})
+	node, _, err := a.Client.Nodes().Info(a.NodeID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgroups := cgroupMode()
+	t.Logf("cgroups: %s", cgroups)
+
+	t.Run("user and limits", func(t *testing.T) {
+		if _, _, err := a.Client.Jobs().Register(trainJob("busy", `while :; do :; done`, 500, 64, ""), nil); err != nil {
+			t.Fatal(err)
+		}
+		alloc := waitRunning(t, a, "busy", "")
+		defer func() { _, _, _ = a.Client.Jobs().Deregister("busy", false, nil) }()
+		pid := taskPid(t, alloc.ID, "sh")
+		status := readTrim(t, fmt.Sprintf("/proc/%d/status", pid))
+		// Its own groups only (Nomad's executor would add root's, 0).
+		if !strings.Contains(status, "\nUid:\t65534\t65534\t65534\t65534\n") || !strings.Contains(status, "\nGroups:\t65534 \n") {
+			t.Errorf("task does not run as nobody with nobody's groups:\n%s", status)
+		}
+		scope := alloc.ID + ".trainer"
+		switch cgroups {
+		case "v1":
+			if cg := readTrim(t, fmt.Sprintf("/proc/%d/cgroup", pid)); !strings.Contains(cg, ":memory:/nomad/"+scope+"\n") {
+				t.Errorf("task not in its memory cgroup:\n%s", cg)
+			}
+			if got := readTrim(t, "/sys/fs/cgroup/memory/nomad/"+scope+"/memory.limit_in_bytes"); got != strconv.Itoa(64<<20) {
+				t.Errorf("memory.limit_in_bytes %s, want %d", got, 64<<20)
+			}
+			if got := readTrim(t, "/sys/fs/cgroup/cpu/nomad/"+scope+"/cpu.shares"); got != "500" {
+				t.Errorf("cpu.shares %s, want 500 (the task's cpu)", got)
+			}
+		case "v2":
+			dir := "/sys/fs/cgroup/nomad.slice/share.slice/" + scope + ".scope"
+			if got := readTrim(t, dir+"/memory.max"); got != strconv.Itoa(64<<20) {
+				t.Errorf("memory.max %s, want %d", got, 64<<20)
+			}
+			if got := readTrim(t, dir+"/cpu.weight"); got == "100" || got == "" {
+				t.Errorf("cpu.weight %q: not set from the task's cpu", got)
+			}
+		default:
+			t.Logf("no cgroup checks: %s", cgroups)
+		}
+
+		// CPU in MHz, as `nomad alloc status` shows it (used/reserved),
+		// consistent with the percent and the node's compute.
+		perCore := float64(node.NodeResources.Cpu.CpuShares) / float64(node.NodeResources.Cpu.TotalCpuCores)
+		samples := 0
+		err := harness.Eventually(context.Background(), 30*time.Second, time.Second, func() error {
+			st, err := a.Client.Allocations().Stats(&api.Allocation{ID: alloc.ID, NodeID: alloc.NodeID}, nil)
+			if err != nil {
+				return err
+			}
+			cpu := st.ResourceUsage.CpuStats
+			if cpu.Percent < 20 {
+				return fmt.Errorf("cpu %.1f%%: no busy sample yet", cpu.Percent)
+			}
+			want := cpu.Percent / 100 * perCore
+			t.Logf("cpu %.1f%% = %.0f MHz (want about %.0f; node %d MHz over %d cores); memory rss %d", cpu.Percent, cpu.TotalTicks, want, node.NodeResources.Cpu.CpuShares, node.NodeResources.Cpu.TotalCpuCores, st.ResourceUsage.MemoryStats.RSS)
+			if cpu.TotalTicks < 0.75*want || cpu.TotalTicks > 1.25*want || cpu.TotalTicks > float64(node.NodeResources.Cpu.CpuShares) {
+				t.Fatalf("TotalTicks %.0f is not the MHz used: want about %.0f at %.1f%%", cpu.TotalTicks, want, cpu.Percent)
+			}
+			if samples++; samples < 3 {
+				return fmt.Errorf("%d samples", samples)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("root refused", func(t *testing.T) {
+		if _, _, err := a.Client.Jobs().Register(trainJob("as-root", `id -u`, 100, 32, "root"), nil); err != nil {
+			t.Fatal(err)
+		}
+		ev := taskEventOf(t, a, firstAlloc(t, a, "as-root").ID, api.TaskDriverFailure)
+		if !strings.Contains(ev.DisplayMessage, "allow_root = true") {
+			t.Fatalf("driver failure %q, want the allow_root refusal", ev.DisplayMessage)
+		}
+	})
+
+	t.Run("program cannot start", func(t *testing.T) {
+		job := trainJob("no-program", "", 100, 32, "")
+		job.TaskGroups[0].Tasks[0].Config = map[string]interface{}{"command": "/nonexistent/train"}
+		if _, _, err := a.Client.Jobs().Register(job, nil); err != nil {
+			t.Fatal(err)
+		}
+		al := firstAlloc(t, a, "no-program")
+		ev := taskEventOf(t, a, al.ID, api.TaskDriverFailure)
+		if !strings.Contains(ev.DisplayMessage, "/nonexistent/train") {
+			t.Fatalf("driver failure %q, want one naming the program", ev.DisplayMessage)
+		}
+		full, _, err := a.Client.Allocations().Info(al.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range full.TaskStates["trainer"].Events {
+			if e.Type == api.TaskStarted || e.Type == api.TaskTerminated {
+				t.Fatalf("a task that could not start was reported %s: %s", e.Type, eventList(full.TaskStates["trainer"].Events))
+			}
+		}
+	})
+
+	t.Run("memory limit kills a runaway task", func(t *testing.T) {
+		if cgroups == "off" {
+			t.Skip("cgroups are off on this machine: no memory limit to enforce")
+		}
+		if _, _, err := a.Client.Jobs().Register(trainJob("runaway", `head -c 1G /dev/zero | tail > /dev/null`, 100, 32, ""), nil); err != nil {
+			t.Fatal(err)
+		}
+		ev := taskEventOf(t, a, firstAlloc(t, a, "runaway").ID, api.TaskTerminated)
+		if ev.ExitCode != 137 || ev.Details["oom_killed"] != "true" {
+			t.Fatalf("runaway task ended with %q (exit %d, details %v), want OOM-killed at its 32 MB limit", ev.DisplayMessage, ev.ExitCode, ev.Details)
+		}
+	})
+}
+
+// cgroupMode says which cgroup hierarchy a root Nomad client uses here,
+// as Nomad's cgroupslib decides it.
+func cgroupMode() string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "off"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == "/sys/fs/cgroup" {
+			switch {
+			case strings.Contains(line, " - tmpfs "):
+				return "v1"
+			case strings.Contains(line, " - cgroup2 "):
+				return "v2"
+			}
+		}
+	}
+	return "off"
+}
+
+// TestPreemptionByJobUpdate evicts running batch allocations the way the
+// hadar sidecar does, by re-registering the job against its modify index.
+// A gate constraint no node satisfies does not evict: Nomad's destructive
+// update stops the old allocation only once the replacement is placed, and
+// the gate blocks that. Scaling the unit's group to 0 (keeping it, gated)
+// and removing a group do: Nomad stops those allocations with the task's
+// kill_signal and kill_timeout. The trainer checkpoints within the timeout
+// and exits 0, its allocation completes and is not replaced; the task
+// that ignores the signal is killed once the timeout is over.
+// (Allocations().Stop is no preemption for a batch job: Nomad places a
+// replacement at once.)
+func TestPreemptionByJobUpdate(t *testing.T) {
+	skipShort(t)
+	trainer := harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
+	ckRoot := harness.SharedDir(t)
+	a := harness.StartAgent(t, harness.Options{Plugins: map[string]string{
+		"hadar-train": fmt.Sprintf("checkpoint_root = %q\nprogress_poll_interval = \"250ms\"", ckRoot)}})
+	group := func(name, killTimeout string, task *api.Task) *api.TaskGroup {
+		task.KillSignal = "SIGINT"
+		task.KillTimeout = pointerTo(mustDuration(t, killTimeout))
+		task.Resources = &api.Resources{CPU: pointerTo(100), MemoryMB: pointerTo(128)}
+		return &api.TaskGroup{
+			Name:             pointerTo(name),
+			RestartPolicy:    &api.RestartPolicy{Attempts: pointerTo(0), Mode: pointerTo("fail")},
+			ReschedulePolicy: &api.ReschedulePolicy{Attempts: pointerTo(0), Unlimited: pointerTo(false)},
+			Tasks:            []*api.Task{task},
+		}
+	}
+	job := &api.Job{
+		ID: pointerTo("preempt"), Name: pointerTo("preempt"), Type: pointerTo("batch"),
+		Datacenters: []string{"*"},
+		TaskGroups: []*api.TaskGroup{
+			group("unit-a", "20s", &api.Task{
+				Name: "trainer", Driver: "hadar-train",
+				Env: map[string]string{"HADAR_STEPS_PER_SEC": "40"},
+				Config: map[string]interface{}{"command": trainer, "total_steps": 100000,
+					"args": []string{"--model", "mlp", "--progress-interval", "1s"}},
+			}),
+			group("unit-b", "2s", &api.Task{
+				Name: "trainer", Driver: "hadar-train",
+				Config: map[string]interface{}{"command": "/bin/sh",
+					"args": []string{"-c", `trap 'echo got SIGINT' INT; trap 'echo got SIGTERM' TERM; while :; do sleep 0.2; done`}},
+			}),
+		},
+	}
+	if _, _, err := a.Client.Jobs().Register(job, nil); err != nil {
+		t.Fatal(err)
+	}
+	running := map[string]*api.Allocation{}
+	err := harness.Eventually(context.Background(), 60*time.Second, 250*time.Millisecond, func() error {
+		stubs, _, err := a.Client.Jobs().Allocations("preempt", false, nil)
+		if err != nil {
+			return err
+		}
+		for _, s := range stubs {
+			if s.ClientStatus == api.AllocClientStatusRunning && running[s.TaskGroup] == nil {
+				if running[s.TaskGroup], _, err = a.Client.Allocations().Info(s.ID, nil); err != nil {
+					return err
+				}
+			}
+		}
+		if len(running) != 2 {
+			return fmt.Errorf("%d of 2 groups running", len(running))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := waitProgress(t, a, running["unit-a"], 60*time.Second, func(p progress) bool { return p.StepsDone >= 40 })
+
+	// Each write is guarded by the job's modify index, as the sidecar's.
+	update := func(change func(*api.Job)) {
+		t.Helper()
+		cur, _, err := a.Client.Jobs().Info("preempt", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(cur)
+		if _, _, err := a.Client.Jobs().RegisterOpts(cur, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: *cur.JobModifyIndex}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A gate alone leaves the running allocation alone.
+	update(func(j *api.Job) {
+		j.TaskGroups[0].Constraints = append(j.TaskGroups[0].Constraints, api.NewConstraint("${meta.hadar_gate}", "=", "closed"))
+	})
+	err = harness.Eventually(context.Background(), 30*time.Second, 250*time.Millisecond, func() error {
+		evals, _, err := a.Client.Jobs().Evaluations("preempt", nil)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evals {
+			if ev.Status == "blocked" {
+				return nil
+			}
+		}
+		return fmt.Errorf("the gated replacement is not blocked yet")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if al, _, err := a.Client.Allocations().Info(running["unit-a"].ID, nil); err != nil || al.ClientStatus != api.AllocClientStatusRunning || al.DesiredStatus != api.AllocDesiredStatusRun {
+		t.Fatalf("a gate constraint alone: unit-a allocation %v (%v), want still running (no eviction)", al, err)
+	}
+
+	// The eviction: unit-a scaled to 0 (gate kept), unit-b removed.
+	update(func(j *api.Job) {
+		j.TaskGroups[0].Count = pointerTo(0)
+		j.TaskGroups = j.TaskGroups[:1]
+	})
+
+	// unit-a: checkpointed within its kill_timeout, exit 0, complete.
+	stopped := waitAlloc(t, a, running["unit-a"].ID, 60*time.Second, func(al *api.Allocation) bool { return al.ClientStatus != api.AllocClientStatusRunning })
+	if stopped.ClientStatus != api.AllocClientStatusComplete || stopped.DesiredStatus != api.AllocDesiredStatusStop {
+		t.Fatalf("unit-a allocation %s/%s, want complete/stop: %s", stopped.ClientStatus, stopped.DesiredStatus, eventList(stopped.TaskStates["trainer"].Events))
+	}
+	evs := stopped.TaskStates["trainer"].Events
+	var killing, exit *api.TaskEvent
+	for _, e := range evs {
+		switch e.Type {
+		case api.TaskKilling:
+			killing = e
+		case api.TaskTerminated:
+			exit = e
+		}
+	}
+	if killing == nil || exit == nil || exit.ExitCode != 0 || exit.Signal != 0 {
+		t.Fatalf("unit-a: want Killing, then a clean exit: %s", eventList(evs))
+	}
+	took := time.Duration(exit.Time - killing.Time)
+	if took >= 20*time.Second {
+		t.Fatalf("unit-a took %v to exit, past its 20s kill_timeout", took)
+	}
+	ck := waitEvent(t, a, stopped.ID, "checkpoint saved", 10*time.Second)
+	if n, _ := strconv.Atoi(ck.Details["hadar.steps_done"]); int64(n) < before.StepsDone {
+		t.Fatalf("checkpoint at step %d, before the progress seen (%d)", n, before.StepsDone)
+	}
+	if _, err := os.Stat(ck.Details["hadar.checkpoint"]); err != nil {
+		t.Fatalf("checkpoint file: %v", err)
+	}
+	t.Logf("unit-a: signalled, checkpointed at step %s and exited 0 in %v", ck.Details["hadar.steps_done"], took.Round(time.Millisecond))
+
+	// unit-b: got SIGINT, ignored it, killed after its 2s kill_timeout.
+	killed := waitAlloc(t, a, running["unit-b"].ID, 60*time.Second, func(al *api.Allocation) bool { return al.ClientStatus != api.AllocClientStatusRunning })
+	killing, exit = nil, nil
+	for _, e := range killed.TaskStates["trainer"].Events {
+		switch e.Type {
+		case api.TaskKilling:
+			killing = e
+		case api.TaskTerminated:
+			exit = e
+		}
+	}
+	if killing == nil || exit == nil || exit.Signal != int(syscall.SIGKILL) {
+		t.Fatalf("unit-b: want Killing, then SIGKILL: %s", eventList(killed.TaskStates["trainer"].Events))
+	}
+	tookB := time.Duration(exit.Time - killing.Time)
+	if tookB < 2*time.Second || tookB > 10*time.Second {
+		t.Fatalf("unit-b killed %v after the stop, want just after its 2s kill_timeout", tookB)
+	}
+	t.Logf("unit-b: ignored SIGINT, killed %v after the stop (kill_timeout 2s)", tookB.Round(time.Millisecond))
+	if logs := taskLog(t, a, killed, "stdout"); !strings.Contains(logs, "got SIGINT") {
+		t.Fatalf("unit-b did not get its kill_signal SIGINT: %q", logs)
+	}
+
+	// Not replaced: the gate keeps unit-a's new placement pending.
+	time.Sleep(3 * time.Second)
+	stubs, _, err := a.Client.Jobs().Allocations("preempt", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stubs {
+		if s.ID != stopped.ID && s.ID != killed.ID {
+			t.Fatalf("allocation %s (%s, %s) replaced an evicted one", s.ID, s.TaskGroup, s.ClientStatus)
+		}
+	}
+	summary, _, err := a.Client.Jobs().Summary("preempt", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := summary.Summary["unit-a"]; s.Running != 0 || s.Starting != 0 {
+		t.Fatalf("unit-a summary %+v: want nothing running", s)
+	}
+}
+
+func mustDuration(t *testing.T, s string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}

@@ -23,9 +23,16 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		hclspec.NewAttr("progress_poll_interval", "string", false),
 		hclspec.NewLiteral(`"1s"`),
 	),
-	"progress_event_interval": hclspec.NewDefault(
-		hclspec.NewAttr("progress_event_interval", "string", false),
-		hclspec.NewLiteral(`"30s"`),
+	// Deprecated and ignored: progress is no longer published as periodic
+	// task events (docs/driver.md). Accepted so existing configs load.
+	"progress_event_interval": hclspec.NewAttr("progress_event_interval", "string", false),
+	"allow_root": hclspec.NewDefault(
+		hclspec.NewAttr("allow_root", "bool", false),
+		hclspec.NewLiteral("false"),
+	),
+	"default_user": hclspec.NewDefault(
+		hclspec.NewAttr("default_user", "string", false),
+		hclspec.NewLiteral(`"nobody"`),
 	),
 })
 
@@ -57,6 +64,19 @@ type Config struct {
 	MergeRoot             string `codec:"merge_root"`
 	ProgressPollInterval  string `codec:"progress_poll_interval"`
 	ProgressEventInterval string `codec:"progress_event_interval"`
+	// AllowRoot lets tasks run as root (uid 0). Off by default: a task
+	// that would run as root (user = "root", or no user with default_user
+	// naming root) is refused.
+	AllowRoot bool `codec:"allow_root"`
+	// DefaultUser runs tasks that set no user; "" means the client's own
+	// user. Ignored when the client is not root (it cannot switch users).
+	DefaultUser string `codec:"default_user"`
+}
+
+// defaultConfig is the plugin block's defaults, for a driver configured
+// without a block.
+func defaultConfig() Config {
+	return Config{Enabled: true, DefaultUser: "nobody"}
 }
 
 type settings struct {
@@ -64,11 +84,15 @@ type settings struct {
 	checkpointRoot string
 	mergeRoot      string
 	pollEvery      time.Duration
-	eventEvery     time.Duration
+	allowRoot      bool
+	defaultUser    string
+	// deprecated lists options that are accepted but ignored.
+	deprecated []string
 }
 
 func parseConfig(c Config) (*settings, error) {
-	s := &settings{enabled: c.Enabled, checkpointRoot: c.CheckpointRoot, mergeRoot: c.MergeRoot}
+	s := &settings{enabled: c.Enabled, checkpointRoot: c.CheckpointRoot, mergeRoot: c.MergeRoot,
+		allowRoot: c.AllowRoot, defaultUser: strings.TrimSpace(c.DefaultUser)}
 	for _, root := range []struct{ name, v string }{{"checkpoint_root", c.CheckpointRoot}, {"merge_root", c.MergeRoot}} {
 		if root.v != "" && !filepath.IsAbs(root.v) {
 			return nil, fmt.Errorf("%s %q: want an absolute path", root.name, root.v)
@@ -78,8 +102,8 @@ func parseConfig(c Config) (*settings, error) {
 	if s.pollEvery, err = positiveDuration("progress_poll_interval", c.ProgressPollInterval, time.Second); err != nil {
 		return nil, err
 	}
-	if s.eventEvery, err = positiveDuration("progress_event_interval", c.ProgressEventInterval, 30*time.Second); err != nil {
-		return nil, err
+	if c.ProgressEventInterval != "" {
+		s.deprecated = append(s.deprecated, "progress_event_interval")
 	}
 	return s, nil
 }

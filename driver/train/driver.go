@@ -1,21 +1,20 @@
 // Package train is hadar's Nomad task driver ("hadar-train"). It runs a
-// training process on the GPUs Nomad reserved, in its own process group,
-// under a small supervisor (the same binary) that records the exit status
-// so a restarted client can reattach; it reads the process's progress file
-// and publishes it as task events; on stop it asks the process to
-// checkpoint (SIGTERM) and kills it after the task's kill_timeout. See
+// training process on the GPUs Nomad reserved through Nomad's own
+// executor (drivers/shared/executor, what the exec and raw_exec drivers
+// use): as the task's user, in the cgroup Nomad's client made for the
+// task with its CPU and memory limits, in its own process group, under an
+// executor process that outlives the plugin so a restarted client
+// reattaches. It publishes the process's progress, asks it to checkpoint
+// (the task's kill_signal) on stop and kills it after kill_timeout. See
 // docs/driver.md and docs/training-contract.md.
 package train
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,25 +22,27 @@ import (
 
 	"github.com/hashicorp/consul-template/signals"
 	log "github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/client/lib/fifo"
+	"github.com/hashicorp/nomad/client/lib/numalib"
 	cstructs "github.com/hashicorp/nomad/client/structs"
 	"github.com/hashicorp/nomad/drivers/shared/eventer"
+	"github.com/hashicorp/nomad/drivers/shared/executor"
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/drivers"
 	"github.com/hashicorp/nomad/plugins/drivers/fsisolation"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 	pstructs "github.com/hashicorp/nomad/plugins/shared/structs"
+
+	"github.com/hadar-sched/hadar/driver/device/nvml"
 )
 
 const (
 	// PluginName is the driver name jobspecs use and the plugin file name.
 	PluginName = "hadar-train"
 	// PluginVersion is reported to Nomad and as a node attribute.
-	PluginVersion = "v0.1.0"
+	PluginVersion = "v0.2.0"
 
 	fingerprintPeriod = 30 * time.Second
-	exitFileName      = ".hadar-train-exit.json"
-	taskStateVersion  = 1
+	taskStateVersion  = 2
 )
 
 // The environment of docs/training-contract.md.
@@ -76,46 +77,50 @@ var (
 
 // Driver is the task driver. Create it with New.
 type Driver struct {
-	ctx      context.Context
-	cancel   context.CancelFunc
-	logger   log.Logger
-	eventer  *eventer.Eventer
-	tasks    *taskStore
-	self     string // the hadar-train binary, run as each task's supervisor
-	procRoot string
+	ctx     context.Context
+	cancel  context.CancelFunc
+	logger  log.Logger
+	eventer *eventer.Eventer
+	tasks   *taskStore
+	// openNVML opens NVML to name the GPUs of a task whose device plugin
+	// gave only their UUIDs (Nomad's nvidia plugin).
+	openNVML func() nvml.Library
+	// self is the hadar-train binary, run as the shim that switches a
+	// task to its user (DropArg).
+	self string
 
-	mu       sync.RWMutex
-	settings *settings
+	mu          sync.RWMutex
+	settings    *settings
+	nomadConfig *base.ClientDriverConfig
 }
 
 var _ drivers.DriverPlugin = (*Driver)(nil)
 
-// New returns the driver; its supervisor is the running executable.
+// New returns the driver using the system's NVML.
 func New(logger log.Logger) *Driver {
-	self, err := os.Executable()
-	if err != nil {
-		logger.Error("cannot find own executable; tasks will fail to start", "error", err)
-	}
-	return NewWithSupervisor(logger, self)
+	return NewWithNVML(logger, nvml.NewLibrary)
 }
 
-// NewWithSupervisor returns the driver using self as the supervisor
-// binary (it must call Supervise when its first argument is
-// SupervisorArg).
-func NewWithSupervisor(logger log.Logger, self string) *Driver {
+// NewWithNVML returns the driver with its NVML supplied by open.
+func NewWithNVML(logger log.Logger, open func() nvml.Library) *Driver {
 	ctx, cancel := context.WithCancel(context.Background())
 	logger = logger.Named(PluginName)
+	self, err := os.Executable()
+	if err != nil {
+		logger.Error("cannot find own executable; tasks that switch users will fail to start", "error", err)
+	}
 	return &Driver{
 		ctx: ctx, cancel: cancel, logger: logger,
 		eventer:  eventer.NewEventer(ctx, logger),
 		tasks:    newTaskStore(),
+		openNVML: open,
 		self:     self,
-		procRoot: "/proc",
 	}
 }
 
 // Shutdown stops the driver's background work; running tasks keep
-// running. Nomad kills the plugin process instead; tests call this.
+// running under their executors. Nomad kills the plugin process instead;
+// tests call this.
 func (d *Driver) Shutdown() { d.cancel() }
 
 // PluginInfo identifies the plugin to Nomad.
@@ -124,9 +129,10 @@ func (d *Driver) PluginInfo() (*base.PluginInfoResponse, error) { return pluginI
 // ConfigSchema returns the plugin block's schema.
 func (d *Driver) ConfigSchema() (*hclspec.Spec, error) { return configSpec, nil }
 
-// SetConfig validates the plugin block.
+// SetConfig validates the plugin block and keeps the agent's settings
+// the executor needs (port range, CPU topology for stats in MHz).
 func (d *Driver) SetConfig(c *base.Config) error {
-	cfg := Config{Enabled: true}
+	cfg := defaultConfig()
 	if len(c.PluginConfig) != 0 {
 		if err := base.MsgPackDecode(c.PluginConfig, &cfg); err != nil {
 			return fmt.Errorf("%s plugin config: %w", PluginName, err)
@@ -136,8 +142,18 @@ func (d *Driver) SetConfig(c *base.Config) error {
 	if err != nil {
 		return fmt.Errorf("%s plugin config: %w", PluginName, err)
 	}
+	for _, opt := range s.deprecated {
+		d.logger.Warn("plugin option ignored: progress is published in the alloc filesystem and as a few task events (docs/driver.md)", "option", opt)
+	}
+	var nc *base.ClientDriverConfig
+	if c.AgentConfig != nil && c.AgentConfig.Driver != nil {
+		nc = c.AgentConfig.Driver
+	}
 	d.mu.Lock()
 	d.settings = s
+	if nc != nil {
+		d.nomadConfig = nc
+	}
 	d.mu.Unlock()
 	return nil
 }
@@ -146,10 +162,25 @@ func (d *Driver) config() *settings {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.settings == nil {
-		s, _ := parseConfig(Config{Enabled: true})
+		s, _ := parseConfig(defaultConfig())
 		return s
 	}
 	return d.settings
+}
+
+// agentConfig is what the agent told the plugin about itself; a driver
+// run without an agent (an embedder) scans the machine's CPUs itself.
+func (d *Driver) agentConfig() *base.ClientDriverConfig {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.nomadConfig == nil || d.nomadConfig.Topology == nil {
+		d.nomadConfig = &base.ClientDriverConfig{
+			ClientMinPort: executor.ExecutorDefaultMinPort,
+			ClientMaxPort: executor.ExecutorDefaultMaxPort,
+			Topology:      numalib.Scan(numalib.PlatformScanners(false)),
+		}
+	}
+	return d.nomadConfig
 }
 
 // TaskConfigSchema returns the schema of a task's config block.
@@ -197,171 +228,8 @@ func (d *Driver) Fingerprint(ctx context.Context) (<-chan *drivers.Fingerprint, 
 	return ch, nil
 }
 
-// launch is what StartTask works out before starting anything.
-type launch struct {
-	command  string
-	args     []string
-	dir      string
-	env      []string
-	progress string
-	exitFile string
-	envMap   map[string]string
-}
-
-func (d *Driver) plan(cfg *drivers.TaskConfig, tc *TaskConfig) (*launch, error) {
-	s := d.config()
-	taskDir := cfg.TaskDir()
-	env := map[string]string{}
-	for k, v := range cfg.Env {
-		env[k] = v
-	}
-	for k, v := range cfg.DeviceEnv {
-		env[k] = v
-	}
-	if _, ok := env["PATH"]; !ok {
-		// Without a PATH the supervisor could not find "python3".
-		env["PATH"] = os.Getenv("PATH")
-	}
-
-	progress := tc.ProgressFile
-	if progress == "" {
-		progress = filepath.Join(taskDir.LocalDir, "hadar-progress.json")
-	}
-	env[EnvProgressFile] = progress
-	env[EnvJobID] = cfg.JobID
-
-	copySuffix := ""
-	if h := tc.HadarE; h != nil {
-		idx := 0
-		if h.CopyIndex != nil {
-			idx = *h.CopyIndex
-		} else if v, ok := env["NOMAD_ALLOC_INDEX"]; ok {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || n >= h.Copies {
-				return nil, fmt.Errorf("hadare: NOMAD_ALLOC_INDEX %q is not a copy index in 0..%d; set hadare.copy_index", v, h.Copies-1)
-			}
-			idx = n
-		}
-		mergeDir := h.MergeDir
-		if mergeDir == "" {
-			if s.mergeRoot == "" {
-				return nil, fmt.Errorf("hadare: no merge directory; set hadare.merge_dir in the task or merge_root in the %s plugin block (a directory all copies can reach)", PluginName)
-			}
-			mergeDir = filepath.Join(s.mergeRoot, safe(cfg.Namespace), safe(cfg.JobID))
-		}
-		if err := os.MkdirAll(mergeDir, 0o755); err != nil {
-			return nil, fmt.Errorf("hadare: merge directory: %w", err)
-		}
-		env[EnvCopyIndex] = strconv.Itoa(idx)
-		env[EnvCopies] = strconv.Itoa(h.Copies)
-		env[EnvMergeDir] = mergeDir
-		if h.MergeEvery > 0 {
-			env[EnvMergeEvery] = strconv.Itoa(h.MergeEvery)
-		}
-		copySuffix = "copy-" + strconv.Itoa(idx)
-	}
-
-	ckpt := tc.CheckpointDir
-	switch {
-	case ckpt != "":
-	case s.checkpointRoot != "":
-		// Keyed by job, group and task, not allocation, so a job that is
-		// stopped and run again (or rescheduled onto a node sharing the
-		// root) finds its checkpoints.
-		ckpt = filepath.Join(s.checkpointRoot, safe(cfg.Namespace), safe(cfg.JobID), safe(cfg.TaskGroupName), safe(cfg.Name), copySuffix)
-	default:
-		ckpt = filepath.Join(taskDir.SharedAllocDir, "data", "checkpoints", safe(cfg.Name))
-	}
-	if err := os.MkdirAll(ckpt, 0o755); err != nil {
-		return nil, fmt.Errorf("checkpoint directory: %w", err)
-	}
-	env[EnvCheckpointDir] = ckpt
-	if tc.TotalSteps > 0 {
-		env[EnvTotalSteps] = strconv.FormatInt(tc.TotalSteps, 10)
-	}
-
-	models := gpuModels(cfg)
-	if len(models) > 0 {
-		env[EnvGPUModel] = strings.Join(models, ",")
-	}
-	if tc.Emulate != nil {
-		rate, err := tc.Emulate.stepsPerSec(models)
-		if err != nil {
-			return nil, err
-		}
-		env[EnvStepsPerSec] = strconv.FormatFloat(rate, 'g', -1, 64)
-	}
-
-	command, err := resolveCommand(tc.Command, taskDir.Dir, env["PATH"])
-	if err != nil {
-		return nil, err
-	}
-	dir := tc.WorkDir
-	if dir == "" {
-		dir = taskDir.Dir
-	}
-	list := make([]string, 0, len(env))
-	for k, v := range env {
-		list = append(list, k+"="+v)
-	}
-	sort.Strings(list)
-	return &launch{command: command, args: tc.Args, dir: dir, env: list, envMap: env, progress: progress, exitFile: filepath.Join(taskDir.Dir, exitFileName)}, nil
-}
-
-// gpuModels lists the NVIDIA GPU models Nomad allocated to the task, or
-// what the device plugin put in the environment.
-func gpuModels(cfg *drivers.TaskConfig) []string {
-	seen := map[string]bool{}
-	var out []string
-	if cfg.Resources != nil && cfg.Resources.NomadResources != nil {
-		for _, d := range cfg.Resources.NomadResources.Devices {
-			if d.Vendor == "nvidia" && d.Type == "gpu" && !seen[d.Name] {
-				seen[d.Name] = true
-				out = append(out, d.Name)
-			}
-		}
-	}
-	if len(out) == 0 {
-		for _, v := range []string{cfg.DeviceEnv["HADAR_GPU_RESERVED_MODEL"], cfg.Env[EnvGPUModel]} {
-			for _, m := range strings.Split(v, ",") {
-				if m != "" && !seen[m] {
-					seen[m] = true
-					out = append(out, m)
-				}
-			}
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// resolveCommand finds the program: absolute as is, a relative path
-// against the task directory (like raw_exec), a bare name on PATH.
-func resolveCommand(command, taskDir, path string) (string, error) {
-	switch {
-	case filepath.IsAbs(command):
-		return command, nil
-	case strings.Contains(command, "/"):
-		return filepath.Join(taskDir, command), nil
-	}
-	for _, dir := range filepath.SplitList(path) {
-		p := filepath.Join(dir, command)
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("command %q: not found on PATH %q; give an absolute path or a path relative to the task directory", command, path)
-}
-
-// safe makes a Nomad name usable as one path element.
-func safe(s string) string {
-	if s == "" {
-		return "_"
-	}
-	return strings.NewReplacer("/", "_", "..", "_").Replace(s)
-}
-
-// StartTask starts the training process under its supervisor.
+// StartTask starts the training process under a new executor. It fails,
+// and leaves nothing running, when the process cannot be started.
 func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drivers.DriverNetwork, error) {
 	if _, ok := d.tasks.Get(cfg.ID); ok {
 		return nil, nil, fmt.Errorf("task %s already started", cfg.ID)
@@ -380,65 +248,58 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if err != nil {
 		return nil, nil, fmt.Errorf("task %s: %w", cfg.Name, err)
 	}
-	// A restarted task reuses its task directory: drop the last run's
-	// exit status so it is not mistaken for this run's.
-	if err := os.Remove(l.exitFile); err != nil && !os.IsNotExist(err) {
-		return nil, nil, fmt.Errorf("task %s: stale exit status: %w", cfg.Name, err)
+	// A restarted task reuses its task directory: the last run's progress
+	// must not pass for this run's.
+	for _, f := range []string{l.progress, l.mirror} {
+		if f == "" {
+			continue
+		}
+		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+			return nil, nil, fmt.Errorf("task %s: stale progress file: %w", cfg.Name, err)
+		}
 	}
 
-	stdout, err := fifo.OpenWriter(cfg.StdoutPath)
+	cmd, args, err := d.execCommand(l)
 	if err != nil {
-		return nil, nil, fmt.Errorf("task %s: open stdout log %s: %w", cfg.Name, cfg.StdoutPath, err)
+		return nil, nil, fmt.Errorf("task %s: %w", cfg.Name, err)
 	}
-	defer stdout.Close()
-	stderr, err := fifo.OpenWriter(cfg.StderrPath)
+	logger := d.logger.With("alloc_id", cfg.AllocID, "task", cfg.Name)
+	agent := d.agentConfig()
+	exec, pluginClient, err := executor.CreateExecutor(logger, agent, &executor.ExecutorConfig{
+		LogFile:  filepath.Join(cfg.TaskDir().Dir, "executor.out"),
+		LogLevel: "debug",
+		Compute:  agent.Topology.Compute(),
+	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("task %s: open stderr log %s: %w", cfg.Name, cfg.StderrPath, err)
+		return nil, nil, fmt.Errorf("task %s: start executor: %w", cfg.Name, err)
 	}
-	defer stderr.Close()
-
-	cmd := exec.Command(d.self, append([]string{SupervisorArg, l.exitFile, l.command}, l.args...)...)
-	cmd.Dir, cmd.Env = l.dir, l.env
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	// Own process group: signals reach the training process and its
-	// children, and a client or plugin restart does not take it down.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	readyR, readyW, err := os.Pipe()
+	ps, err := exec.Launch(&executor.ExecCommand{
+		Cmd:        cmd,
+		Args:       args,
+		Env:        envList(l.env),
+		TaskDir:    cfg.TaskDir().Dir,
+		WorkDir:    l.dir,
+		StdoutPath: cfg.StdoutPath,
+		StderrPath: cfg.StderrPath,
+		// The cgroup Nomad's client made for the task, with its cpu and
+		// memory limits (cgroups v1 or v2, whichever the client uses).
+		Resources:        cfg.Resources.Copy(),
+		NetworkIsolation: cfg.NetworkIsolation,
+	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("task %s: readiness pipe: %w", cfg.Name, err)
+		pluginClient.Kill()
+		return nil, nil, fmt.Errorf("task %s: start %s: %w", cfg.Name, l.command, err)
 	}
-	defer readyR.Close()
-	cmd.ExtraFiles = []*os.File{readyW}
-	err = cmd.Start()
-	readyW.Close()
-	if err != nil {
-		return nil, nil, fmt.Errorf("task %s: start supervisor %s: %w", cfg.Name, d.self, err)
-	}
-	// Wait until the supervisor guards itself against the group's signals
-	// and has started the training process, so an early stop cannot take
-	// the supervisor (and the exit status) down.
-	_ = readyR.SetReadDeadline(time.Now().Add(30 * time.Second))
-	msg, _ := bufio.NewReader(readyR).ReadString('\n')
-	if !strings.HasPrefix(msg, "started") {
-		h := d.logger.With("task", cfg.Name)
-		h.Warn("supervisor did not report the training process started", "report", strings.TrimSpace(msg))
-	}
-	st, err := readProcStat(d.procRoot, cmd.Process.Pid)
-	if err != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		return nil, nil, fmt.Errorf("task %s: read process start time: %w", cfg.Name, err)
-	}
-	s := d.config()
 	h := &taskHandle{
-		logger: d.logger.With("alloc_id", cfg.AllocID, "task", cfg.Name),
+		logger: logger,
 		cfg:    cfg,
 		state: TaskState{
-			TaskConfig: cfg, Pid: cmd.Process.Pid, StartTicks: st.startTicks,
-			StartedAt: time.Now().Round(time.Millisecond), ExitFile: l.exitFile, ProgressFile: l.progress,
+			ReattachConfig: pstructs.ReattachConfigFromGoPlugin(pluginClient.ReattachConfig()),
+			TaskConfig:     cfg, Pid: ps.Pid, StartedAt: ps.Time.Round(time.Millisecond),
+			ProgressFile: l.progress, ProgressMirror: l.mirror,
 		},
-		procRoot: d.procRoot, cmd: cmd,
-		pollEvery: s.pollEvery, eventEvery: s.eventEvery,
+		exec: exec, pluginClient: pluginClient,
+		pollEvery: d.config().pollEvery,
 		emit:      d.emit,
 		procState: drivers.TaskStateRunning,
 		doneCh:    make(chan struct{}),
@@ -446,31 +307,34 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	th := drivers.NewTaskHandle(taskStateVersion)
 	th.Config, th.State = cfg, drivers.TaskStateRunning
 	if err := th.SetDriverState(&h.state); err != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
+		_ = exec.Shutdown("SIGKILL", 0)
+		pluginClient.Kill()
 		return nil, nil, fmt.Errorf("task %s: encode driver state: %w", cfg.Name, err)
 	}
 	d.tasks.Set(cfg.ID, h)
-	go h.run(d.ctx)
+	go h.run()
 	go h.watchProgress(d.ctx)
-	h.logger.Info("training process started", "pid", cmd.Process.Pid, "command", l.command)
-	// Say which GPUs and pace the process got, from the environment it
-	// was given, so operators and the sidecar can see it in task events.
+	logger.Info("training process started", "pid", ps.Pid, "command", l.command, "uid", l.user.uid)
+	// Say which GPUs, model and pace the process got, from the
+	// environment it was given, so operators see it in the task events.
 	started := map[string]string{
-		"hadar.gpus":           l.envMap["NVIDIA_VISIBLE_DEVICES"],
-		"hadar.gpu_model":      l.envMap[EnvGPUModel],
-		"hadar.steps_per_sec":  l.envMap[EnvStepsPerSec],
-		"hadar.checkpoint_dir": l.envMap[EnvCheckpointDir],
-		"hadar.progress_file":  l.progress,
+		"hadar.gpus":              l.env["NVIDIA_VISIBLE_DEVICES"],
+		"hadar.gpu_model":         l.env[EnvGPUModel],
+		"hadar.gpu_model_source":  l.modelSource,
+		"hadar.steps_per_sec":     l.env[EnvStepsPerSec],
+		"hadar.checkpoint_dir":    l.env[EnvCheckpointDir],
+		"hadar.progress_file":     l.progress,
+		"hadar.progress_alloc_fs": filepath.Join(cfg.Name, "local", progressFileName),
+		"hadar.uid":               fmt.Sprint(l.user.uid),
 	}
-	startMsg := "training process started"
+	msg := "training process started"
 	if g := started["hadar.gpus"]; g != "" {
-		startMsg += fmt.Sprintf(" on GPUs %s (%s)", g, started["hadar.gpu_model"])
+		msg += fmt.Sprintf(" on GPUs %s (%s)", g, started["hadar.gpu_model"])
 	}
 	if r := started["hadar.steps_per_sec"]; r != "" {
-		startMsg += ", emulated pace " + r + " steps/s"
+		msg += ", emulated pace " + r + " steps/s"
 	}
-	d.emit(&drivers.TaskEvent{TaskID: cfg.ID, TaskName: cfg.Name, AllocID: cfg.AllocID, Timestamp: time.Now(), Message: startMsg, Annotations: started})
+	d.emit(&drivers.TaskEvent{TaskID: cfg.ID, TaskName: cfg.Name, AllocID: cfg.AllocID, Timestamp: time.Now(), Message: msg, Annotations: started})
 	return th, nil, nil
 }
 
@@ -481,8 +345,8 @@ func (d *Driver) emit(ev *drivers.TaskEvent) {
 }
 
 // RecoverTask reattaches to a training process after the client (and so
-// this plugin) restarted. The process kept running under its supervisor;
-// the driver watches it through /proc and reads its exit status file.
+// this plugin) restarted: its executor kept running and still holds the
+// process and its exit status.
 func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	if handle == nil {
 		return fmt.Errorf("recover: nil task handle")
@@ -494,28 +358,35 @@ func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
 	if err := handle.GetDriverState(&ts); err != nil {
 		return fmt.Errorf("recover task %s: decode driver state: %w", handle.Config.Name, err)
 	}
-	if ts.Pid <= 0 || ts.ExitFile == "" {
-		return fmt.Errorf("recover task %s: driver state has no process (pid %d)", handle.Config.Name, ts.Pid)
+	if ts.ReattachConfig == nil || ts.Pid <= 0 {
+		return fmt.Errorf("recover task %s: driver state has no executor (state version %d; tasks started by %s before v0.2.0 cannot be recovered)", handle.Config.Name, handle.Version, PluginName)
 	}
 	cfg := handle.Config
 	if ts.TaskConfig != nil {
 		cfg = ts.TaskConfig
 	}
-	s := d.config()
+	rc, err := pstructs.ReattachConfigToGoPlugin(ts.ReattachConfig)
+	if err != nil {
+		return fmt.Errorf("recover task %s: reattach config: %w", cfg.Name, err)
+	}
+	logger := d.logger.With("alloc_id", cfg.AllocID, "task", cfg.Name)
+	exec, pluginClient, err := executor.ReattachToExecutor(rc, logger, d.agentConfig().Topology.Compute())
+	if err != nil {
+		return fmt.Errorf("recover task %s: reattach to executor (pid %d): %w", cfg.Name, ts.ReattachConfig.Pid, err)
+	}
 	h := &taskHandle{
-		logger:    d.logger.With("alloc_id", cfg.AllocID, "task", cfg.Name),
-		cfg:       cfg,
-		state:     ts,
-		procRoot:  d.procRoot,
-		pollEvery: s.pollEvery, eventEvery: s.eventEvery,
+		logger: logger, cfg: cfg, state: ts,
+		exec: exec, pluginClient: pluginClient,
+		pollEvery: d.config().pollEvery,
 		emit:      d.emit,
+		recovered: true,
 		procState: drivers.TaskStateRunning,
 		doneCh:    make(chan struct{}),
 	}
 	d.tasks.Set(cfg.ID, h)
-	go h.run(d.ctx)
+	go h.run()
 	go h.watchProgress(d.ctx)
-	h.logger.Info("reattached to training process", "pid", ts.Pid, "alive", alive(d.procRoot, ts.Pid, ts.StartTicks))
+	logger.Info("reattached to training process", "pid", ts.Pid, "executor_pid", ts.ReattachConfig.Pid)
 	return nil
 }
 
@@ -544,8 +415,8 @@ func (d *Driver) WaitTask(ctx context.Context, taskID string) (<-chan *drivers.E
 }
 
 // StopTask asks the process to checkpoint and exit (signal, SIGTERM by
-// default), waits up to timeout (the task's kill_timeout), then kills the
-// process group.
+// default; Nomad passes the task's kill_signal), waits up to timeout (the
+// task's kill_timeout), then kills the process group.
 func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) error {
 	h, ok := d.tasks.Get(taskID)
 	if !ok {
@@ -574,19 +445,22 @@ func lookupSignal(name string) (syscall.Signal, error) {
 	return sig, nil
 }
 
-// DestroyTask forgets a task, killing it first when force is set.
+// DestroyTask forgets a task, killing it first when force is set, and
+// ends its executor.
 func (d *Driver) DestroyTask(taskID string, force bool) error {
 	h, ok := d.tasks.Get(taskID)
 	if !ok {
 		return drivers.ErrTaskNotFound
 	}
-	if h.running() {
-		if !force {
-			return fmt.Errorf("task %s is still running; stop it first or destroy with force", taskID)
+	if h.running() && !force {
+		return fmt.Errorf("task %s is still running; stop it first or destroy with force", taskID)
+	}
+	if !h.pluginClient.Exited() {
+		// Also kills what the process left in its group.
+		if err := h.exec.Shutdown("SIGKILL", 0); err != nil {
+			h.logger.Warn("executor shutdown failed", "error", err)
 		}
-		if err := h.shutdown(syscall.SIGKILL, 5*time.Second); err != nil {
-			return err
-		}
+		h.pluginClient.Kill()
 	}
 	d.tasks.Delete(taskID)
 	return nil
@@ -602,21 +476,22 @@ func (d *Driver) InspectTask(taskID string) (*drivers.TaskStatus, error) {
 	return h.status(), nil
 }
 
-// TaskStats reports CPU and memory of the task's process group.
+// TaskStats reports the task's CPU (MHz and percent, from the agent's CPU
+// topology) and memory, as the executor measures them for exec and
+// raw_exec tasks.
 func (d *Driver) TaskStats(ctx context.Context, taskID string, interval time.Duration) (<-chan *cstructs.TaskResourceUsage, error) {
 	h, ok := d.tasks.Get(taskID)
 	if !ok {
 		return nil, drivers.ErrTaskNotFound
 	}
-	if interval <= 0 {
-		interval = time.Second
+	ch, err := h.exec.Stats(ctx, interval)
+	if err != nil {
+		return nil, fmt.Errorf("task %s stats: %w", h.cfg.Name, err)
 	}
-	ch := make(chan *cstructs.TaskResourceUsage)
-	go h.stats(ctx, interval, ch)
 	return ch, nil
 }
 
-// TaskEvents streams the progress and checkpoint events.
+// TaskEvents streams the driver's task events.
 func (d *Driver) TaskEvents(ctx context.Context) (<-chan *drivers.TaskEvent, error) {
 	return d.eventer.TaskEvents(ctx)
 }
@@ -636,5 +511,5 @@ func (d *Driver) SignalTask(taskID string, signal string) error {
 
 // ExecTask is not supported: training processes are not interactive.
 func (d *Driver) ExecTask(taskID string, cmd []string, timeout time.Duration) (*drivers.ExecTaskResult, error) {
-	return nil, fmt.Errorf("%s does not support exec", PluginName)
+	return nil, errors.New(PluginName + " does not support exec")
 }

@@ -2,15 +2,20 @@ package train
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	log "github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/client/lib/cgroupslib"
+	"github.com/hashicorp/nomad/client/lib/numalib"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
 	"github.com/hashicorp/nomad/helper/uuid"
@@ -20,15 +25,40 @@ import (
 	"github.com/hashicorp/nomad/plugins/drivers/testutils"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 	"github.com/zclconf/go-cty/cty/msgpack"
+
+	"github.com/hadar-sched/hadar/driver/device/nvml"
 )
 
-// TestMain lets the test binary stand in for hadar-train: the driver runs
-// its own executable as the supervisor.
+// TestMain fails the package when its tests leave an executor running.
+// The test binary serves as each task's executor ("train.test executor
+// ..."): Nomad's executor package takes such a process over in its init.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == SupervisorArg {
-		os.Exit(Supervise(os.Args[2:]))
+	// The test binary also stands in for hadar-train as the shim that
+	// switches a task to its user.
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case DropArg:
+			os.Exit(DropPrivileges(os.Args[2:]))
+		case CheckArg:
+			os.Exit(CheckAccess(os.Args[2:]))
+		}
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	var left []int
+	_ = eventually(5*time.Second, func() error {
+		if left = executorPids(); len(left) > 0 {
+			return fmt.Errorf("%d executors", len(left))
+		}
+		return nil
+	})
+	if len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: the tests left executors %v running (now killed)\n", left)
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		code = 1
+	}
+	os.Exit(code)
 }
 
 // encodePluginConfig turns a plugin block map into what SetConfig gets.
@@ -46,8 +76,10 @@ func encodePluginConfig(t *testing.T, spec *hclspec.Spec, m map[string]interface
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &base.Config{PluginConfig: b}
+	return &base.Config{PluginConfig: b, AgentConfig: &base.AgentConfig{Driver: &base.ClientDriverConfig{Topology: topology()}}}
 }
+
+var topology = sync.OnceValue(func() *numalib.Topology { return numalib.Scan(numalib.PlatformScanners(false)) })
 
 type rig struct {
 	noLogs bool // for tasks that never start: logmon would wait for a writer
@@ -57,12 +89,12 @@ type rig struct {
 }
 
 func newRig(t *testing.T, pluginCfg map[string]interface{}) *rig {
+	return newRigNVML(t, pluginCfg, nvml.NewLibraryUnavailable)
+}
+
+func newRigNVML(t *testing.T, pluginCfg map[string]interface{}, open func() nvml.Library) *rig {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := NewWithSupervisor(log.NewNullLogger(), self)
+	d := NewWithNVML(log.NewNullLogger(), open)
 	t.Cleanup(d.Shutdown)
 	h := testutils.NewDriverHarness(t, d)
 	if pluginCfg == nil {
@@ -77,7 +109,8 @@ func newRig(t *testing.T, pluginCfg map[string]interface{}) *rig {
 	return &rig{t: t, d: d, h: h}
 }
 
-// task builds a task running sh -c script, with GPUs of model given.
+// task builds a task running sh -c script, with GPUs of model given (as
+// hadar-gpu reserves them), in a cgroup like the one Nomad's client makes.
 func (r *rig) task(script string, model string, mutate func(*TaskConfig)) *drivers.TaskConfig {
 	r.t.Helper()
 	cfg := &drivers.TaskConfig{
@@ -91,12 +124,11 @@ func (r *rig) task(script string, model string, mutate func(*TaskConfig)) *drive
 		DeviceEnv:     map[string]string{},
 	}
 	if model != "" {
-		cfg.Resources = &drivers.Resources{NomadResources: &structs.AllocatedTaskResources{
-			Devices: []*structs.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpu", Name: model, DeviceIDs: []string{"g0", "g1"}}},
-		}}
-		// As hadar-gpu's Reserve sets it; Nomad does not pass allocated
-		// devices to drivers over gRPC.
-		cfg.DeviceEnv = map[string]string{"NVIDIA_VISIBLE_DEVICES": "g0,g1", "CUDA_VISIBLE_DEVICES": "g0,g1", "HADAR_GPU_RESERVED_MODEL": model}
+		// Nomad merges the device plugin's variables into the task's env.
+		cfg.DeviceEnv = map[string]string{"NVIDIA_VISIBLE_DEVICES": "g0,g1", "CUDA_VISIBLE_DEVICES": "g0,g1", envReservedModel: model}
+		for k, v := range cfg.DeviceEnv {
+			cfg.Env[k] = v
+		}
 	}
 	tc := &TaskConfig{Command: "/bin/sh", Args: []string{"-c", script}}
 	if mutate != nil {
@@ -106,7 +138,62 @@ func (r *rig) task(script string, model string, mutate func(*TaskConfig)) *drive
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(r.h.MkAllocDir(cfg, !r.noLogs))
+	// The harness's directory is private to root; tasks run as nobody.
+	if err := os.Chmod(filepath.Dir(cfg.AllocDir), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	r.cgroup(cfg, 256)
 	return cfg
+}
+
+var initCgroups = sync.OnceValue(func() error {
+	return cgroupslib.Init(log.NewNullLogger(), topology().UsableCores().String())
+})
+
+// cgroup gives the task a cgroup with memoryMB as its limit, as Nomad's
+// client does before it starts a task.
+func (r *rig) cgroup(cfg *drivers.TaskConfig, memoryMB int64) {
+	r.t.Helper()
+	taskCgroup(r.t, cfg, memoryMB)
+}
+
+// taskCgroup sets the task's resources and makes its cgroup (nothing where
+// cgroups are off); the cgroup is removed when the test ends.
+func taskCgroup(tb testing.TB, cfg *drivers.TaskConfig, memoryMB int64) {
+	tb.Helper()
+	cfg.Resources = &drivers.Resources{
+		NomadResources: &structs.AllocatedTaskResources{
+			Memory: structs.AllocatedMemoryResources{MemoryMB: memoryMB},
+			Cpu:    structs.AllocatedCpuResources{CpuShares: 100},
+		},
+		LinuxResources: &drivers.LinuxResources{
+			MemoryLimitBytes: memoryMB << 20,
+			CPUShares:        100,
+			CpusetCgroupPath: cgroupslib.LinuxResourcesPath(cfg.AllocID, cfg.Name, false),
+		},
+	}
+	if cgroupslib.GetMode() == cgroupslib.OFF {
+		return
+	}
+	if err := initCgroups(); err != nil {
+		tb.Fatalf("cgroups: %v", err)
+	}
+	cg := cgroupslib.Factory(cfg.AllocID, cfg.Name, false)
+	if err := cg.Setup(); err != nil {
+		tb.Fatalf("task cgroup: %v", err)
+	}
+	tb.Cleanup(func() {
+		_ = cg.Kill()
+		// The kernel needs a moment to empty a cgroup whose processes
+		// were just killed.
+		for i := 0; i < 50; i++ {
+			if cg.Teardown() == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		tb.Errorf("task cgroup of %s not removed", cfg.AllocID)
+	})
 }
 
 func (r *rig) start(cfg *drivers.TaskConfig) *drivers.TaskHandle {
@@ -115,7 +202,9 @@ func (r *rig) start(cfg *drivers.TaskConfig) *drivers.TaskHandle {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.t.Cleanup(func() { _ = r.h.DestroyTask(cfg.ID, true) })
+	// Straight to the driver: the harness's gRPC client is closed by the
+	// cleanup of the next task's alloc dir.
+	r.t.Cleanup(func() { _ = r.d.DestroyTask(cfg.ID, true) })
 	return th
 }
 
@@ -160,7 +249,19 @@ func readLog(t *testing.T, cfg *drivers.TaskConfig, stream string, want ...strin
 	return s
 }
 
+// needRoot skips tests that switch users: only a root client can.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("runs tasks as nobody, which needs a root Nomad client; this test runs as uid %d", os.Geteuid())
+	}
+	if _, err := user.Lookup("nobody"); err != nil {
+		t.Skipf("no user nobody on this machine: %v", err)
+	}
+}
+
 func TestRunExitCodesAndEnv(t *testing.T) {
+	needRoot(t)
 	tests := []struct {
 		name       string
 		script     string
@@ -172,11 +273,11 @@ func TestRunExitCodesAndEnv(t *testing.T) {
 	}{
 		{
 			name:     "env and exit code",
-			script:   `echo "nv=$NVIDIA_VISIBLE_DEVICES cuda=$CUDA_VISIBLE_DEVICES model=$HADAR_GPU_MODEL total=$HADAR_TOTAL_STEPS"; echo "pf=$HADAR_PROGRESS_FILE"; echo "ck=$HADAR_CHECKPOINT_DIR"; echo "pwd=$(pwd)"; echo oops >&2; exit 3`,
+			script:   `echo "nv=$NVIDIA_VISIBLE_DEVICES cuda=$CUDA_VISIBLE_DEVICES model=$HADAR_GPU_MODEL total=$HADAR_TOTAL_STEPS"; echo "pf=$HADAR_PROGRESS_FILE"; echo "ck=$HADAR_CHECKPOINT_DIR"; echo "pwd=$(pwd)"; echo "uid=$(id -u)"; touch "$HADAR_CHECKPOINT_DIR/w" && echo ck-writable; echo oops >&2; exit 3`,
 			model:    "Tesla K80",
 			mutate:   func(tc *TaskConfig) { tc.TotalSteps = 500 },
 			wantCode: 3,
-			wantOut:  []string{"nv=g0,g1 cuda=g0,g1 model=Tesla K80 total=500", "/local/hadar-progress.json", "/alloc/data/checkpoints/trainer", "pwd=/"},
+			wantOut:  []string{"nv=g0,g1 cuda=g0,g1 model=Tesla K80 total=500", "/local/hadar-progress.json", "/alloc/data/checkpoints/trainer", "pwd=/", "uid=65534", "ck-writable"},
 		},
 		{
 			name:   "emulated pace from the GPU model",
@@ -193,12 +294,6 @@ func TestRunExitCodesAndEnv(t *testing.T) {
 			script:     `kill -USR1 $$`,
 			wantCode:   128 + int(syscall.SIGUSR1),
 			wantSignal: int(syscall.SIGUSR1),
-		},
-		{
-			name:     "missing program",
-			script:   "",
-			mutate:   func(tc *TaskConfig) { tc.Command = "/nonexistent/train"; tc.Args = nil },
-			wantCode: 127,
 		},
 	}
 	for _, tc := range tests {
@@ -228,29 +323,119 @@ func TestRunExitCodesAndEnv(t *testing.T) {
 	}
 }
 
+// TestStartTaskFailsWhenCommandCannotStart: a program that cannot be
+// started is StartTask's error (it used to start a supervisor that
+// reported exit 127 later), and no executor is left behind.
+func TestStartTaskFailsWhenCommandCannotStart(t *testing.T) {
+	needRoot(t)
+	private := t.TempDir() // 0700 root: nobody cannot reach into it
+	script := filepath.Join(private, "train.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, command, wantErr string
+	}{
+		{"missing program", "/nonexistent/train", "/nonexistent/train"},
+		{"a directory", "/tmp", "/tmp"},
+		{"not reachable by the task's user", script, "permission denied"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, nil)
+			r.noLogs = true
+			cfg := r.task("", "", func(c *TaskConfig) { c.Command, c.Args = tc.command, nil })
+			before := executors(t)
+			_, _, err := r.h.StartTask(cfg)
+			if err == nil {
+				_ = r.h.DestroyTask(cfg.ID, true)
+				t.Fatalf("StartTask succeeded; want an error containing %q", tc.wantErr)
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %q lacks %q", err, tc.wantErr)
+			}
+			time.Sleep(200 * time.Millisecond)
+			if after := executors(t); after > before {
+				t.Fatalf("%d executors after the failed start, %d before", after, before)
+			}
+		})
+	}
+}
+
+// executors counts the live executor processes this test binary started.
+func executors(t *testing.T) int {
+	t.Helper()
+	return len(executorPids())
+}
+
+func executorPids() []int {
+	self, _ := os.Executable()
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 1 && args[0] == self && args[1] == "executor" && !zombie(e.Name()) {
+			pid, _ := strconv.Atoi(e.Name())
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func zombie(pid string) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
+}
+
 func TestStartTaskRejects(t *testing.T) {
 	tests := []struct {
 		name    string
 		model   string
 		plugin  map[string]interface{}
+		env     map[string]string
+		user    string
 		mutate  func(*TaskConfig)
 		wantErr string
 	}{
-		{"emulate without entry", "Tesla T4", nil, func(tc *TaskConfig) { tc.Emulate = &EmulateConfig{StepsPerSec: RateMap{"Tesla K80": 12}} }, `emulate.steps_per_sec: no entry for GPU model "Tesla T4"`},
-		{"emulate without GPU", "", nil, func(tc *TaskConfig) { tc.Emulate = &EmulateConfig{StepsPerSec: RateMap{"Tesla K80": 12}} }, `got no GPU`},
-		{"emulate bad rate", "Tesla K80", nil, func(tc *TaskConfig) { tc.Emulate = &EmulateConfig{StepsPerSec: RateMap{"Tesla K80": 0}} }, `want a positive rate`},
-		{"hadare without merge dir", "", nil, func(tc *TaskConfig) { tc.HadarE = &HadarEConfig{Copies: 2} }, `hadare: no merge directory`},
-		{"hadare bad index", "", nil, func(tc *TaskConfig) { i := 2; tc.HadarE = &HadarEConfig{Copies: 2, CopyIndex: &i, MergeDir: "/tmp/x"} }, `hadare.copy_index 2`},
-		{"relative work dir", "", nil, func(tc *TaskConfig) { tc.WorkDir = "rel" }, `work_dir "rel"`},
-		{"empty command", "", nil, func(tc *TaskConfig) { tc.Command = " " }, `command: empty`},
-		{"command not on PATH", "", nil, func(tc *TaskConfig) { tc.Command = "no-such-trainer-xyz" }, `command "no-such-trainer-xyz": not found`},
-		{"disabled", "", map[string]interface{}{"enabled": false}, nil, `disabled`},
+		{"emulate without entry", "Tesla T4", nil, nil, "", func(tc *TaskConfig) { tc.Emulate = &EmulateConfig{StepsPerSec: RateMap{"Tesla K80": 12}} }, `emulate.steps_per_sec: no entry for GPU model "Tesla T4"`},
+		{"emulate without GPU", "", nil, nil, "", func(tc *TaskConfig) { tc.Emulate = &EmulateConfig{StepsPerSec: RateMap{"Tesla K80": 12}} }, `got no GPU`},
+		{"emulate bad rate", "Tesla K80", nil, nil, "", func(tc *TaskConfig) { tc.Emulate = &EmulateConfig{StepsPerSec: RateMap{"Tesla K80": 0}} }, `want a positive rate`},
+		{"hadare without merge dir", "", nil, nil, "", func(tc *TaskConfig) { tc.HadarE = &HadarEConfig{Copies: 2} }, `hadare: no merge directory`},
+		{"hadare bad index", "", nil, nil, "", func(tc *TaskConfig) { i := 2; tc.HadarE = &HadarEConfig{Copies: 2, CopyIndex: &i, MergeDir: "/tmp/x"} }, `hadare.copy_index 2`},
+		{"hadare index disagrees with env", "", nil, map[string]string{"HADAR_COPY_INDEX": "0"}, "", func(tc *TaskConfig) {
+			i := 1
+			tc.HadarE = &HadarEConfig{Copies: 2, CopyIndex: &i, MergeDir: "/tmp/x"}
+		}, `copy_index 1 disagrees with the task env's HADAR_COPY_INDEX=0`},
+		{"env overrides a driver variable", "", nil, map[string]string{"HADAR_CHECKPOINT_DIR": "/elsewhere"}, "", nil, `env HADAR_CHECKPOINT_DIR = "/elsewhere"`},
+		{"relative work dir", "", nil, nil, "", func(tc *TaskConfig) { tc.WorkDir = "rel" }, `work_dir "rel"`},
+		{"empty command", "", nil, nil, "", func(tc *TaskConfig) { tc.Command = " " }, `command: empty`},
+		{"command not on PATH", "", nil, nil, "", func(tc *TaskConfig) { tc.Command = "no-such-trainer-xyz" }, `command "no-such-trainer-xyz": not found`},
+		{"disabled", "", map[string]interface{}{"enabled": false}, nil, "", nil, `disabled`},
+		{"unknown user", "", nil, nil, "no-such-user-xyz", nil, `user "no-such-user-xyz"`},
+		{"root without allow_root", "", nil, nil, "root", nil, `allow_root = true`},
+		{"client's user (root) without allow_root", "", map[string]interface{}{"default_user": ""}, nil, "", nil, `allow_root = true`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if strings.Contains(tc.wantErr, "allow_root") {
+				needRoot(t)
+			}
 			r := newRig(t, tc.plugin)
 			r.noLogs = true
 			cfg := r.task("exit 0", tc.model, tc.mutate)
+			for k, v := range tc.env {
+				cfg.Env[k] = v
+			}
+			cfg.User = tc.user
 			_, _, err := r.h.StartTask(cfg)
 			if err == nil {
 				_ = r.h.DestroyTask(cfg.ID, true)
@@ -258,6 +443,155 @@ func TestStartTaskRejects(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("error %q lacks %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestUser: the task's user is honoured, nobody is the default, and root
+// needs allow_root.
+func TestUser(t *testing.T) {
+	needRoot(t)
+	tests := []struct {
+		name    string
+		plugin  map[string]interface{}
+		user    string
+		wantUID string
+	}{
+		{"default user nobody", nil, "", "65534"},
+		{"task user", nil, "nobody", "65534"},
+		{"root allowed", map[string]interface{}{"allow_root": true}, "root", "0"},
+		{"client's user allowed", map[string]interface{}{"allow_root": true, "default_user": ""}, "", "0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, tc.plugin)
+			cfg := r.task(`echo "uid=$(id -u) user=$USER groups=$(id -G)"`, "", nil)
+			cfg.User = tc.user
+			r.start(cfg)
+			if res := r.wait(cfg.ID, 10*time.Second); res.ExitCode != 0 {
+				t.Fatalf("exit %+v", res)
+			}
+			out := readLog(t, cfg, "stdout", "uid="+tc.wantUID+" ")
+			if !strings.Contains(out, "uid="+tc.wantUID+" ") {
+				t.Fatalf("stdout %q: want uid %s", out, tc.wantUID)
+			}
+			// Its own groups only: Nomad's executor, switching users
+			// itself, adds the root group (0).
+			wantGroups := "user= groups=0\n"
+			if tc.wantUID == "65534" {
+				wantGroups = "user=nobody groups=65534\n"
+			}
+			if !strings.Contains(out, wantGroups) {
+				t.Errorf("stdout %q: want %q", out, wantGroups)
+			}
+		})
+	}
+}
+
+// TestTaskEnvPassesThrough: what the hadar sidecar puts in a task's env
+// reaches the process unchanged.
+func TestTaskEnvPassesThrough(t *testing.T) {
+	needRoot(t)
+	sidecar := map[string]string{
+		"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+		"MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29500",
+		"HADAR_GPU_MODEL": "Tesla K80", "HADAR_COPY_INDEX": "1", "HADAR_UNIT": "job-a/unit-3",
+	}
+	r := newRig(t, map[string]interface{}{"merge_root": t.TempDir()})
+	var script strings.Builder
+	for k := range sidecar {
+		fmt.Fprintf(&script, `echo "%s=$%s"; `, k, k)
+	}
+	cfg := r.task(script.String(), "Tesla V100-SXM2-16GB", func(tc *TaskConfig) { tc.HadarE = &HadarEConfig{Copies: 2} })
+	cfg.Env["NOMAD_ALLOC_INDEX"] = "0" // the copy index comes from HADAR_COPY_INDEX, not this
+	for k, v := range sidecar {
+		cfg.Env[k] = v
+	}
+	r.start(cfg)
+	if res := r.wait(cfg.ID, 10*time.Second); res.ExitCode != 0 {
+		t.Fatalf("exit %+v", res)
+	}
+	var want []string
+	for k, v := range sidecar {
+		want = append(want, k+"="+v+"\n")
+	}
+	out := readLog(t, cfg, "stdout", want...)
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("stdout lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// TestGPUModelPrecedence: the task's HADAR_GPU_MODEL, then hadar-gpu's
+// reservation, then an NVML lookup of the UUIDs Nomad's nvidia plugin
+// reserved, decide the model (and so the emulated pace).
+func TestGPUModelPrecedence(t *testing.T) {
+	needRoot(t)
+	v100x4, err := nvml.LoadRecording("../device/nvml/testdata/v100x4.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := func() nvml.Library { return nvml.Recorded{Rec: v100x4} }
+	rates := RateMap{"Tesla V100-SXM2-16GB": 40, "Tesla K80": 12, "Tesla P100-PCIE-16GB": 21}
+	tests := []struct {
+		name      string
+		env       map[string]string // task env (device env merged in, as Nomad does)
+		deviceEnv map[string]string
+		nvml      func() nvml.Library
+		want      string // "model rate", or "error: <substring>"
+	}{
+		{"task env wins over the reservation",
+			map[string]string{"HADAR_GPU_MODEL": "Tesla K80"},
+			map[string]string{"NVIDIA_VISIBLE_DEVICES": "p100-0", envReservedModel: "Tesla P100-PCIE-16GB"},
+			nvml.NewLibraryUnavailable, "Tesla K80 12"},
+		{"hadar-gpu reservation",
+			nil, map[string]string{"NVIDIA_VISIBLE_DEVICES": "p100-0", envReservedModel: "Tesla P100-PCIE-16GB"},
+			nvml.NewLibraryUnavailable, "Tesla P100-PCIE-16GB 21"},
+		{"nvidia plugin UUIDs through NVML",
+			nil, map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-00000001-0000-0000-0000-000000000001,GPU-00000002-0000-0000-0000-000000000002"},
+			recorded, "Tesla V100-SXM2-16GB 40"},
+		{"nvidia plugin UUIDs without NVML",
+			nil, map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-00000001-0000-0000-0000-000000000001"},
+			nvml.NewLibraryUnavailable, "error: set HADAR_GPU_MODEL in the task's env"},
+		{"UUID NVML does not know",
+			nil, map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-ffffffff-0000-0000-0000-000000000000"},
+			recorded, `error: no GPU with UUID "GPU-ffffffff-0000-0000-0000-000000000000"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRigNVML(t, nil, tc.nvml)
+			r.noLogs = strings.HasPrefix(tc.want, "error: ")
+			cfg := r.task(`echo "model=$HADAR_GPU_MODEL rate=$HADAR_STEPS_PER_SEC"`, "", func(c *TaskConfig) {
+				c.Emulate = &EmulateConfig{StepsPerSec: rates}
+			})
+			for k, v := range tc.deviceEnv {
+				cfg.DeviceEnv[k], cfg.Env[k] = v, v
+			}
+			for k, v := range tc.env {
+				cfg.Env[k] = v
+			}
+			if want, ok := strings.CutPrefix(tc.want, "error: "); ok {
+				_, _, err := r.h.StartTask(cfg)
+				if err == nil {
+					_ = r.h.DestroyTask(cfg.ID, true)
+					t.Fatalf("started; want an error containing %q", want)
+				}
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %q lacks %q", err, want)
+				}
+				return
+			}
+			r.start(cfg)
+			if res := r.wait(cfg.ID, 10*time.Second); res.ExitCode != 0 {
+				t.Fatalf("exit %+v", res)
+			}
+			i := strings.LastIndexByte(tc.want, ' ')
+			model, rate := tc.want[:i], tc.want[i+1:]
+			line := "model=" + model + " rate=" + rate + "\n"
+			if out := readLog(t, cfg, "stdout", line); !strings.Contains(out, line) {
+				t.Fatalf("stdout %q lacks %q", out, line)
 			}
 		})
 	}
@@ -271,11 +605,10 @@ func TestPluginConfigErrors(t *testing.T) {
 		{map[string]interface{}{"checkpoint_root": "rel/dir"}, `checkpoint_root "rel/dir": want an absolute path`},
 		{map[string]interface{}{"merge_root": "x"}, `merge_root "x"`},
 		{map[string]interface{}{"progress_poll_interval": "0s"}, `progress_poll_interval "0s"`},
-		{map[string]interface{}{"progress_event_interval": "often"}, `progress_event_interval "often"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.wantErr, func(t *testing.T) {
-			d := NewWithSupervisor(log.NewNullLogger(), "/bin/false")
+			d := NewWithNVML(log.NewNullLogger(), nvml.NewLibraryUnavailable)
 			defer d.Shutdown()
 			err := d.SetConfig(encodePluginConfig(t, configSpec, tc.cfg))
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -289,22 +622,65 @@ func TestPluginConfigErrors(t *testing.T) {
 // progress file, resumes from the newest checkpoint, and on SIGTERM
 // writes a checkpoint and exits 0.
 const checkpointScript = `
-step=0
-if [ -f "$HADAR_CHECKPOINT_DIR/ckpt" ]; then step=$(cat "$HADAR_CHECKPOINT_DIR/ckpt"); echo "resumed at $step"; fi
-progress() { printf '{"steps_done":%d,"total_steps":1000,"steps_per_sec":20,"loss":0.5,"checkpoint":"%s","updated":"2026-11-22T00:00:00Z"}' "$step" "$1" > "$HADAR_PROGRESS_FILE.tmp" && mv "$HADAR_PROGRESS_FILE.tmp" "$HADAR_PROGRESS_FILE"; }
-trap 'echo $step > "$HADAR_CHECKPOINT_DIR/ckpt"; progress "$HADAR_CHECKPOINT_DIR/ckpt"; echo "checkpointed at $step"; exit 0' TERM
-while true; do step=$((step+1)); progress ""; sleep 0.05; done
+step=0; ck=""
+if [ -f "$HADAR_CHECKPOINT_DIR/ckpt" ]; then step=$(cat "$HADAR_CHECKPOINT_DIR/ckpt"); ck="$HADAR_CHECKPOINT_DIR/ckpt"; echo "resumed at $step"; fi
+progress() { printf '{"steps_done":%d,"total_steps":1000,"steps_per_sec":20,"loss":0.5,"checkpoint":"%s","updated":"2026-11-22T00:00:00Z"}' "$step" "$ck" > "$HADAR_PROGRESS_FILE.tmp" && mv "$HADAR_PROGRESS_FILE.tmp" "$HADAR_PROGRESS_FILE"; }
+trap 'echo $step > "$HADAR_CHECKPOINT_DIR/ckpt"; ck="$HADAR_CHECKPOINT_DIR/ckpt"; progress; echo "checkpointed at $step"; exit 0' TERM
+while true; do step=$((step+1)); progress; sleep 0.05; done
 `
 
-func TestStopCheckpointsAndResume(t *testing.T) {
-	ckRoot := t.TempDir()
-	r := newRig(t, map[string]interface{}{"checkpoint_root": ckRoot, "progress_event_interval": "200ms"})
+// driverEvents collects the driver's task events of one task.
+func driverEvents(t *testing.T, r *rig) func(taskID string) []*drivers.TaskEvent {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	events, err := r.h.TaskEvents(ctx)
+	t.Cleanup(cancel)
+	ch, err := r.h.TaskEvents(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var mu sync.Mutex
+	var all []*drivers.TaskEvent
+	go func() {
+		for ev := range ch {
+			mu.Lock()
+			all = append(all, ev)
+			mu.Unlock()
+		}
+	}()
+	return func(taskID string) []*drivers.TaskEvent {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []*drivers.TaskEvent
+		for _, ev := range all {
+			if ev.TaskID == taskID {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+}
+
+func messages(evs []*drivers.TaskEvent) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Message)
+	}
+	return out
+}
+
+// TestStopCheckpointsAndResume: a stop makes the process checkpoint and
+// exit 0; the driver publishes that checkpoint (and no periodic progress)
+// as events; the next run resumes and says so.
+func TestStopCheckpointsAndResume(t *testing.T) {
+	needRoot(t)
+	ckRoot := t.TempDir()
+	if err := os.Chmod(ckRoot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(ckRoot), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, map[string]interface{}{"checkpoint_root": ckRoot})
+	events := driverEvents(t, r)
 	cfg := r.task(checkpointScript, "Tesla K80", nil)
 	r.start(cfg)
 	// Progress shows up in InspectTask once the process writes it.
@@ -314,7 +690,7 @@ func TestStopCheckpointsAndResume(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v := st.DriverAttributes["hadar.steps_done"]; v != "" && v != "0" && v != "1" {
+		if n, _ := strconv.Atoi(st.DriverAttributes["hadar.steps_done"]); n > 20 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -335,34 +711,45 @@ func TestStopCheckpointsAndResume(t *testing.T) {
 		t.Fatalf("no checkpoint where checkpoint_root puts it: %v", err)
 	}
 	saved := strings.TrimSpace(string(b))
-	// The driver publishes the checkpoint as a task event.
-	var sawProgress, sawCkpt bool
-	timeout := time.After(5 * time.Second)
-	for !sawCkpt {
-		select {
-		case ev := <-events:
-			if ev.TaskID != cfg.ID {
-				continue
-			}
-			if strings.HasPrefix(ev.Message, "progress") {
-				sawProgress = true
-			}
-			if strings.HasPrefix(ev.Message, "checkpoint saved") && ev.Annotations["hadar.steps_done"] == saved {
-				sawCkpt = ev.Annotations["hadar.checkpoint"] == ckptFile
-			}
-		case <-timeout:
-			t.Fatalf("no checkpoint event for step %s", saved)
+	var evs []*drivers.TaskEvent
+	err = eventually(5*time.Second, func() error {
+		evs = events(cfg.ID)
+		if len(evs) == 0 || !strings.HasPrefix(evs[len(evs)-1].Message, "final progress") {
+			return fmt.Errorf("events %q", messages(evs))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"training process started", "checkpoint saved at step " + saved + ": " + ckptFile, "final progress"}
+	if got := messages(evs); len(got) != len(want) {
+		t.Fatalf("events %q, want %q (no periodic progress)", got, want)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(evs[i].Message, w) {
+			t.Errorf("event %d %q, want %q", i, evs[i].Message, w)
 		}
 	}
-	if !sawProgress {
-		t.Error("no periodic progress event before the checkpoint")
+	if got := evs[1].Annotations["hadar.checkpoint"]; got != ckptFile {
+		t.Errorf("checkpoint event details %v", evs[1].Annotations)
 	}
 
 	// Run again as a new allocation of the same job: it resumes.
 	cfg2 := r.task(checkpointScript, "Tesla K80", nil)
 	cfg2.JobID = cfg.JobID
 	r.start(cfg2)
-	time.Sleep(300 * time.Millisecond)
+	err = eventually(5*time.Second, func() error {
+		for _, e := range events(cfg2.ID) {
+			if strings.HasPrefix(e.Message, "resumed from checkpoint "+ckptFile+" at step ") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no resume event: %q", messages(events(cfg2.ID)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := r.h.StopTask(cfg2.ID, 5*time.Second, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +759,37 @@ func TestStopCheckpointsAndResume(t *testing.T) {
 	}
 }
 
+func eventually(within time.Duration, f func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// groupAlive lists the live processes of process group pgid.
+func groupAlive(pgid int) []string {
+	entries, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 2 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" && f[0] != "X" {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
 func TestStopKillsAfterTimeout(t *testing.T) {
+	needRoot(t)
 	r := newRig(t, nil)
 	// The child ignores SIGTERM too: the whole group must be killed.
 	cfg := r.task(`trap '' TERM; sh -c 'trap "" TERM; sleep 60' & sleep 60`, "", nil)
@@ -380,7 +797,15 @@ func TestStopKillsAfterTimeout(t *testing.T) {
 	if err := r.h.WaitUntilStarted(cfg.ID, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	st, _ := r.h.InspectTask(cfg.ID)
+	pgid, err := strconv.Atoi(st.DriverAttributes["pid"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(groupAlive(pgid)); n < 3 {
+		t.Fatalf("process group %d has %d processes, want the shell, its child and sleeps", pgid, n)
+	}
 	begin := time.Now()
 	if err := r.h.StopTask(cfg.ID, 500*time.Millisecond, "SIGTERM"); err != nil {
 		t.Fatal(err)
@@ -392,25 +817,21 @@ func TestStopKillsAfterTimeout(t *testing.T) {
 	if took := time.Since(begin); took < 500*time.Millisecond || took > 5*time.Second {
 		t.Fatalf("stop took %v, want about the 500ms kill timeout", took)
 	}
-	st, _ := r.h.InspectTask(cfg.ID)
-	pgid, err := strconv.Atoi(st.DriverAttributes["pid"])
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Killed processes linger briefly until reaped.
-	for i := 0; ; i++ {
-		_, _, pids, _ := groupUsage("/proc", pgid)
-		if len(pids) == 0 {
-			break
+	if err := eventually(2*time.Second, func() error {
+		if left := groupAlive(pgid); len(left) > 0 {
+			return fmt.Errorf("processes %v of the group survived", left)
 		}
-		if i == 20 {
-			t.Fatalf("processes %v of the group survived", pids)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 
+// TestRecoverTask: a fresh driver (the plugin after a client restart)
+// reattaches to the task's executor from the handle Nomad stored.
 func TestRecoverTask(t *testing.T) {
+	needRoot(t)
 	r := newRig(t, nil)
 	cfg := r.task(`trap 'echo bye; exit 7' TERM; while true; do sleep 0.05; done`, "", nil)
 	th := r.start(cfg)
@@ -418,8 +839,6 @@ func TestRecoverTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond) // let the shell install its trap
-	// A second driver stands for the plugin after a client restart: it
-	// gets only the handle Nomad stored.
 	r2 := newRig(t, nil)
 	if err := r2.h.RecoverTask(th); err != nil {
 		t.Fatal(err)
@@ -431,13 +850,11 @@ func TestRecoverTask(t *testing.T) {
 	if err := r2.h.StopTask(cfg.ID, 5*time.Second, "SIGTERM"); err != nil {
 		t.Fatal(err)
 	}
-	res := r2.wait(cfg.ID, 5*time.Second)
-	if res.ExitCode != 7 {
-		t.Fatalf("recovered task exit %+v, want code 7 from the exit status file", res)
+	if res := r2.wait(cfg.ID, 5*time.Second); res.ExitCode != 7 {
+		t.Fatalf("recovered task exit %+v, want code 7", res)
 	}
-
-	// Recovering a task that ended while the driver was away reports its
-	// exit status at once.
+	// A task that ended while the driver was away: its executor kept the
+	// exit status.
 	r3 := newRig(t, nil)
 	if err := r3.h.RecoverTask(th); err != nil {
 		t.Fatal(err)
@@ -445,12 +862,19 @@ func TestRecoverTask(t *testing.T) {
 	if res := r3.wait(cfg.ID, 5*time.Second); res.ExitCode != 7 {
 		t.Fatalf("late recovery exit %+v, want 7", res)
 	}
+	if err := r3.h.DestroyTask(cfg.ID, false); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestHadarEEnv(t *testing.T) {
+	needRoot(t)
 	mergeRoot := t.TempDir()
+	if err := os.Chmod(filepath.Dir(mergeRoot), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	r := newRig(t, map[string]interface{}{"merge_root": mergeRoot})
-	cfg := r.task(`echo "idx=$HADAR_COPY_INDEX n=$HADAR_COPIES dir=$HADAR_MERGE_DIR every=$HADAR_MERGE_EVERY ck=$HADAR_CHECKPOINT_DIR"`, "", func(tc *TaskConfig) {
+	cfg := r.task(`echo "idx=$HADAR_COPY_INDEX n=$HADAR_COPIES dir=$HADAR_MERGE_DIR every=$HADAR_MERGE_EVERY"; mkdir "$HADAR_MERGE_DIR/round-1" && echo merge-writable`, "", func(tc *TaskConfig) {
 		tc.HadarE = &HadarEConfig{Copies: 3, MergeEvery: 50}
 	})
 	cfg.Env["NOMAD_ALLOC_INDEX"] = "2"
@@ -458,46 +882,68 @@ func TestHadarEEnv(t *testing.T) {
 	if res := r.wait(cfg.ID, 5*time.Second); res.ExitCode != 0 {
 		t.Fatalf("exit %+v", res)
 	}
-	want := "idx=2 n=3 dir=" + filepath.Join(mergeRoot, "default", cfg.JobID) + " every=50"
+	want := "idx=2 n=3 dir=" + filepath.Join(mergeRoot, "default", cfg.JobID) + " every=50\nmerge-writable"
 	if out := readLog(t, cfg, "stdout", want); !strings.Contains(out, want) {
 		t.Fatalf("stdout %q lacks %q", out, want)
 	}
 }
 
+// TestTaskStatsAndSignal: CPU is reported in MHz, consistent with the
+// percent and the machine's compute (it used to be cumulative jiffies),
+// and signals reach the process group.
 func TestTaskStatsAndSignal(t *testing.T) {
+	needRoot(t)
+	if cgroupslib.GetMode() == cgroupslib.OFF {
+		t.Skip("cgroups are off here; the executor then measures only the process tree")
+	}
 	r := newRig(t, nil)
-	cfg := r.task(`trap 'echo got-usr1' USR1; while true; do sleep 0.05; done`, "", nil)
+	cfg := r.task(`trap 'echo got-usr1' USR1; while :; do :; done`, "", nil)
 	r.start(cfg)
 	if err := r.h.WaitUntilStarted(cfg.ID, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // let the shell install its trap
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch, err := r.h.TaskStats(ctx, cfg.ID, 100*time.Millisecond)
+	ch, err := r.h.TaskStats(ctx, cfg.ID, 500*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case u := <-ch:
-		if u == nil || u.ResourceUsage.MemoryStats.RSS == 0 || len(u.Pids) < 2 {
-			t.Fatalf("stats %+v: want RSS and the supervisor plus the shell", u)
+	compute := topology().Compute()
+	perCore := float64(compute.TotalCompute) / float64(compute.NumCores)
+	var samples int
+	timeout := time.After(15 * time.Second)
+	for samples < 3 {
+		select {
+		case u := <-ch:
+			if u == nil || u.ResourceUsage == nil || u.ResourceUsage.CpuStats == nil {
+				continue
+			}
+			cpu := u.ResourceUsage.CpuStats
+			if cpu.Percent < 20 {
+				continue // the first sample has no rate yet
+			}
+			want := cpu.Percent / 100 * perCore
+			t.Logf("cpu %.1f%% = %.0f MHz (expected %.0f; %d MHz over %d cores), rss %d", cpu.Percent, cpu.TotalTicks, want, compute.TotalCompute, compute.NumCores, u.ResourceUsage.MemoryStats.RSS)
+			if cpu.TotalTicks < 0.8*want || cpu.TotalTicks > 1.2*want || cpu.TotalTicks > float64(compute.TotalCompute) {
+				t.Fatalf("TotalTicks %.0f is not MHz: want about %.0f for %.1f%%", cpu.TotalTicks, want, cpu.Percent)
+			}
+			if u.ResourceUsage.MemoryStats.RSS == 0 {
+				t.Fatal("no RSS")
+			}
+			samples++
+		case <-timeout:
+			t.Fatalf("%d busy samples within 15s", samples)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no stats")
 	}
+	time.Sleep(100 * time.Millisecond)
 	if err := r.h.SignalTask(cfg.ID, "SIGUSR1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.h.SignalTask(cfg.ID, "SIGNOPE"); err == nil {
 		t.Fatal("unknown signal accepted")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(readLog(t, cfg, "stdout", "got-usr1"), "got-usr1") {
-		if time.Now().After(deadline) {
-			t.Fatal("signal did not reach the process")
-		}
-		time.Sleep(100 * time.Millisecond)
+	if out := readLog(t, cfg, "stdout", "got-usr1"); !strings.Contains(out, "got-usr1") {
+		t.Fatal("signal did not reach the process")
 	}
 	if err := r.h.DestroyTask(cfg.ID, false); err == nil {
 		t.Fatal("destroyed a running task without force")
@@ -507,26 +953,132 @@ func TestTaskStatsAndSignal(t *testing.T) {
 	}
 }
 
-func TestParseProcStat(t *testing.T) {
+// TestMemoryLimitOOM: a task that outgrows its memory is killed by the
+// kernel inside its cgroup and reported OOM-killed.
+func TestMemoryLimitOOM(t *testing.T) {
+	needRoot(t)
+	if cgroupslib.GetMode() == cgroupslib.OFF {
+		t.Skip("cgroups are off here (not root, or no usable cgroup hierarchy): no memory limit to hit")
+	}
+	r := newRig(t, nil)
+	cfg := r.task(`head -c 1G /dev/zero | tail > /dev/null`, "", nil)
+	r.cgroup(cfg, 32)
+	r.start(cfg)
+	res := r.wait(cfg.ID, 60*time.Second)
+	if !res.OOMKilled || res.ExitCode != 128+int(syscall.SIGKILL) {
+		t.Fatalf("exit %+v, want OOM-killed (exit 137); stderr %q", res, readLog(t, cfg, "stderr"))
+	}
+}
+
+func TestProgressEvents(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "ckpt-100")
+	if err := os.WriteFile(old, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(time.Second) // old was written before the run
+	p := func(steps int64, ckpt string, merges int) *Progress {
+		return &Progress{StepsDone: steps, TotalSteps: 1000, Checkpoint: ckpt, Merges: merges}
+	}
+	type step struct {
+		p              *Progress
+		stopping, done bool
+		want           []string // message prefixes
+	}
 	tests := []struct {
-		in      string
-		pgid    int
-		start   uint64
-		state   byte
-		wantErr bool
+		name   string
+		primed bool
+		steps  []step
 	}{
-		{"1234 (sh) S 1 1234 1234 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 1 0 987654 2600000 250 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0", 1234, 987654, 'S', false},
-		{"99 (a) b (c)) Z 1 50 50 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 42 0 0 0", 50, 42, 'Z', false},
-		{"garbage", 0, 0, 0, true},
-		{"1 (x) S 1 2", 0, 0, 0, true},
+		{"fresh run stopped", false, []step{
+			{p(10, "", 0), false, false, nil},
+			{p(500, "", 0), false, false, nil},
+			{p(600, "/c/ckpt-600", 0), false, false, nil}, // periodic checkpoint: no event
+			{p(700, "/c/ckpt-600", 0), true, false, nil},
+			{p(720, "/c/ckpt-720", 0), true, false, []string{"checkpoint saved at step 720: /c/ckpt-720"}},
+			{p(720, "/c/ckpt-720", 0), true, true, []string{"final progress: step 720/1000"}},
+			{p(720, "/c/ckpt-720", 0), true, true, nil},
+		}},
+		{"resumed and merged, ran to the end", false, []step{
+			{p(100, old, 0), false, false, []string{"resumed from checkpoint " + old + " at step 100"}},
+			{p(140, old, 1), false, false, []string{"first merge with the other copies done at step 140"}},
+			{p(180, old, 2), false, false, nil},
+			{p(1000, "/c/ckpt-1000", 9), false, true, []string{"checkpoint saved at step 1000", "final progress: step 1000/1000"}},
+		}},
+		{"reattached after a client restart", true, []step{
+			{p(300, old, 3), false, false, nil},
+			{p(320, old, 4), true, false, nil},
+			{p(330, "/c/ckpt-330", 4), true, false, []string{"checkpoint saved at step 330"}},
+		}},
+		{"no progress file", false, []step{
+			{nil, false, false, nil},
+			{nil, true, true, nil},
+		}},
 	}
 	for _, tc := range tests {
-		st, err := parseProcStat(tc.in)
-		if (err != nil) != tc.wantErr {
-			t.Fatalf("%q: err %v", tc.in, err)
+		t.Run(tc.name, func(t *testing.T) {
+			e := progressEvents{started: start, primed: tc.primed}
+			for i, s := range tc.steps {
+				got := e.next(s.p, s.stopping, s.done)
+				if len(got) != len(s.want) {
+					t.Fatalf("step %d: events %v, want %q", i, got, s.want)
+				}
+				for j, w := range s.want {
+					if !strings.HasPrefix(got[j].message, w) {
+						t.Fatalf("step %d: event %q, want %q", i, got[j].message, w)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestOOMKillCount(t *testing.T) {
+	for in, want := range map[string]int{
+		"oom_kill_disable 0\nunder_oom 0\noom_kill 2\n":                2,
+		"low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n": 1,
+		"oom_kill_disable 0\nunder_oom 0\n":                            0,
+	} {
+		if got := oomKillCount([]byte(in)); got != want {
+			t.Errorf("oomKillCount(%q) = %d, want %d", in, got, want)
 		}
-		if err == nil && (st.pgid != tc.pgid || st.startTicks != tc.start || st.state != tc.state) {
-			t.Fatalf("%q: got %+v", tc.in, st)
+	}
+}
+
+// TestProgressInAllocDir: a progress_file outside the task directory is
+// copied to <task>/local/hadar-progress.json, the path the sidecar reads
+// through the alloc filesystem; a stale one from the last run is gone
+// before the process starts.
+func TestProgressInAllocDir(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
 		}
+	}
+	custom := filepath.Join(dir, "progress.json")
+	r := newRig(t, nil)
+	cfg := r.task(`printf '{"steps_done":7,"total_steps":10}' > "$HADAR_PROGRESS_FILE"; sleep 60`, "", func(tc *TaskConfig) { tc.ProgressFile = custom })
+	alloced := filepath.Join(cfg.TaskDir().LocalDir, progressFileName)
+	if err := os.WriteFile(alloced, []byte(`{"steps_done":999}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.start(cfg)
+	if b, err := os.ReadFile(alloced); err == nil && strings.Contains(string(b), "999") {
+		t.Fatal("the last run's progress file survived the start")
+	}
+	err := eventually(5*time.Second, func() error {
+		b, err := os.ReadFile(alloced)
+		if err != nil {
+			return err
+		}
+		if string(b) != `{"steps_done":7,"total_steps":10}` {
+			return fmt.Errorf("alloc-dir progress %q", b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -16,6 +16,10 @@ type Progress struct {
 	Loss        float64   `json:"loss"`
 	Checkpoint  string    `json:"checkpoint"`
 	Updated     time.Time `json:"updated"`
+	// Merges counts the HadarE merges this copy took part in (optional).
+	Merges int `json:"merges"`
+
+	raw []byte // the file as read, copied verbatim into the alloc dir
 }
 
 // ReadProgress reads a progress file. The process replaces it atomically,
@@ -29,11 +33,11 @@ func ReadProgress(path string) (*Progress, error) {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("progress file %s: %w", path, err)
 	}
+	p.raw = b
 	return &p, nil
 }
 
-// Annotations renders p as task-event details, the keys the sidecar reads
-// (docs/driver.md, "Where progress is published").
+// Annotations renders p as task-event details and InspectTask attributes.
 func (p *Progress) Annotations() map[string]string {
 	return map[string]string{
 		"hadar.steps_done":    strconv.FormatInt(p.StepsDone, 10),
@@ -41,10 +45,91 @@ func (p *Progress) Annotations() map[string]string {
 		"hadar.steps_per_sec": strconv.FormatFloat(p.StepsPerSec, 'g', 6, 64),
 		"hadar.loss":          strconv.FormatFloat(p.Loss, 'g', 6, 64),
 		"hadar.checkpoint":    p.Checkpoint,
+		"hadar.merges":        strconv.Itoa(p.Merges),
 		"hadar.updated":       p.Updated.UTC().Format(time.RFC3339),
 	}
 }
 
+// event is a task event to publish.
+type event struct {
+	message string
+	details map[string]string
+}
+
+// progressEvents decides the task events of one run. Progress itself
+// lives in the progress file (the alloc filesystem); Nomad keeps only the
+// last 10 events of a task and each costs a state write, so an event
+// marks a change that matters, each at most once a run:
+//
+//   - "resumed from checkpoint ... at step N": the first progress names a
+//     checkpoint older than the process (it resumed from it);
+//   - "first merge ...": a HadarE copy completed its first merge (later
+//     merges are periodic, and counted in the progress file);
+//   - "checkpoint saved ...": the checkpoint written after the driver
+//     signalled the process (the stop), or the run's last one;
+//   - "final progress ...": after the process ended.
+//
+// With "training process started" (StartTask) a run has at most five.
+type progressEvents struct {
+	started time.Time
+	// primed: the driver reattached to a running process, so the progress
+	// seen first was published before the restart.
+	primed bool
+
+	seen      bool
+	merged    bool
+	resumed   string // the checkpoint the run started from
+	lastCkpt  string
+	ckptSaved bool
+	final     bool
+}
+
+// next returns the events due now, given the progress read (nil if none),
+// whether the process was signalled to stop, and whether it has ended.
+func (e *progressEvents) next(p *Progress, stopping, final bool) []event {
+	if e.final {
+		return nil
+	}
+	var out []event
+	if p != nil {
+		if !e.seen {
+			e.seen = true
+			e.lastCkpt = p.Checkpoint
+			e.merged = e.primed && p.Merges > 0
+			if p.Checkpoint != "" && (e.primed || olderThan(p.Checkpoint, e.started)) {
+				e.resumed = p.Checkpoint
+				if !e.primed {
+					out = append(out, event{fmt.Sprintf("resumed from checkpoint %s at step %d", p.Checkpoint, p.StepsDone), p.Annotations()})
+				}
+			}
+		}
+		if !e.merged && p.Merges > 0 {
+			e.merged = true
+			out = append(out, event{fmt.Sprintf("first merge with the other copies done at step %d", p.StepsDone), p.Annotations()})
+		}
+		changed := p.Checkpoint != e.lastCkpt
+		e.lastCkpt = p.Checkpoint
+		if !e.ckptSaved && p.Checkpoint != "" && p.Checkpoint != e.resumed && ((stopping && changed) || final) {
+			e.ckptSaved = true
+			out = append(out, event{fmt.Sprintf("checkpoint saved at step %d: %s", p.StepsDone, p.Checkpoint), p.Annotations()})
+		}
+	}
+	if final {
+		e.final = true
+		if p != nil {
+			out = append(out, event{p.message("final progress"), p.Annotations()})
+		}
+	}
+	return out
+}
+
+// olderThan tells whether path was last written before t (a checkpoint a
+// process found when it started).
+func olderThan(path string, t time.Time) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.ModTime().Before(t)
+}
+
 func (p *Progress) message(prefix string) string {
-	return fmt.Sprintf("%s: step %d/%d, %.3g steps/s, loss %.4g", prefix, p.StepsDone, p.TotalSteps, p.StepsPerSec, p.Loss)
+	return fmt.Sprintf("%s: step %d/%d, %.3g steps/s, loss %.4g, checkpoint %q", prefix, p.StepsDone, p.TotalSteps, p.StepsPerSec, p.Loss, p.Checkpoint)
 }

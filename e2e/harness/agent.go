@@ -212,8 +212,12 @@ func TryStartAgent(t testing.TB, opts Options) (*Agent, error) {
 		}
 	})
 	// Tasks that run as another user (hadar-train's default is nobody)
-	// must reach their task directory under this one.
+	// must reach their task directory under this one and under the data
+	// dir, which Nomad would create private to root.
 	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(filepath.Join(dir, "data"), 0o711); err != nil {
 		return nil, err
 	}
 	ports, err := reservePorts(3)
