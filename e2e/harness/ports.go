@@ -40,6 +40,9 @@ func withPortRegistry(f func(map[int]int) (map[int]int, error)) error {
 		return fmt.Errorf("port registry lock %s: %w", lockPath, err)
 	}
 	defer lf.Close()
+	// Shared by test processes of every user: undo the umask (only the
+	// owner can, and once is enough).
+	_ = lf.Chmod(0o666)
 	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
 		return fmt.Errorf("port registry lock %s: %w", lockPath, err)
 	}
@@ -73,6 +76,7 @@ func withPortRegistry(f func(map[int]int) (map[int]int, error)) error {
 	if err := os.WriteFile(tmp, []byte(out.String()), 0o666); err != nil {
 		return fmt.Errorf("port registry %s: %w", path, err)
 	}
+	_ = os.Chmod(tmp, 0o666)
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("port registry %s: %w", path, err)
 	}
