@@ -472,7 +472,8 @@ func TestWatchCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitView(t, w, visibleWithin, time.Now(), "purged jobs gone", func(s *watch.Snapshot) error {
+	// (human-run's GPU is free once its task has stopped.)
+	waitView(t, w, 30*time.Second, time.Now(), "purged jobs gone, human-run's GPU free", func(s *watch.Snapshot) error {
 		if len(s.Jobs) != 0 || len(s.Allocs) != 0 || len(s.BlockedEvals) != 0 || len(s.Unmanaged) != 0 {
 			return fmt.Errorf("%d jobs, %d allocs, %d blocked evals, %d unmanaged holds left", len(s.Jobs), len(s.Allocs), len(s.BlockedEvals), len(s.Unmanaged))
 		}

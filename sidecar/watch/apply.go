@@ -163,8 +163,10 @@ func (w *Watcher) decode(ev *streamEvent, t tableIndex) (d decoded, ok bool, err
 		if p.Job == nil {
 			return missing()
 		}
+		// Every namespace: a purge of an unwatched job frees the GPUs its
+		// allocations held (applyOne).
 		d.job, d.deleted = convertJob(p.Job), p.Deleted
-		return d, w.cfg.watches(d.job.Namespace), nil
+		return d, true, nil
 	case api.TopicAllocation:
 		if p.Allocation == nil {
 			return missing()
@@ -200,6 +202,12 @@ func (w *Watcher) applyOne(d decoded) ChangeKind {
 
 	case d.job != nil:
 		k := d.job.Key()
+		if !w.cfg.watches(k.Namespace) {
+			if d.deleted {
+				return st.dropHolds(k)
+			}
+			return 0
+		}
 		old := st.jobs[k]
 		if d.deleted {
 			delete(st.jobs, k)
@@ -212,7 +220,10 @@ func (w *Watcher) applyOne(d decoded) ChangeKind {
 		kinds := jobChange(old, d.job)
 		switch {
 		case old != nil && old.Managed && !d.job.Managed:
+			// Its allocations now hold GPUs as an unmanaged job's: the
+			// re-list counts them.
 			kinds |= st.removeJobObjects(k)
+			w.resync = true
 		case old != nil && !old.Managed && d.job.Managed:
 			// Its allocations and evaluations so far were not kept.
 			w.resync = true

@@ -230,10 +230,10 @@ func diffKinds[K comparable, V any](was, now map[K]*V, change func(a, b *V) Chan
 	return k
 }
 
-// removeJobObjects drops a job's allocations and blocked evaluations (the
-// job was purged or is no longer managed).
+// removeJobObjects drops a job's allocations, blocked evaluations and
+// GPU holds (the job was purged or is no longer managed).
 func (s *state) removeJobObjects(k JobKey) ChangeKind {
-	var ch ChangeKind
+	ch := s.dropHolds(k)
 	for id, a := range s.allocs {
 		if a.Job() == k {
 			delete(s.allocs, id)
@@ -244,6 +244,20 @@ func (s *state) removeJobObjects(k JobKey) ChangeKind {
 		if e.Job() == k {
 			delete(s.evals, id)
 			ch |= EvalUnblocked
+		}
+	}
+	return ch
+}
+
+// dropHolds forgets the GPUs a job's allocations hold. A purge deletes a
+// job's allocations from Nomad's state without an allocation event, so
+// the job's deletion is the last word on them.
+func (s *state) dropHolds(k JobKey) ChangeKind {
+	var ch ChangeKind
+	for id, h := range s.held {
+		if h.Job == k {
+			delete(s.held, id)
+			ch = CapacityChanged
 		}
 	}
 	return ch

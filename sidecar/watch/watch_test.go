@@ -538,6 +538,17 @@ func TestNamespaces(t *testing.T) {
 		t.Fatalf("a finished allocation still holds %+v", got)
 	}
 	fresh(t, w, f)
+
+	// A purge deletes the job's allocations without allocation events
+	// (seen on Nomad 1.11.3): the job's deletion frees their GPUs.
+	f.write(false, f.allocEvent(a, 0, eventPlanResult))
+	waitChange(t, w, CapacityChanged)
+	f.write(false, f.purgeEvent(other))
+	waitChange(t, w, CapacityChanged)
+	if got := w.Snapshot().Unmanaged; len(got) != 0 {
+		t.Fatalf("a purged job's allocation still holds %+v", got)
+	}
+	fresh(t, w, f)
 }
 
 // TestUndecodableStream: a garbled stream line ends the session and the
