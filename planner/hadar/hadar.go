@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/policy"
@@ -56,6 +57,8 @@ const (
 	// more than any price, so it runs at its best placement every round.
 	Makespan Utility = "makespan"
 )
+
+const defaultCritical = 0.9
 
 // Config holds Hadar's parameters; zero values take the defaults noted.
 type Config struct {
@@ -127,7 +130,7 @@ func (c Config) withDefaults() Config {
 		c.FloorRatio = 4
 	}
 	if c.Critical <= 0 || c.Critical > 1 {
-		c.Critical = 0.9
+		c.Critical = defaultCritical
 	}
 	if c.Blocking <= 0 {
 		c.Blocking = 0.05
@@ -224,6 +227,9 @@ func (s *Scheduler) variant() string {
 	}
 	if s.cfg.Horizon > 0 {
 		v += fmt.Sprintf(":h%d", s.cfg.Horizon)
+	}
+	if s.cfg.Critical != defaultCritical {
+		v += ":crit" + strconv.FormatFloat(s.cfg.Critical, 'g', -1, 64)
 	}
 	return v
 }

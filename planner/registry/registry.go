@@ -48,9 +48,10 @@ type constructor func(o Options, ablations []string) (round.Scheduler, error)
 
 // HadarAblations are the switches a Hadar or HadarE name may carry after a
 // colon, e.g. hadar:flat:nobackfill (docs/results.md, the ablation): flat
-// prices (U = L), no backfill, no fluid guide, prices per node, and hN, a
-// horizon fixed at N rounds.
-var HadarAblations = []string{"flat", "nobackfill", "noguide", "nodeprices", "hN"}
+// prices (U = L), no backfill, no fluid guide, prices per node, hN (a
+// horizon fixed at N rounds) and critX (the makespan utility's Critical
+// share, 0 < X <= 1).
+var HadarAblations = []string{"flat", "nobackfill", "noguide", "nodeprices", "hN", "critX"}
 
 // extra lists the schedulers beside Gavel's policies: hadar and hadare
 // with the utility of Options.HadarUtility, and the -jct variants with the
@@ -79,6 +80,10 @@ func extra() map[string]constructor {
 				default:
 					if n, err := strconv.Atoi(strings.TrimPrefix(a, "h")); err == nil && strings.HasPrefix(a, "h") && n > 0 {
 						cfg.Horizon = n
+						continue
+					}
+					if x, err := strconv.ParseFloat(strings.TrimPrefix(a, "crit"), 64); err == nil && strings.HasPrefix(a, "crit") && x > 0 && x <= 1 {
+						cfg.Critical = x
 						continue
 					}
 					return nil, fmt.Errorf("unknown Hadar switch %q: want any of %s, e.g. hadar:flat:nobackfill", a, strings.Join(HadarAblations, ", "))

@@ -17,6 +17,7 @@ func TestHadarAblationSwitches(t *testing.T) {
 		"hadare:noguide":              "hadare:noguide",
 		"HADAR:nodeprices:nobackfill": "hadar:nodeprices:nobackfill",
 		"hadar:h8:flat":               "hadar:flat:h8",
+		"hadar:crit0.7":               "hadar:crit0.7",
 	} {
 		s, err := New(name, o)
 		if err != nil {
@@ -26,7 +27,7 @@ func TestHadarAblationSwitches(t *testing.T) {
 			t.Fatalf("%s built %q, want %q", name, s.Name(), want)
 		}
 	}
-	for _, bad := range []string{"hadar:fast", "hadar:h0", "hadar:h-2"} {
+	for _, bad := range []string{"hadar:fast", "hadar:h0", "hadar:h-2", "hadar:crit0", "hadar:crit1.5"} {
 		if _, err := New(bad, o); err == nil || !strings.Contains(err.Error(), "flat") {
 			t.Fatalf("%s gave %v, want an error listing the known switches", bad, err)
 		}
