@@ -400,3 +400,216 @@ func TestSidecarPlacesManagedJobs(t *testing.T) {
 	}
 	_ = os.Getenv
 }
+
+// plainGPUJob registers a plain Nomad job (no hadar meta) holding n GPUs of
+// model on the named node.
+func (c *sidecarCluster) plainGPUJob(id, node, model string, n int) {
+	c.t.Helper()
+	src := fmt.Sprintf(`job %q {
+  type = "batch"
+  constraint {
+    attribute = "${node.unique.name}"
+    value     = %q
+  }
+  group "g" {
+    task "t" {
+      driver = "hadar-train"
+      config {
+        command = %q
+        args    = ["--model", "mlp", "--progress-interval", "1s"]
+        total_steps = 10000000
+      }
+      resources {
+        cpu    = 50
+        memory = 64
+        device "nvidia/gpu" {
+          count = %d
+          constraint {
+            attribute = "${device.model}"
+            value     = %q
+          }
+        }
+      }
+    }
+  }
+}
+`, id, node, c.trainer, n, model)
+	job, err := c.api.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: src, Canonicalize: true})
+	if err != nil {
+		c.t.Fatalf("plain job %s: %v", id, err)
+	}
+	if _, _, err := c.api.Jobs().Register(job, nil); err != nil {
+		c.t.Fatal(err)
+	}
+	c.waitFor("plain job "+id+" runs", time.Minute, func() error {
+		if len(c.running(id)) != 1 {
+			return errNotYet
+		}
+		return nil
+	})
+}
+
+func (c *sidecarCluster) job(id string) *api.Job {
+	c.t.Helper()
+	j, _, err := c.api.Jobs().Info(id, nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return j
+}
+
+// TestSidecarRefusesAndRespects: a bad jobspec gets its error where its
+// author looks (the status API, and on the job, shown by Nomad as the
+// reason it waits) and nothing else happens to it; a gang whose worker
+// Nomad cannot place starts no worker; a person's edit to a waiting
+// managed job is kept when hadar places it.
+func TestSidecarRefusesAndRespects(t *testing.T) {
+	skipShort(t)
+	c := startSidecarCluster(t)
+	// Three V100s busy on each V100 node: a 2-GPU V100 job must span both.
+	c.plainGPUJob("hold-a", "v100-a", "Tesla V100-SXM2-16GB", 3)
+	c.plainGPUJob("hold-b", "v100-b", "Tesla V100-SXM2-16GB", 3)
+	a := c.startSidecar(agent.Config{Policy: "gavel-maxmin", Placement: "pack"})
+
+	// 1. A bad jobspec.
+	bad := c.submit(scJob{id: "bad", steps: 300, gated: true, extra: `    "hadar.min_run_time" = "soon"`})
+	badVersion := *bad.Version
+	c.waitFor("the refusal is in the status API", 30*time.Second, func() error {
+		for _, r := range a.Plan().Refused {
+			if strings.Contains(r.Job, "bad") && strings.Contains(r.Error, "hadar.min_run_time") {
+				return nil
+			}
+		}
+		return errNotYet
+	})
+	c.waitFor("the error is on the job", 30*time.Second, func() error {
+		for _, cons := range c.job("bad").Constraints {
+			if cons.LTarget == agent.ErrorAttribute && strings.Contains(cons.RTarget, "hadar.min_run_time") {
+				return nil
+			}
+		}
+		return errNotYet
+	})
+	c.waitFor("Nomad gives the error as why the job waits", 30*time.Second, func() error {
+		evals, _, err := c.api.Jobs().Evaluations("bad", nil)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evals {
+			for _, m := range ev.FailedTGAllocs {
+				for cons := range m.ConstraintFiltered {
+					if strings.Contains(cons, "hadar.min_run_time") {
+						return nil
+					}
+				}
+			}
+		}
+		return errNotYet
+	})
+	time.Sleep(10 * time.Second) // several cycles: no second write
+	if v := *c.job("bad").Version; v != badVersion+1 {
+		t.Fatalf("the bad job's version went %d -> %d: want exactly one write (the error note)", badVersion, v)
+	}
+	if n := len(c.allocs("bad")); n != 0 {
+		t.Fatalf("the bad job has %d allocations", n)
+	}
+
+	// 2. A gang whose second worker Nomad cannot place: only V100s, two
+	// workers, and a constraint that keeps it off v100-b, the only other
+	// node with a free V100.
+	gang := scJob{id: "gang", steps: 200, workers: 2, gated: true, task: `      constraint {
+        attribute = "${node.unique.name}"
+        operator  = "!="
+        value     = "v100-b"
+      }`}
+	c.submit(gang)
+	// hadar.throughput names V100 only.
+	gj := c.job("gang")
+	gj.Meta["hadar.throughput"] = "v100=80"
+	if _, _, err := c.api.Jobs().Register(gj, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("the gang waits with Nomad's reason", 60*time.Second, func() error {
+		jv := c.planOf(a, "gang")
+		if jv.State != "waiting" || !strings.Contains(jv.Reason.Why, "cannot place") {
+			return fmt.Errorf("state %s, why %q", jv.State, jv.Reason.Why)
+		}
+		return nil
+	})
+	time.Sleep(5 * time.Second)
+	if n := len(c.allocs("gang")); n != 0 {
+		t.Fatalf("the gang has %d allocations: a worker started without its peer", n)
+	}
+	if w := a.Applier().Writes(); w["start"] != 0 {
+		t.Fatalf("writes %v: the unplaceable start was written", w)
+	}
+
+	// 3. A person edits the waiting gang's template; then capacity frees
+	// on v100-a and hadar places it there with the edit.
+	gj = c.job("gang")
+	gj.TaskGroups[0].Tasks[0].Env = map[string]string{"EDITED_BY": "a-person"}
+	if _, _, err := c.api.Jobs().Register(gj, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.api.Jobs().Deregister("hold-a", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("the gang runs on v100-a", 2*time.Minute, func() error {
+		run := c.running("gang")
+		if len(run) != 2 {
+			return fmt.Errorf("%d workers running", len(run))
+		}
+		for g, n := range run {
+			if n != "v100-a" {
+				return fmt.Errorf("%s on %s", g, n)
+			}
+		}
+		return nil
+	})
+	placed := c.job("gang")
+	for _, g := range placed.TaskGroups {
+		if _, _, _, gen := jobform.ParseGroupName(*g.Name); gen && g.Tasks[0].Env["EDITED_BY"] != "a-person" {
+			t.Fatalf("generated group %s lost the person's edit: env %v", *g.Name, g.Tasks[0].Env)
+		}
+	}
+	if placed.TaskGroups[0].Tasks[0].Env["EDITED_BY"] != "a-person" {
+		t.Fatal("the template lost the person's edit")
+	}
+	// Both workers of the gang got the distributed-training environment.
+	ranks := map[string]bool{}
+	for _, g := range placed.TaskGroups {
+		if _, _, _, gen := jobform.ParseGroupName(*g.Name); gen {
+			env := g.Tasks[0].Env
+			ranks[env["RANK"]] = env["WORLD_SIZE"] == "2" && env["MASTER_PORT"] != "" && env["MASTER_ADDR"] != ""
+		}
+	}
+	if !ranks["0"] || !ranks["1"] {
+		t.Fatalf("ranks %v", ranks)
+	}
+
+	c.waitFor("the gang completes", 2*time.Minute, func() error {
+		if st := c.jobStatus("gang"); st != "dead" {
+			return fmt.Errorf("status %s", st)
+		}
+		return nil
+	})
+	for _, al := range c.allocs("gang") {
+		if al.ClientStatus == api.AllocClientStatusFailed {
+			t.Fatalf("gang worker %s (%s) failed: %s", al.Name, al.ID[:8], al.ClientDescription)
+		}
+	}
+	for _, ev := range a.History() {
+		if strings.Contains(ev.Job, "gang") && strings.Contains(ev.Result, "failed") {
+			t.Fatalf("sidecar history: %+v", ev)
+		}
+	}
+
+	// 4. The bad job, fixed and submitted again, is planned and runs.
+	c.submit(scJob{id: "bad", steps: 300, gated: true})
+	c.waitFor("the fixed job completes", 2*time.Minute, func() error {
+		if st := c.jobStatus("bad"); st != "dead" {
+			return fmt.Errorf("status %s", st)
+		}
+		return nil
+	})
+}

@@ -118,6 +118,10 @@ type job struct {
 	lastAt, lastDone float64
 	reason           round.Reason
 	waitingSince     float64
+	// deferUntil keeps a waiting job out of plans until then (Defer);
+	// deferWhy says why.
+	deferUntil float64
+	deferWhy   string
 }
 
 // New returns an engine at time 0 with an empty cluster.
@@ -372,6 +376,25 @@ func (e *Engine) Adopt(id string, p planner.Placement, now float64) error {
 	}
 	j.view.Placement, j.view.Running = clonePlacement(p), true
 	j.placedAt, j.lastAt = now, -1
+	return nil
+}
+
+// Defer keeps waiting job id out of plans until the time until: the
+// caller could not carry out its placement (Nomad refused it, a gang was
+// rolled back) and backs off before proposing it again. It waits meanwhile,
+// with why as its reason; a running job is not affected until it stops.
+func (e *Engine) Defer(id string, until float64, why string, now float64) error {
+	j, err := e.job(id)
+	if err != nil {
+		return err
+	}
+	if math.IsNaN(until) || math.IsInf(until, 0) {
+		return fmt.Errorf("engine: defer job %s until %v: want a finite time", id, until)
+	}
+	if err := e.advance(now); err != nil {
+		return err
+	}
+	j.deferUntil, j.deferWhy = until, why
 	return nil
 }
 
@@ -633,10 +656,17 @@ func (e *Engine) Plan(ctx context.Context, now float64, kind Kind) (Decision, er
 	}
 	mid := kind == Fill
 	pool := e.pool(mid)
+	// Deferred waiting jobs sit this plan out.
+	planned := make([]*job, 0, len(e.jobs))
+	for _, j := range e.jobs {
+		if j.view.Running || j.deferUntil <= now {
+			planned = append(planned, j)
+		}
+	}
 	v := &round.View{Now: now, Round: e.cfg.Round, MidRound: mid, Types: e.types, Capacity: e.capacity,
-		Cluster: e.cluster, Pool: pool.Clone(), Epoch: e.epoch, Reasons: make([]round.Reason, len(e.jobs))}
-	v.Jobs = make([]*round.JobView, len(e.jobs))
-	for i, j := range e.jobs {
+		Cluster: e.cluster, Pool: pool.Clone(), Epoch: e.epoch, Reasons: make([]round.Reason, len(planned))}
+	v.Jobs = make([]*round.JobView, len(planned))
+	for i, j := range planned {
 		j.view.Remaining = j.rem
 		if !(j.rem > 0) {
 			j.view.Remaining = e.cfg.Overrun * j.view.TotalSteps
@@ -653,7 +683,7 @@ func (e *Engine) Plan(ctx context.Context, now float64, kind Kind) (Decision, er
 	if err := e.validate(v, pool, ps); err != nil {
 		return Decision{}, err
 	}
-	d := e.apply(v, ps, kind)
+	d := e.apply(v, planned, ps, kind)
 	e.dirty = false
 	return d, nil
 }
@@ -761,10 +791,23 @@ func ValidPlacement(j planner.Job, p planner.Placement) error {
 }
 
 // apply installs the validated placements and returns the decision.
-func (e *Engine) apply(v *round.View, ps []planner.Placement, kind Kind) Decision {
-	d := Decision{Time: v.Now, Kind: kind, Jobs: make([]JobDecision, len(e.jobs))}
+func (e *Engine) apply(v *round.View, planned []*job, ps []planner.Placement, kind Kind) Decision {
+	d := Decision{Time: v.Now, Kind: kind, Jobs: make([]JobDecision, 0, len(e.jobs))}
 	waiting := 0
-	for i, j := range e.jobs {
+	at := map[*job]int{}
+	for i, j := range planned {
+		at[j] = i
+	}
+	for _, j := range e.jobs {
+		i, ok := at[j]
+		if !ok {
+			jd := JobDecision{Job: j.view.ID, Action: Wait, Position: waiting,
+				Reason: round.Reason{Why: fmt.Sprintf("deferred for %.0f s more: %s", j.deferUntil-v.Now, j.deferWhy)}}
+			waiting++
+			j.reason = jd.Reason
+			d.Jobs = append(d.Jobs, jd)
+			continue
+		}
 		prev := j.view.Placement
 		was := j.view.Running
 		jd := JobDecision{Job: j.view.ID, From: clonePlacement(prev), Reason: v.Reasons[i]}
@@ -777,7 +820,7 @@ func (e *Engine) apply(v *round.View, ps []planner.Placement, kind Kind) Decisio
 			if jd.Reason.Why == "" {
 				jd.Reason = j.reason
 			}
-			d.Jobs[i] = jd
+			d.Jobs = append(d.Jobs, jd)
 			continue
 		}
 		p := ps[i]
@@ -822,7 +865,7 @@ func (e *Engine) apply(v *round.View, ps []planner.Placement, kind Kind) Decisio
 			j.view.Running = true
 		}
 		j.reason = jd.Reason
-		d.Jobs[i] = jd
+		d.Jobs = append(d.Jobs, jd)
 	}
 	return d
 }

@@ -489,3 +489,48 @@ func TestBadInputsAreRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestDeferKeepsAJobOutOfPlansUntilItsTime(t *testing.T) {
+	s := &scripted{next: map[string]planner.Placement{"x": place(unit(slot("a", "v100", 1))), "y": place(unit(slot("b", "v100", 1)))}}
+	e := newEngine(t, s, engine.Config{})
+	ctx := context.Background()
+	for _, id := range []string{"x", "y"} {
+		if err := e.Admit(job(id, 1, 1e6), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Defer("x", 100, "Nomad refused its placement", 0); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Plan(ctx, 10, engine.Boundary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := actions(d); a["x"] != engine.Wait || a["y"] != engine.Start {
+		t.Fatalf("while deferred: %v", a)
+	}
+	if v := s.views[len(s.views)-1]; len(v.Jobs) != 1 || v.Jobs[0].ID != "y" {
+		t.Fatal("the scheduler saw the deferred job")
+	}
+	if st, _ := e.Job("x"); !strings.Contains(st.Reason.Why, "Nomad refused its placement") {
+		t.Fatalf("reason %q", st.Reason.Why)
+	}
+	// A snapshot keeps the deferral.
+	b, err := e.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := engine.Restore(b, engine.Config{Speed: speed.Model{Profile: profile.Default()}}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, eng := range []*engine.Engine{e, e2} {
+		d, err = eng.Plan(ctx, 100, engine.Boundary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := actions(d); a["x"] != engine.Start {
+			t.Fatalf("after the deferral: %v", a)
+		}
+	}
+}

@@ -91,6 +91,8 @@ type jobV1 struct {
 	LastDone     float64           `json:"last_done"`
 	Reason       round.Reason      `json:"reason"`
 	WaitingSince float64           `json:"waiting_since"`
+	DeferUntil   float64           `json:"defer_until,omitempty"`
+	DeferWhy     string            `json:"defer_why,omitempty"`
 }
 
 type estimatesV1 struct {
@@ -125,7 +127,8 @@ func (e *Engine) Snapshot() ([]byte, error) {
 	}
 	for _, j := range e.jobs {
 		st.Jobs = append(st.Jobs, jobV1{Job: j.view.Job, Remaining: j.rem, Done: j.done, Running: j.view.Running, Placement: j.view.Placement,
-			Received: j.view.Received, PlacedAt: j.placedAt, LastAt: j.lastAt, LastDone: j.lastDone, Reason: j.reason, WaitingSince: j.waitingSince})
+			Received: j.view.Received, PlacedAt: j.placedAt, LastAt: j.lastAt, LastDone: j.lastDone, Reason: j.reason, WaitingSince: j.waitingSince,
+			DeferUntil: j.deferUntil, DeferWhy: j.deferWhy})
 	}
 	if e.est != nil {
 		es := &estimatesV1{Learn: e.est.learn, Gen: e.est.gen}
@@ -206,7 +209,7 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		if len(js.Received) != len(e.types) {
 			return nil, fmt.Errorf("engine snapshot: job %s: %d received times for %d GPU types", js.Job.ID, len(js.Received), len(e.types))
 		}
-		for _, x := range append(slices.Clone(js.Received), js.Remaining, js.Done, js.PlacedAt, js.LastAt, js.LastDone, js.WaitingSince) {
+		for _, x := range append(slices.Clone(js.Received), js.Remaining, js.Done, js.PlacedAt, js.LastAt, js.LastDone, js.WaitingSince, js.DeferUntil) {
 			if err := finite("job "+js.Job.ID, x); err != nil {
 				return nil, err
 			}
@@ -222,7 +225,8 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 			return nil, fmt.Errorf("engine snapshot: job %s: running=%v with %d units", js.Job.ID, js.Running, len(js.Placement.Units))
 		}
 		j := &job{view: round.JobView{Job: js.Job, Remaining: js.Remaining, Received: slices.Clone(js.Received), Placement: clonePlacement(js.Placement), Running: js.Running},
-			rem: js.Remaining, done: js.Done, placedAt: js.PlacedAt, lastAt: js.LastAt, lastDone: js.LastDone, reason: js.Reason, waitingSince: js.WaitingSince}
+			rem: js.Remaining, done: js.Done, placedAt: js.PlacedAt, lastAt: js.LastAt, lastDone: js.LastDone, reason: js.Reason, waitingSince: js.WaitingSince,
+			deferUntil: js.DeferUntil, deferWhy: js.DeferWhy}
 		e.jobs = append(e.jobs, j)
 		e.byID[js.Job.ID] = j
 	}

@@ -30,7 +30,7 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 		if j == nil || j.Raw == nil || j.Spec == nil {
 			continue
 		}
-		target, err := a.target(mj, j, jd)
+		target, fresh, err := a.target(mj, j, jd)
 		ev := Event{Time: a.clock(), Job: jd.Job, Action: jd.Action, Why: jd.Reason.Why, Kind: d.Kind, Reason: jd.Reason}
 		ev.To = append(ev.To, jd.To.Units...)
 		if err == nil {
@@ -38,15 +38,24 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 			_, err = a.applier.Begin(ctx, &apply.Job{Key: apply.Key(mj.key), Raw: j.Raw, Spec: *j.Spec, JobModifyIndex: j.JobModifyIndex}, target)
 		}
 		if err != nil {
+			// Nothing was written: the new units' numbers and ports stay
+			// free.
+			for _, u := range fresh {
+				a.ports.Give(u.Port)
+			}
 			ev.Result = "not applied: " + err.Error()
 			if errors.Is(err, apply.ErrConflict) {
 				a.log.Info("job changed by someone else during the round: re-reading it, not overwriting", "job", jd.Job)
 			} else {
 				a.log.Warn("decision not applied", "job", jd.Job, "action", jd.Action, "error", err)
+				a.backOff(mj, err)
 			}
 			// The engine assumed the change; Nomad is the truth: the next
 			// reconcile puts the engine back where Nomad is.
 		} else {
+			for _, u := range fresh {
+				mj.units = max(mj.units, u.ID+1)
+			}
 			a.log.Info("decision", "job", jd.Job, "action", jd.Action, "why", jd.Reason.Why)
 		}
 		a.note(ev)
@@ -56,13 +65,15 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 // target turns the engine's placement of a job into units to write: a
 // unit the engine kept keeps its number, port and workers; a new unit
 // gets a fresh number and port, and its workers the node's GPU models of
-// their type.
-func (a *Agent) target(mj *managed, j *watch.Job, jd engine.JobDecision) ([]jobform.Unit, error) {
+// their type. fresh are the new units (their numbers are the job's only
+// once written).
+func (a *Agent) target(mj *managed, j *watch.Job, jd engine.JobDecision) (target, fresh []jobform.Unit, err error) {
 	current, err := jobform.Units(j.Raw, *j.Spec)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []jobform.Unit
+	next := mj.units
 	for k, u := range jd.To.Units {
 		if f := jd.KeptFrom[k]; f >= 0 && f < len(jd.From.Units) {
 			if cu := unitOf(current, jd.From.Units[f]); cu != nil {
@@ -72,10 +83,13 @@ func (a *Agent) target(mj *managed, j *watch.Job, jd engine.JobDecision) ([]jobf
 		}
 		port, err := a.ports.Take()
 		if err != nil {
-			return nil, err
+			for _, f := range fresh {
+				a.ports.Give(f.Port)
+			}
+			return nil, nil, err
 		}
-		nu := jobform.Unit{ID: mj.units, Port: port}
-		mj.units++
+		nu := jobform.Unit{ID: next, Port: port}
+		next++
 		for _, sl := range u.Slots {
 			for range sl.Count {
 				nu.Workers = append(nu.Workers, jobform.Worker{Node: sl.Node, Type: sl.Type, Models: a.models[sl.Node][sl.Type]})
@@ -86,8 +100,9 @@ func (a *Agent) target(mj *managed, j *watch.Job, jd engine.JobDecision) ([]jobf
 			nu.Workers[i].Addr = addr
 		}
 		out = append(out, nu)
+		fresh = append(fresh, nu)
 	}
-	return out, nil
+	return out, fresh, nil
 }
 
 // unitOf finds the written unit on exactly the GPUs of u.
@@ -188,5 +203,16 @@ func (a *Agent) readProgress(ctx context.Context, snap *watch.Snapshot, now floa
 		if err := a.eng.Progress(id, d, now); err != nil {
 			a.log.Debug("progress", "job", id, "error", err)
 		}
+	}
+}
+
+// backOff keeps a job whose placement could not be carried out out of the
+// next plans for a while, doubling with each failure in a row (10 s up to
+// 5 min), so a placement Nomad refuses is not proposed again every second.
+func (a *Agent) backOff(mj *managed, why error) {
+	wait := min(10*time.Second<<min(mj.refusals, 5), 5*time.Minute)
+	mj.refusals++
+	if err := a.eng.Defer(mj.id, a.now()+wait.Seconds(), why.Error(), a.now()); err != nil {
+		a.log.Debug("defer", "job", mj.id, "error", err)
 	}
 }

@@ -37,6 +37,7 @@ type Agent struct {
 	watcher *watch.Watcher
 	applier *apply.Applier
 	prof    *jobProfile
+	net     *rackNetwork
 	types   GPUTypes
 	clock   func() time.Time
 
@@ -67,11 +68,19 @@ type managed struct {
 	arrival  time.Time
 	failures int
 	units    int // highest unit number ever seen + 1
+	// refusals counts placements in a row Nomad refused or rolled back.
+	refusals int
 }
 
 type invalidJob struct {
 	err   *jobspec.FieldError
 	index uint64
+	// noted is the JobModifyIndex at which the error was written onto the
+	// job (or found there).
+	noted uint64
+	// admission: the spec parsed but the engine refused the job (its
+	// profile); such a refusal lasts until an admission succeeds.
+	admission bool
 }
 
 // Event is one decision that changed a job, kept for the status API.
@@ -107,11 +116,13 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 		return nil, err
 	}
 	a := &Agent{
-		cfg: cfg, log: logger, client: client, watcher: w, prof: newJobProfile(base), types: NewGPUTypes(cfg.GPUTypes),
+		cfg: cfg, log: logger, client: client, watcher: w, types: NewGPUTypes(cfg.GPUTypes),
 		clock: time.Now, jobs: map[watch.JobKey]*managed{}, invalid: map[watch.JobKey]invalidJob{},
 		nodes: map[string]planner.Node{}, drained: map[string]bool{}, addrs: map[string]string{},
 		models: map[string]map[planner.GPUType][]string{}, ports: apply.NewPorts(cfg.PortLow, cfg.PortHigh),
 	}
+	a.prof = newJobProfile(base)
+	a.net = newRackNetwork(a.prof)
 	a.applier = apply.New(client.Jobs(), apply.Config{GangTimeout: cfg.GangTimeoutD, StopTimeout: cfg.StopTimeoutD, DryRun: cfg.DryRun, Logger: logger.Named("apply")})
 	if a.eng, a.est, err = a.newEngine(); err != nil {
 		return nil, err
@@ -130,7 +141,7 @@ func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates,
 	if err != nil {
 		return nil, nil, err
 	}
-	model := speed.Model{Profile: est}
+	model := speed.Model{Profile: est, Network: a.net}
 	pl, err := placement.New(a.cfg.Placement, placement.Config{Speed: model, MinRunTime: a.cfg.MinRunTimeD.Seconds(), RestartCost: a.cfg.RestartCostD.Seconds()})
 	if err != nil {
 		return nil, nil, err
@@ -230,6 +241,7 @@ func (a *Agent) Cycle(ctx context.Context, force bool) error {
 	if err := a.sync(snap, now); err != nil {
 		return err
 	}
+	a.noteRefusals(ctx, snap)
 	boundary := force || !a.clock().Before(a.next)
 	if boundary {
 		a.readProgress(ctx, snap, now)
@@ -258,9 +270,18 @@ func (a *Agent) Cycle(ctx context.Context, force bool) error {
 
 // outcome records how an operation ended.
 func (a *Agent) outcome(o apply.Outcome) {
-	if o.Phase == apply.Failed {
+	mj := a.jobs[watch.JobKey(o.Key)]
+	switch o.Phase {
+	case apply.Failed:
 		a.log.Warn("placement change failed", "job", o.Key.String(), "error", o.Err)
 		a.note(Event{Time: a.clock(), Job: o.Key.String(), Result: "failed: " + o.Err.Error()})
+		if mj != nil {
+			a.backOff(mj, o.Err)
+		}
+	case apply.Done:
+		if mj != nil {
+			mj.refusals = 0
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/hadar-sched/hadar/planner"
@@ -71,10 +72,12 @@ func (p *jobProfile) Throughput(model string, sf int, t planner.GPUType, spread 
 	if inline {
 		if v, ok := f.throughput[t]; ok {
 			// Declared for the job's width; a narrower HadarE copy scales
-			// linearly, and spread over nodes it pays its sensitivity.
+			// linearly. Spread over the nodes of one rack it pays the square
+			// root of its cross-rack sensitivity (rackNetwork adds the
+			// rest across racks).
 			v *= float64(sf) / float64(f.workers)
 			if spread && f.sensitivity > 1 {
-				v /= f.sensitivity
+				v /= math.Sqrt(f.sensitivity)
 			}
 			return v, nil
 		}

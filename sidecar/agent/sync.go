@@ -58,6 +58,7 @@ func (a *Agent) plannerNode(n *watch.Node, held map[string]map[string]int) (plan
 	}
 	a.models[n.ID] = models
 	a.addrs[n.ID] = n.Address
+	a.net.setRack(n.ID, pn.Rack)
 	if len(pn.GPUs) == 0 {
 		return planner.Node{}, false
 	}
@@ -144,7 +145,7 @@ func (a *Agent) syncJobs(snap *watch.Snapshot, now float64) {
 		seen[k] = true
 		mj := a.jobs[k]
 		if j.SpecErr != nil {
-			if iv, ok := a.invalid[k]; !ok || iv.index != j.JobModifyIndex {
+			if iv, ok := a.invalid[k]; !ok || iv.err.Error() != j.SpecErr.Error() {
 				a.log.Error("managed job refused: fix its jobspec", "job", k.String(), "error", j.SpecErr.Error())
 				a.invalid[k] = invalidJob{err: j.SpecErr, index: j.JobModifyIndex}
 			}
@@ -153,9 +154,11 @@ func (a *Agent) syncJobs(snap *watch.Snapshot, now float64) {
 			}
 			continue
 		}
-		delete(a.invalid, k)
 		if j.Spec == nil {
 			continue
+		}
+		if iv, ok := a.invalid[k]; ok && !iv.admission {
+			delete(a.invalid, k) // the spec parses now; an admission refusal stays until admitted
 		}
 		if mj != nil && j.Version != mj.version && !sameSpec(mj.spec, *j.Spec) {
 			a.log.Info("managed job's contract changed: planning it afresh", "job", k.String())
@@ -217,12 +220,14 @@ func (a *Agent) admit(snap *watch.Snapshot, j *watch.Job, now float64) {
 		a.prof.forget(model)
 		fe := &jobspec.FieldError{Job: s.JobID, Namespace: s.Namespace, Field: jobspec.KeyModel, Value: s.Model,
 			Want: fmt.Sprintf("a job the throughput profile can plan: %v; give hadar.throughput for the GPU types it runs on, or a profiled hadar.workers", err)}
-		if iv, ok := a.invalid[k]; !ok || iv.index != j.JobModifyIndex {
+		if iv, ok := a.invalid[k]; !ok || iv.err.Error() != fe.Error() {
 			a.log.Error("managed job refused", "job", k.String(), "error", fe.Error())
+			a.invalid[k] = invalidJob{err: fe, index: j.JobModifyIndex, admission: true}
 		}
-		a.invalid[k] = invalidJob{err: fe, index: j.JobModifyIndex}
 		return
 	}
+	delete(a.invalid, k)
+	a.net.setSensitivity(jb.ID, s.Sensitivity)
 	mj := &managed{key: k, id: jb.ID, spec: s, version: j.Version, model: model, arrival: j.SubmitTime}
 	mj.units = nextUnit(snap, j)
 	a.jobs[k] = mj

@@ -150,6 +150,12 @@ type Outcome struct {
 // was read: the write was refused by check-and-set.
 var ErrConflict = errors.New("the job changed since it was read")
 
+func (a *Applier) count(kind string) {
+	a.mu.Lock()
+	a.writes[kind]++
+	a.mu.Unlock()
+}
+
 // Writes returns the registrations made so far, by kind.
 func (a *Applier) Writes() map[string]int {
 	a.mu.Lock()
@@ -307,10 +313,8 @@ func (a *Applier) write(ctx context.Context, j *Job, units []jobform.Unit, kind 
 	if err != nil {
 		return err
 	}
-	a.mu.Lock()
-	a.writes[kind]++
-	a.mu.Unlock()
 	if a.cfg.DryRun {
+		a.count(kind)
 		return nil
 	}
 	wo := (&api.WriteOptions{Namespace: j.Key.Namespace}).WithContext(ctx)
@@ -348,6 +352,7 @@ func (a *Applier) write(ctx context.Context, j *Job, units []jobform.Unit, kind 
 		}
 		return fmt.Errorf("job %s: registering the %s write: %w", j.Key, kind, err)
 	}
+	a.count(kind)
 	j.JobModifyIndex = resp.JobModifyIndex
 	a.cfg.Logger.Debug("job written", "job", j.Key.String(), "kind", kind, "units", len(units), "eval", resp.EvalID, "index", resp.JobModifyIndex)
 	return nil

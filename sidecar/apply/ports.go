@@ -60,3 +60,10 @@ func (p *Ports) Take() (int, error) {
 	}
 	return 0, fmt.Errorf("no rendezvous port left in %d-%d (%d in use, %d quarantined): widen rendezvous_ports in the sidecar config", p.low, p.high, len(p.used), len(p.released))
 }
+
+// Give returns a port taken for a write that was not made.
+func (p *Ports) Give(port int) {
+	p.mu.Lock()
+	delete(p.used, port)
+	p.mu.Unlock()
+}

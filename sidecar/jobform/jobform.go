@@ -55,8 +55,7 @@ const (
 	EnvNodeRank       = "NODE_RANK"  // the same, the name launchers such as Lightning read
 	EnvMasterAddr     = "MASTER_ADDR"
 	EnvMasterPort     = "MASTER_PORT"
-	EnvUnit           = "HADAR_UNIT"         // the unit's number (stable while it runs)
-	EnvCopyIndex      = "HADAR_COPY_INDEX"   // the same, as the HadarE copy index
+	EnvUnit           = "HADAR_UNIT"         // the unit's number (stable while it runs; HadarE copies are units)
 	EnvTemplate       = "HADAR_TEMPLATE"     // the template group: checkpoints are keyed by it, not by the generated group
 	EnvGPUType        = "HADAR_GPU_TYPE"     // the planner's GPU type the worker was placed on
 	EnvGPUModel       = "HADAR_GPU_MODEL"    // the device model, when the node has one of that type
@@ -295,7 +294,7 @@ func worker(t *api.TaskGroup, spec jobspec.Spec, u Unit, rank int) (*api.TaskGro
 		EnvLocalRank: strconv.Itoa(local), EnvLocalWorldSize: strconv.Itoa(localSize),
 		EnvGroupRank: strconv.Itoa(slices.Index(nodes, w.Node)), EnvNodeRank: strconv.Itoa(slices.Index(nodes, w.Node)),
 		EnvMasterAddr: u.Workers[0].Addr, EnvMasterPort: strconv.Itoa(u.Port),
-		EnvUnit: strconv.Itoa(u.ID), EnvCopyIndex: strconv.Itoa(u.ID), EnvTemplate: spec.Group,
+		EnvUnit: strconv.Itoa(u.ID), EnvTemplate: spec.Group,
 		EnvGPUType: string(w.Type), EnvSteps: strconv.FormatInt(spec.Steps, 10), EnvManaged: "hadar-sidecar",
 	}
 	if len(w.Models) == 1 {

@@ -103,7 +103,7 @@ func TestPlacedForm(t *testing.T) {
 	}
 	env := g.Tasks[0].Env
 	want := map[string]string{"LR": "0.1", EnvRank: "2", EnvWorldSize: "3", EnvLocalRank: "0", EnvLocalWorldSize: "1", EnvGroupRank: "1", EnvNodeRank: "1",
-		EnvMasterAddr: "10.0.0.1", EnvMasterPort: "29500", EnvUnit: "0", EnvCopyIndex: "0", EnvTemplate: "train", EnvGPUType: "p100",
+		EnvMasterAddr: "10.0.0.1", EnvMasterPort: "29500", EnvUnit: "0", EnvTemplate: "train", EnvGPUType: "p100",
 		EnvSteps: "5000", EnvManaged: "hadar-sidecar"}
 	if !reflect.DeepEqual(env, want) {
 		t.Fatalf("env\n got %v\nwant %v", env, want)

@@ -78,7 +78,7 @@ func (w *Watcher) progress(ctx context.Context, a *Alloc) (*Progress, error) {
 	}
 	var p Progress
 	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("alloc %s task %q: progress file %s: %w (want the JSON object of docs/training-contract.md)", a.ID, task, path, err)
+		return nil, fmt.Errorf("alloc %s task %q: progress file %s: %w (want the JSON object of docs/training-contract.md; it starts %q)", a.ID, task, path, err, b[:min(len(b), 64)])
 	}
 	return &p, nil
 }
