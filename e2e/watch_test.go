@@ -43,8 +43,10 @@ func watchGPUs(prefix, model, mem string, n, unhealthy int) string {
 	return b.String()
 }
 
+// watchTrainPlugin configures hadar-train with a checkpoint root its tasks
+// (run as nobody) can reach.
 func watchTrainPlugin(t *testing.T) string {
-	return fmt.Sprintf("checkpoint_root = %q\nprogress_poll_interval = \"500ms\"\nprogress_event_interval = \"2s\"", t.TempDir())
+	return fmt.Sprintf("checkpoint_root = %q\nprogress_poll_interval = \"500ms\"", harness.SharedDir(t))
 }
 
 // watchJobHCL is a hadar-train job of one worker on one GPU, with meta
