@@ -56,7 +56,7 @@ func declare(prefix, model, mem string, n int) string {
 // startSidecarCluster starts the cluster (not the sidecar):
 //
 //	rack r1: v100-a (4x V100), v100-b (4x V100)
-//	rack r2: p100-a (4x P100), k80-a (4x K80)
+//	rack r2: mix-a (2x V100, 2x P100), k80-a (4x K80)
 func startSidecarCluster(t *testing.T) *sidecarCluster {
 	t.Helper()
 	c := &sidecarCluster{t: t, nodes: map[string]string{}, ids: map[string]string{}}
@@ -68,7 +68,7 @@ func startSidecarCluster(t *testing.T) *sidecarCluster {
 	for _, n := range []struct{ name, rack, gpus string }{
 		{"v100-a", "r1", declare("va", "Tesla V100-SXM2-16GB", "16GiB", 4)},
 		{"v100-b", "r1", declare("vb", "Tesla V100-SXM2-16GB", "16GiB", 4)},
-		{"p100-a", "r2", declare("pa", "Tesla P100-PCIE-16GB", "16GiB", 4)},
+		{"mix-a", "r2", declare("ma", "Tesla V100-SXM2-16GB", "16GiB", 2) + strings.TrimPrefix(declare("mb", "Tesla P100-PCIE-16GB", "16GiB", 2), "fingerprint_period = \"1s\"\n")},
 		{"k80-a", "r2", declare("ka", "Tesla K80", "12GiB", 4)},
 	} {
 		a := harness.StartAgent(t, harness.Options{Name: n.name, Mode: harness.ModeClient, Servers: []string{c.server.RPCAddr},
@@ -174,6 +174,7 @@ func (c *sidecarCluster) hcl(m scJob) string {
 	if m.gated {
 		gate = jobspec.GateHCL
 	}
+	pace := func(model string) float64 { return paces[model] * float64(m.workers) }
 	return fmt.Sprintf(`job %q {
   type = "batch"
   meta = {
@@ -221,7 +222,7 @@ func (c *sidecarCluster) hcl(m scJob) string {
   }
 }
 `, m.id, strings.Join(thr, ","), m.steps, m.workers, m.weight, m.forkable, m.extra, gate, c.trainer, m.steps,
-		paces["Tesla V100-SXM2-16GB"], paces["Tesla P100-PCIE-16GB"], paces["Tesla K80"], m.task)
+		pace("Tesla V100-SXM2-16GB"), pace("Tesla P100-PCIE-16GB"), pace("Tesla K80"), m.task)
 }
 
 // submit registers a managed job (gated unless told otherwise).
@@ -608,6 +609,147 @@ func TestSidecarRefusesAndRespects(t *testing.T) {
 	c.submit(scJob{id: "bad", steps: 300, gated: true})
 	c.waitFor("the fixed job completes", 2*time.Minute, func() error {
 		if st := c.jobStatus("bad"); st != "dead" {
+			return fmt.Errorf("status %s", st)
+		}
+		return nil
+	})
+}
+
+// racksOf returns the racks a job's running workers sit in.
+func (c *sidecarCluster) racksOf(id string) map[string]bool {
+	rack := map[string]string{"v100-a": "r1", "v100-b": "r1", "mix-a": "r2", "k80-a": "r2"}
+	out := map[string]bool{}
+	for _, n := range c.running(id) {
+		out[rack[n]] = true
+	}
+	return out
+}
+
+// TestSidecarKeepsSensitiveJobsInARack: with two V100s of rack r1 busy, an
+// insensitive 8-V100 job spreads over both racks at once, while a
+// network-sensitive one (hadar.sensitivity = 4: 4x slower across racks)
+// waits (delay scheduling) and lands within r1 when it frees.
+func TestSidecarKeepsSensitiveJobsInARack(t *testing.T) {
+	skipShort(t)
+	c := startSidecarCluster(t)
+	a := c.startSidecar(agent.Config{Policy: "gavel-maxmin", Placement: "delay"})
+	v100 := `    "hadar.throughput" = "v100=320"`
+
+	c.plainGPUJob("busy", "v100-a", "Tesla V100-SXM2-16GB", 2)
+	loose := scJob{id: "loose", steps: 3200, workers: 8, gated: true}
+	c.submit(loose)
+	setThroughput(t, c, "loose", "v100=320")
+	c.waitFor("the insensitive job runs", 90*time.Second, func() error {
+		if n := len(c.running("loose")); n != 8 {
+			return fmt.Errorf("%d of 8 workers running", n)
+		}
+		return nil
+	})
+	if r := c.racksOf("loose"); !r["r1"] || !r["r2"] {
+		t.Fatalf("the insensitive job runs in racks %v; with r1 short of two V100s it should have spread at once", r)
+	}
+	c.waitFor("the insensitive job completes", 2*time.Minute, func() error {
+		if st := c.jobStatus("loose"); st != "dead" {
+			return fmt.Errorf("status %s", st)
+		}
+		return nil
+	})
+
+	tight := scJob{id: "tight", steps: 9600, workers: 8, gated: true, extra: v100 + "\n    \"hadar.sensitivity\" = \"4\""}
+	c.submit(tight)
+	c.waitFor("the sensitive job waits for its rack", 30*time.Second, func() error {
+		jv := c.planOf(a, "tight")
+		if jv.State != "waiting" || !strings.Contains(jv.Reason.Why, "delay scheduling") {
+			return fmt.Errorf("state %q, why %q", jv.State, jv.Reason.Why)
+		}
+		return nil
+	})
+	time.Sleep(5 * time.Second)
+	if n := len(c.allocs("tight")); n != 0 {
+		t.Fatalf("the sensitive job has %d allocations while its rack is short", n)
+	}
+	if _, _, err := c.api.Jobs().Deregister("busy", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor("the sensitive job runs", 90*time.Second, func() error {
+		if n := len(c.running("tight")); n != 8 {
+			return fmt.Errorf("%d of 8 workers running", n)
+		}
+		return nil
+	})
+	if r := c.racksOf("tight"); len(r) != 1 || !r["r1"] {
+		t.Fatalf("the sensitive job runs in racks %v, want r1 only", r)
+	}
+}
+
+func setThroughput(t *testing.T, c *sidecarCluster, id, thr string) {
+	t.Helper()
+	j := c.job(id)
+	j.Meta["hadar.throughput"] = thr
+	if _, _, err := c.api.Jobs().Register(j, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSidecarSurvivesServerRestart: the Nomad server restarts while jobs
+// run and a round is due; the sidecar reconnects and resumes without a
+// duplicate action: no write to the running jobs, the same allocations;
+// then it places a new job.
+func TestSidecarSurvivesServerRestart(t *testing.T) {
+	skipShort(t)
+	c := startSidecarCluster(t)
+	a := c.startSidecar(agent.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"})
+	for _, id := range []string{"r1", "r2"} {
+		c.submit(scJob{id: id, steps: 3600, gated: true})
+	}
+	allocsOf := func() map[string]string {
+		out := map[string]string{}
+		for _, id := range []string{"r1", "r2"} {
+			for _, al := range c.allocs(id) {
+				out[al.ID] = al.ClientStatus
+			}
+		}
+		return out
+	}
+	c.waitFor("both jobs run", 90*time.Second, func() error {
+		if len(c.running("r1")) != 1 || len(c.running("r2")) != 1 {
+			return errNotYet
+		}
+		return nil
+	})
+	before := allocsOf()
+	versions := map[string]uint64{"r1": *c.job("r1").Version, "r2": *c.job("r2").Version}
+	writes := a.Applier().Writes()
+	relists := a.Watcher().Stats().Relists
+
+	c.server.Restart(t)
+	c.waitFor("the sidecar re-synced with the restarted server", 90*time.Second, func() error {
+		if a.Watcher().Stats().Relists <= relists {
+			return errNotYet
+		}
+		if h := a.Health(); !h.OK {
+			return errors.New(h.Problem)
+		}
+		return nil
+	})
+	time.Sleep(12 * time.Second) // two rounds
+	if w := a.Applier().Writes(); fmt.Sprint(w) != fmt.Sprint(writes) {
+		t.Fatalf("writes %v after the restart, %v before: a duplicate action", w, writes)
+	}
+	for id, v := range versions {
+		if got := *c.job(id).Version; got != v {
+			t.Fatalf("job %s went from version %d to %d across the restart", id, v, got)
+		}
+	}
+	after := allocsOf()
+	for id := range after {
+		if _, ok := before[id]; !ok {
+			t.Fatalf("allocation %s appeared across the restart: %v -> %v", id, before, after)
+		}
+	}
+	c.submit(scJob{id: "r3", steps: 200, gated: true})
+	c.waitFor("a job submitted after the restart runs", 90*time.Second, func() error {
+		if st := c.jobStatus("r3"); st != "running" && st != "dead" {
 			return fmt.Errorf("status %s", st)
 		}
 		return nil

@@ -89,7 +89,10 @@ type Engine struct {
 
 	nodes   []planner.Node
 	drained map[string]bool
-	epoch   uint64
+	// held are GPUs of the cluster in use by work the engine does not
+	// plan (a person's jobs): never offered, but still capacity.
+	held  map[string]map[planner.GPUType]int
+	epoch uint64
 	// Derived from nodes and drained by refresh.
 	cluster  planner.Cluster // schedulable nodes only
 	types    []planner.GPUType
@@ -524,6 +527,53 @@ func (e *Engine) SetNodes(ns []planner.Node, now float64) ([]string, error) {
 	return hit, nil
 }
 
+// SetHeld records the GPUs, per node and type, that work the engine does
+// not plan holds (jobs hadar does not manage): plans never offer them, but
+// they stay the cluster's capacity (that work ends; a rack that holds a
+// job when it does is still worth waiting for). It replaces the previous
+// holdings; a change makes a fill due.
+func (e *Engine) SetHeld(held map[string]map[planner.GPUType]int, now float64) error {
+	if err := e.advance(now); err != nil {
+		return err
+	}
+	next := map[string]map[planner.GPUType]int{}
+	for n, m := range held {
+		for t, k := range m {
+			if k < 0 {
+				return fmt.Errorf("engine: %d held GPUs of type %s on node %s: want >= 0", k, t, n)
+			}
+			if k > 0 {
+				if next[n] == nil {
+					next[n] = map[planner.GPUType]int{}
+				}
+				next[n][t] = k
+			}
+		}
+	}
+	if !sameHeld(e.held, next) {
+		e.held = next
+		e.dirty = true
+	}
+	return nil
+}
+
+func sameHeld(a, b map[string]map[planner.GPUType]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for n, m := range a {
+		if len(m) != len(b[n]) {
+			return false
+		}
+		for t, k := range m {
+			if b[n][t] != k {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // Drain marks node id as draining (on: no new placements; its running
 // jobs move at the next round boundary) or schedulable again.
 func (e *Engine) Drain(id string, on bool, now float64) error {
@@ -711,6 +761,14 @@ func (e *Engine) refreshThroughputs() error {
 // the idle ones mid-round.
 func (e *Engine) pool(mid bool) *round.Pool {
 	p := round.NewPool(e.cluster)
+	for n, m := range e.held {
+		if !p.Has(n) {
+			continue
+		}
+		for t, k := range m {
+			p.Take(planner.Unit{Slots: []planner.Slot{{Node: n, Type: t, Count: min(k, p.Free(n, t))}}})
+		}
+	}
 	if mid {
 		for _, j := range e.jobs {
 			if j.view.Running {

@@ -534,3 +534,33 @@ func TestDeferKeepsAJobOutOfPlansUntilItsTime(t *testing.T) {
 		}
 	}
 }
+
+func TestHeldGPUsAreNeverOfferedButStayCapacity(t *testing.T) {
+	s := &scripted{next: map[string]planner.Placement{}}
+	e := newEngine(t, s, engine.Config{})
+	if err := e.Admit(job("x", 4, 1e6), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetHeld(map[string]map[planner.GPUType]int{"a": {"v100": 3}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Plan(context.Background(), 0, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	v := s.views[len(s.views)-1]
+	if v.Pool.Free("a", "v100") != 1 || v.Capacity[1] != 8 {
+		t.Fatalf("free on a %d (want 1), v100 capacity %v (want 8: held GPUs stay capacity)", v.Pool.Free("a", "v100"), v.Capacity)
+	}
+	s.next["x"] = place(unit(slot("a", "v100", 4)))
+	if _, err := e.Plan(context.Background(), 10, engine.Boundary); err == nil || !strings.Contains(err.Error(), "not free") {
+		t.Fatalf("placing on held GPUs: err = %v", err)
+	}
+	// Freed: a fill is due and the GPUs are offered again.
+	if err := e.SetHeld(nil, 20); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Plan(context.Background(), 20, engine.Fill)
+	if err != nil || actions(d)["x"] != engine.Start {
+		t.Fatalf("after the release: %v, %v", actions(d), err)
+	}
+}

@@ -65,18 +65,19 @@ func Open(data []byte, format string, version int) ([]byte, error) {
 }
 
 type stateV1 struct {
-	Round     float64           `json:"round_s"`
-	NoFills   bool              `json:"no_fills"`
-	Overrun   float64           `json:"overrun"`
-	Now       float64           `json:"now"`
-	Dirty     bool              `json:"dirty"`
-	Epoch     uint64            `json:"epoch"`
-	Nodes     []planner.Node    `json:"nodes"`
-	Drained   []string          `json:"drained"`
-	Types     []planner.GPUType `json:"types"`
-	Jobs      []jobV1           `json:"jobs"`
-	Estimates *estimatesV1      `json:"estimates,omitempty"`
-	Scheduler schedulerV1       `json:"scheduler"`
+	Round     float64                            `json:"round_s"`
+	NoFills   bool                               `json:"no_fills"`
+	Overrun   float64                            `json:"overrun"`
+	Now       float64                            `json:"now"`
+	Dirty     bool                               `json:"dirty"`
+	Epoch     uint64                             `json:"epoch"`
+	Nodes     []planner.Node                     `json:"nodes"`
+	Drained   []string                           `json:"drained"`
+	Held      map[string]map[planner.GPUType]int `json:"held,omitempty"`
+	Types     []planner.GPUType                  `json:"types"`
+	Jobs      []jobV1                            `json:"jobs"`
+	Estimates *estimatesV1                       `json:"estimates,omitempty"`
+	Scheduler schedulerV1                        `json:"scheduler"`
 }
 
 type jobV1 struct {
@@ -119,7 +120,7 @@ type schedulerV1 struct {
 // learns, its estimates) to the versioned format of docs/engine.md.
 func (e *Engine) Snapshot() ([]byte, error) {
 	st := stateV1{Round: e.cfg.Round, NoFills: e.cfg.NoFills, Overrun: e.cfg.Overrun, Now: e.now, Dirty: e.dirty, Epoch: e.epoch,
-		Nodes: e.nodes, Drained: []string{}, Types: e.types, Scheduler: schedulerV1{Name: e.sched.Name()}}
+		Nodes: e.nodes, Drained: []string{}, Held: e.held, Types: e.types, Scheduler: schedulerV1{Name: e.sched.Name()}}
 	for _, n := range e.nodes {
 		if e.drained[n.ID] {
 			st.Drained = append(st.Drained, n.ID)
@@ -195,6 +196,17 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		}
 		e.drained[id] = true
 	}
+	for n, m := range st.Held {
+		if !seen[n] {
+			return nil, fmt.Errorf("engine snapshot: held GPUs on %q, which is not a node", n)
+		}
+		for t, k := range m {
+			if k < 0 {
+				return nil, fmt.Errorf("engine snapshot: %d held GPUs of type %s on node %s", k, t, n)
+			}
+		}
+	}
+	e.held = st.Held
 	e.refresh()
 	if !slices.Equal(e.types, st.Types) {
 		return nil, fmt.Errorf("engine snapshot: its nodes give GPU types %v but it records %v", e.types, st.Types)

@@ -34,9 +34,9 @@ func (a *Agent) sync(snap *watch.Snapshot, now float64) error {
 }
 
 // plannerNode is the engine's view of a Nomad node: its healthy GPUs per
-// planner type, less those allocations of jobs hadar does not manage hold.
-// ok is false for a node the engine must not plan on (not ready, no GPUs).
-func (a *Agent) plannerNode(n *watch.Node, held map[string]map[string]int) (planner.Node, bool) {
+// planner type. ok is false for a node the engine must not plan on (not
+// ready, no GPUs).
+func (a *Agent) plannerNode(n *watch.Node) (planner.Node, bool) {
 	if n.Status != api.NodeStatusReady {
 		return planner.Node{}, false
 	}
@@ -50,9 +50,8 @@ func (a *Agent) plannerNode(n *watch.Node, held map[string]map[string]int) (plan
 		if t == "" {
 			continue
 		}
-		free := g.Healthy - held[n.ID][g.Model]
-		if free > 0 {
-			pn.GPUs[t] += free
+		if g.Healthy > 0 {
+			pn.GPUs[t] += g.Healthy
 		}
 		models[t] = append(models[t], g.Model)
 	}
@@ -66,7 +65,6 @@ func (a *Agent) plannerNode(n *watch.Node, held map[string]map[string]int) (plan
 }
 
 func (a *Agent) syncNodes(snap *watch.Snapshot, now float64) error {
-	held := unmanagedGPUs(snap)
 	want := map[string]planner.Node{}
 	drain := map[string]bool{}
 	for id, n := range snap.Nodes {
@@ -76,7 +74,7 @@ func (a *Agent) syncNodes(snap *watch.Snapshot, now float64) error {
 					"fix", fmt.Sprintf(`add gpu_types = { %q = "<type>" } to the sidecar config`, g.Model))
 			}
 		}
-		if pn, ok := a.plannerNode(n, held); ok {
+		if pn, ok := a.plannerNode(n); ok {
 			want[id] = pn
 			drain[id] = !n.Schedulable()
 		}
@@ -119,20 +117,24 @@ func (a *Agent) syncNodes(snap *watch.Snapshot, now float64) error {
 			a.drained[id] = d
 		}
 	}
-	return nil
+	return a.eng.SetHeld(a.unmanagedGPUs(snap), now)
 }
 
-// unmanagedGPUs counts, per node and device model, the GPUs that running
-// allocations of jobs hadar does not manage hold: capacity hadar must not
-// plan on.
-func unmanagedGPUs(snap *watch.Snapshot) map[string]map[string]int {
-	out := map[string]map[string]int{}
+// unmanagedGPUs counts, per node and planner type, the GPUs that live
+// allocations of jobs hadar does not manage hold: never offered to the
+// planner, though still the cluster's capacity.
+func (a *Agent) unmanagedGPUs(snap *watch.Snapshot) map[string]map[planner.GPUType]int {
+	out := map[string]map[planner.GPUType]int{}
 	for _, h := range snap.Unmanaged {
-		if out[h.NodeID] == nil {
-			out[h.NodeID] = map[string]int{}
-		}
 		for model, n := range h.GPUs {
-			out[h.NodeID][model] += n
+			t := a.types.Type(model)
+			if t == "" {
+				continue
+			}
+			if out[h.NodeID] == nil {
+				out[h.NodeID] = map[planner.GPUType]int{}
+			}
+			out[h.NodeID][t] += n
 		}
 	}
 	return out
@@ -322,7 +324,9 @@ func (a *Agent) forget(mj *managed, now float64) {
 }
 
 // running returns the units of a job Nomad runs now: written in its spec,
-// every worker placed (pending or running, desired run).
+// every worker placed (pending or running) or finished (complete: the
+// workers of a unit end a few seconds apart, and a finishing unit is not a
+// broken one), none asked to stop.
 func running(snap *watch.Snapshot, j *watch.Job) ([]jobform.Unit, error) {
 	units, err := jobform.Units(j.Raw, *j.Spec)
 	if err != nil {
@@ -330,7 +334,11 @@ func running(snap *watch.Snapshot, j *watch.Job) ([]jobform.Unit, error) {
 	}
 	live := map[string]bool{}
 	for _, al := range snap.AllocsOf(j.Key()) {
-		if al.DesiredStatus == api.AllocDesiredStatusRun && (al.ClientStatus == api.AllocClientStatusRunning || al.ClientStatus == api.AllocClientStatusPending) {
+		if al.DesiredStatus != api.AllocDesiredStatusRun {
+			continue
+		}
+		switch al.ClientStatus {
+		case api.AllocClientStatusRunning, api.AllocClientStatusPending, api.AllocClientStatusComplete:
 			live[al.TaskGroup] = true
 		}
 	}
