@@ -15,12 +15,26 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
 
-// act carries out the changes of a decision.
+// writers bounds the job writes made at once.
+const writers = 8
+
+// act carries out the changes of a decision: each job's units are worked
+// out in order (they take unit numbers and ports), the writes to Nomad go
+// out concurrently, and the outcomes are recorded in order.
 func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision) {
 	byID := map[string]*managed{}
 	for _, mj := range a.jobs {
 		byID[mj.id] = mj
 	}
+	type write struct {
+		mj     *managed
+		jd     engine.JobDecision
+		job    *apply.Job
+		target []jobform.Unit
+		fresh  []jobform.Unit
+		err    error
+	}
+	var ws []*write
 	for _, jd := range d.Changes() {
 		mj := byID[jd.Job]
 		if mj == nil {
@@ -30,18 +44,35 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 		if j == nil || j.Raw == nil || j.Spec == nil {
 			continue
 		}
-		target, fresh, err := a.target(mj, j, jd)
+		w := &write{mj: mj, jd: jd, job: &apply.Job{Key: apply.Key(mj.key), Raw: j.Raw, Spec: *j.Spec, JobModifyIndex: j.JobModifyIndex}}
+		w.target, w.fresh, w.err = a.target(mj, j, jd)
+		ws = append(ws, w)
+	}
+	sem := make(chan struct{}, writers)
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		if w.err != nil {
+			continue
+		}
+		a.applier.Cancel(w.job.Key)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			_, w.err = a.applier.Begin(ctx, w.job, w.target)
+		}()
+	}
+	wg.Wait()
+	for _, w := range ws {
+		jd, mj := w.jd, w.mj
 		ev := Event{Time: a.clock(), Job: jd.Job, Action: jd.Action, Why: jd.Reason.Why, Kind: d.Kind, Reason: jd.Reason}
 		ev.To = append(ev.To, jd.To.Units...)
-		if err == nil {
-			a.applier.Cancel(apply.Key(mj.key))
-			_, err = a.applier.Begin(ctx, &apply.Job{Key: apply.Key(mj.key), Raw: j.Raw, Spec: *j.Spec, JobModifyIndex: j.JobModifyIndex}, target)
-		}
-		if err != nil {
+		if err := w.err; err != nil {
 			// Nothing was written: the new units' numbers and ports stay
 			// free.
-			for _, u := range fresh {
-				a.ports.Give(u.Port)
+			for _, u := range w.fresh {
+				a.ports.Give(u.Workers[0].Addr, u.Port)
 			}
 			ev.Result = "not applied: " + err.Error()
 			if errors.Is(err, apply.ErrConflict) {
@@ -53,7 +84,7 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 			// The engine assumed the change; Nomad is the truth: the next
 			// reconcile puts the engine back where Nomad is.
 		} else {
-			for _, u := range fresh {
+			for _, u := range w.fresh {
 				mj.units = max(mj.units, u.ID+1)
 			}
 			a.log.Info("decision", "job", jd.Job, "action", jd.Action, "why", jd.Reason.Why)
@@ -81,15 +112,7 @@ func (a *Agent) target(mj *managed, j *watch.Job, jd engine.JobDecision) (target
 				continue
 			}
 		}
-		port, err := a.ports.Take()
-		if err != nil {
-			for _, f := range fresh {
-				a.ports.Give(f.Port)
-			}
-			return nil, nil, err
-		}
-		nu := jobform.Unit{ID: next, Port: port}
-		next++
+		nu := jobform.Unit{ID: next}
 		for _, sl := range u.Slots {
 			for range sl.Count {
 				nu.Workers = append(nu.Workers, jobform.Worker{Node: sl.Node, Type: sl.Type, Models: a.models[sl.Node][sl.Type]})
@@ -99,6 +122,15 @@ func (a *Agent) target(mj *managed, j *watch.Job, jd engine.JobDecision) (target
 		for i := range nu.Workers {
 			nu.Workers[i].Addr = addr
 		}
+		port, err := a.ports.Take(addr)
+		if err != nil {
+			for _, f := range fresh {
+				a.ports.Give(f.Workers[0].Addr, f.Port)
+			}
+			return nil, nil, err
+		}
+		nu.Port = port
+		next++
 		out = append(out, nu)
 		fresh = append(fresh, nu)
 	}
@@ -184,7 +216,7 @@ func (a *Agent) readProgress(ctx context.Context, snap *watch.Snapshot, now floa
 			defer func() { <-sem }()
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			p, err := a.watcher.Progress(rctx, r.alloc)
+			p, err := a.progress(rctx, r.alloc)
 			if err != nil {
 				done[i] = -1
 				return

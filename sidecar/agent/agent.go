@@ -56,6 +56,8 @@ type Agent struct {
 	next    time.Time // next round boundary
 	ports   *apply.Ports
 	warned  map[string]time.Time
+	// progress reads a job's training progress (the watcher's reader).
+	progress func(context.Context, *watch.Alloc) (*watch.Progress, error)
 }
 
 // managed is a job admitted to the engine.
@@ -121,6 +123,7 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 		nodes: map[string]planner.Node{}, drained: map[string]bool{}, addrs: map[string]string{},
 		models: map[string]map[planner.GPUType][]string{}, ports: apply.NewPorts(cfg.PortLow, cfg.PortHigh),
 	}
+	a.progress = w.Progress
 	a.prof = newJobProfile(base)
 	a.net = newRackNetwork(a.prof)
 	a.applier = apply.New(client.Jobs(), apply.Config{GangTimeout: cfg.GangTimeoutD, StopTimeout: cfg.StopTimeoutD, DryRun: cfg.DryRun, Logger: logger.Named("apply")})
@@ -231,7 +234,11 @@ func (a *Agent) Run(ctx context.Context) error {
 // when the round is due (or force), else a fill, which does nothing when
 // nothing changed.
 func (a *Agent) Cycle(ctx context.Context, force bool) error {
-	snap := a.watcher.Snapshot()
+	return a.cycleOn(ctx, a.watcher.Snapshot(), force)
+}
+
+// cycleOn is Cycle on a given view of the cluster.
+func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()

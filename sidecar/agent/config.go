@@ -92,7 +92,7 @@ const (
 	DefaultMergeCost       = 10 * time.Second
 	DefaultGangTimeout     = 2 * time.Minute
 	DefaultStopTimeout     = 2 * time.Minute
-	DefaultRendezvousPorts = "29500-29999"
+	DefaultRendezvousPorts = "29500-31999"
 	DefaultHTTPAddress     = "127.0.0.1:4650"
 	DefaultLogLevel        = "info"
 )

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -422,9 +421,9 @@ func samePlacement(a, b planner.Placement) bool {
 	return true
 }
 
-// usedPorts are the rendezvous ports written in managed jobs.
-func (a *Agent) usedPorts(snap *watch.Snapshot) []int {
-	var out []int
+// usedPorts are the rendezvous ports written in managed jobs, by address.
+func (a *Agent) usedPorts(snap *watch.Snapshot) map[string][]int {
+	out := map[string][]int{}
 	for _, j := range snap.ManagedJobs() {
 		if j.Spec == nil || j.Raw == nil {
 			continue
@@ -434,10 +433,9 @@ func (a *Agent) usedPorts(snap *watch.Snapshot) []int {
 			continue
 		}
 		for _, u := range us {
-			out = append(out, u.Port)
+			out[u.Workers[0].Addr] = append(out[u.Workers[0].Addr], u.Port)
 		}
 	}
-	sort.Ints(out)
 	return out
 }
 

@@ -295,20 +295,28 @@ func TestDryRunWritesNothing(t *testing.T) {
 func TestPorts(t *testing.T) {
 	p := NewPorts(100, 102)
 	now := time.Unix(0, 0)
-	p.Reset([]int{100}, now)
-	if got, _ := p.Take(); got != 101 {
+	p.Reset(map[string][]int{"a": {100}}, now)
+	if got, _ := p.Take("a"); got != 101 {
 		t.Fatalf("took %d, want 101", got)
 	}
-	// 100 leaves the written units: quarantined, not reused at once.
-	p.Reset([]int{101}, now)
-	if got, _ := p.Take(); got != 102 {
+	// Another address has the whole range.
+	if got, _ := p.Take("b"); got != 100 {
+		t.Fatalf("took %d on b, want 100", got)
+	}
+	// 100 leaves the written units on a: quarantined, not reused at once.
+	p.Reset(map[string][]int{"a": {101}, "b": {100}}, now)
+	if got, _ := p.Take("a"); got != 102 {
 		t.Fatalf("took %d, want 102 (100 is quarantined)", got)
 	}
-	if _, err := p.Take(); err == nil || !strings.Contains(err.Error(), "rendezvous_ports") {
+	if _, err := p.Take("a"); err == nil || !strings.Contains(err.Error(), "rendezvous_ports") {
 		t.Fatalf("err = %v, want the range exhausted", err)
 	}
-	p.Reset([]int{101, 102}, now.Add(6*time.Minute))
-	if got, _ := p.Take(); got != 100 {
+	p.Reset(map[string][]int{"a": {101, 102}}, now.Add(6*time.Minute))
+	if got, _ := p.Take("a"); got != 100 {
 		t.Fatalf("took %d, want 100 after its quarantine", got)
+	}
+	p.Give("a", 100)
+	if got, _ := p.Take("a"); got != 100 {
+		t.Fatalf("took %d, want 100 given back", got)
 	}
 }

@@ -1,0 +1,195 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/planner/profile"
+	"github.com/hadar-sched/hadar/planner/trace"
+	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/watch"
+)
+
+// recordedNomad answers the three job calls the sidecar writes through
+// (read, plan, register with check-and-set) from jobs held in memory, and
+// counts the registrations: a stand-in for Nomad in the round benchmark.
+type recordedNomad struct {
+	mu        sync.Mutex
+	jobs      map[string]*api.Job
+	registers int
+}
+
+func (n *recordedNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	path := strings.TrimPrefix(r.URL.Path, "/v1/")
+	switch {
+	case r.Method == http.MethodGet && strings.HasPrefix(path, "job/"):
+		j := n.jobs[strings.TrimPrefix(path, "job/")]
+		if j == nil {
+			http.Error(w, "job not found", http.StatusNotFound)
+			return
+		}
+		json.NewEncoder(w).Encode(j)
+	case strings.HasPrefix(path, "job/") && strings.HasSuffix(path, "/plan"):
+		json.NewEncoder(w).Encode(api.JobPlanResponse{FailedTGAllocs: map[string]*api.AllocationMetric{}})
+	case path == "jobs":
+		var req api.JobRegisterRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		old := n.jobs[*req.Job.ID]
+		if req.EnforceIndex && (old == nil || *old.JobModifyIndex != req.JobModifyIndex) {
+			http.Error(w, "conflicting job modify index", http.StatusInternalServerError)
+			return
+		}
+		idx := *old.JobModifyIndex + 1
+		req.Job.JobModifyIndex = &idx
+		n.jobs[*req.Job.ID] = req.Job
+		n.registers++
+		json.NewEncoder(w).Encode(api.JobRegisterResponse{JobModifyIndex: idx})
+	default:
+		http.Error(w, "not recorded: "+r.Method+" "+r.URL.Path, http.StatusNotFound)
+	}
+}
+
+// benchState is 500 nodes (8 GPUs each, three models, 20 racks) and n
+// managed jobs of a Gavel-style mix, held, as the sidecar would see them.
+func benchState(b *testing.B, n int) (*watch.Snapshot, *recordedNomad) {
+	b.Helper()
+	models := []string{"Tesla V100-SXM2-16GB", "Tesla P100-PCIE-16GB", "Tesla K80"}
+	snap := &watch.Snapshot{Index: 1, Synced: time.Now(), Nodes: map[string]*watch.Node{}, Jobs: map[watch.JobKey]*watch.Job{},
+		Allocs: map[string]*watch.Alloc{}, BlockedEvals: map[string]*watch.Eval{}}
+	for i := range 500 {
+		id := fmt.Sprintf("node-%03d", i)
+		g := watch.GPUGroup{Model: models[i%3], Healthy: 8}
+		for k := range 8 {
+			g.Instances = append(g.Instances, watch.GPU{ID: fmt.Sprintf("%s-%d", id, k), Healthy: true})
+		}
+		snap.Nodes[id] = &watch.Node{ID: id, Name: id, Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingEligible,
+			Rack: fmt.Sprintf("r%02d", i%20), Address: fmt.Sprintf("10.0.%d.%d", i/256, i%256), GPUs: []watch.GPUGroup{g}}
+	}
+	jobs, err := trace.Synthesize(trace.SynthConfig{Jobs: n, Seed: 1, Profile: profile.Default(), Reference: "v100"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rec := &recordedNomad{jobs: map[string]*api.Job{}}
+	for _, jb := range jobs {
+		j := api.NewBatchJob(jb.ID, jb.ID, "global", 50)
+		j.Namespace = ptr("default")
+		j.Meta = map[string]string{"hadar.model": jb.Model, "hadar.steps": fmt.Sprint(int64(jb.TotalSteps) + 1), "hadar.workers": fmt.Sprint(jb.ScaleFactor)}
+		j.Constrain(jobspec.GateConstraint())
+		task := api.NewTask("t", "hadar-train")
+		one := uint64(1)
+		task.Require(&api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: &one}}})
+		j.AddTaskGroup(api.NewTaskGroup("train", 1).AddTask(task))
+		idx := uint64(10)
+		j.JobModifyIndex, j.Version, j.Status = &idx, ptr(uint64(0)), ptr("pending")
+		spec, err := jobspec.Parse(j)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rec.jobs[jb.ID] = j
+		snap.Jobs[watch.JobKey{Namespace: "default", ID: jb.ID}] = &watch.Job{Namespace: "default", ID: jb.ID, Type: "batch", Status: "pending",
+			JobModifyIndex: idx, Managed: true, Spec: &spec, Raw: j, SubmitTime: time.Now()}
+	}
+	return snap, rec
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// observed turns what the recorded Nomad holds into the next snapshot:
+// every generated group runs.
+func observed(snap *watch.Snapshot, rec *recordedNomad) *watch.Snapshot {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	next := *snap
+	next.Jobs, next.Allocs = map[watch.JobKey]*watch.Job{}, map[string]*watch.Alloc{}
+	for k, j := range snap.Jobs {
+		raw := rec.jobs[k.ID]
+		c := *j
+		c.Raw, c.JobModifyIndex, c.Status = raw, *raw.JobModifyIndex, "running"
+		next.Jobs[k] = &c
+		for _, g := range raw.TaskGroups {
+			if _, _, _, gen := jobform.ParseGroupName(*g.Name); !gen {
+				continue
+			}
+			node := ""
+			for _, cons := range g.Constraints {
+				if cons.LTarget == jobform.NodeAttribute {
+					node = cons.RTarget
+				}
+			}
+			id := k.ID + "/" + *g.Name
+			next.Allocs[id] = &watch.Alloc{ID: id, Namespace: "default", JobID: k.ID, TaskGroup: *g.Name, NodeID: node, Task: "t",
+				DesiredStatus: api.AllocDesiredStatusRun, ClientStatus: api.AllocClientStatusRunning}
+		}
+	}
+	return &next
+}
+
+// BenchmarkRound is one sidecar round for 1,000 managed jobs on 500 nodes:
+// sync the engine with the view of Nomad, read every running job's
+// progress (answered in memory), plan a round boundary and diff; the
+// writes it makes are counted. Nomad is the recorded stand-in above.
+func BenchmarkRound(b *testing.B) {
+	for _, policy := range []string{"gavel-maxmin", "hadar"} {
+		b.Run("policy="+policy+"/jobs=1000/nodes=500", func(b *testing.B) {
+			snap, rec := benchState(b, 1000)
+			srv := httptest.NewServer(rec)
+			defer srv.Close()
+			client, err := api.NewClient(&api.Config{Address: srv.URL})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := Config{Policy: policy, Placement: "pack", Round: "6m"}.Resolve()
+			if err != nil {
+				b.Fatal(err)
+			}
+			a, err := New(s, client, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			steps := 0.0
+			a.progress = func(context.Context, *watch.Alloc) (*watch.Progress, error) {
+				return &watch.Progress{StepsDone: int64(steps)}, nil
+			}
+			ctx := context.Background()
+			// The first round admits and places the jobs.
+			if err := a.cycleOn(ctx, snap, true); err != nil {
+				b.Fatal(err)
+			}
+			first := rec.registers
+			snap = observed(snap, rec)
+			b.ReportAllocs()
+			b.ResetTimer()
+			rounds, writes := 0, 0
+			for b.Loop() {
+				steps += 10
+				before := rec.registers
+				if err := a.cycleOn(ctx, snap, true); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				writes += rec.registers - before
+				rounds++
+				snap = observed(snap, rec)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(writes)/float64(rounds), "writes/round")
+			b.ReportMetric(float64(first), "writes/first-round")
+			b.ReportMetric(float64(len(a.Plan().Jobs)), "jobs")
+		})
+	}
+}
