@@ -142,6 +142,13 @@ func (d *Driver) SetConfig(c *base.Config) error {
 	if err != nil {
 		return fmt.Errorf("%s plugin config: %w", PluginName, err)
 	}
+	if os.Geteuid() == 0 && s.defaultUser != "" {
+		// Refuse a default that could never run a task at load time,
+		// rather than at every task start.
+		if _, err := resolveUser(s, ""); err != nil {
+			return fmt.Errorf("%s plugin config: default_user %q: %w", PluginName, s.defaultUser, err)
+		}
+	}
 	for _, opt := range s.deprecated {
 		d.logger.Warn("plugin option ignored: progress is published in the alloc filesystem and as a few task events (docs/driver.md)", "option", opt)
 	}

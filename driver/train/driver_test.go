@@ -605,9 +605,14 @@ func TestPluginConfigErrors(t *testing.T) {
 		{map[string]interface{}{"checkpoint_root": "rel/dir"}, `checkpoint_root "rel/dir": want an absolute path`},
 		{map[string]interface{}{"merge_root": "x"}, `merge_root "x"`},
 		{map[string]interface{}{"progress_poll_interval": "0s"}, `progress_poll_interval "0s"`},
+		{map[string]interface{}{"default_user": "no-such-user-xyz"}, `default_user "no-such-user-xyz"`},
+		{map[string]interface{}{"default_user": "root"}, `allow_root = true`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.wantErr, func(t *testing.T) {
+			if _, ok := tc.cfg["default_user"]; ok {
+				needRoot(t) // a client that is not root ignores default_user
+			}
 			d := NewWithNVML(log.NewNullLogger(), nvml.NewLibraryUnavailable)
 			defer d.Shutdown()
 			err := d.SetConfig(encodePluginConfig(t, configSpec, tc.cfg))

@@ -25,10 +25,12 @@ var (
 )
 
 // portRegistry is the file holding "port pid" lines of ports reserved by
-// live test processes; portLock serializes its readers and writers.
+// live test processes, and the lock that serializes its readers and
+// writers. Their names do not match the agents' hadar-e2e-* directories,
+// which people clean up by pattern.
 func portRegistry() (path, lock string) {
 	dir := os.TempDir()
-	return filepath.Join(dir, "hadar-e2e-ports"), filepath.Join(dir, "hadar-e2e-ports.lock")
+	return filepath.Join(dir, "hadar-test-ports"), filepath.Join(dir, "hadar-test-ports.lock")
 }
 
 // withPortRegistry runs f on the registry's live entries under the lock
