@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -29,14 +30,15 @@ var modelOfType = map[string]string{"v100": "Tesla V100-SXM2-16GB", "p100": "Tes
 // sidecarCluster is one Nomad server and four clients on loopback, with
 // declared GPUs in two racks, both plugins, and the sidecar in process.
 type sidecarCluster struct {
-	t       *testing.T
-	server  *harness.Agent
-	api     *api.Client
-	nodes   map[string]string // node ID -> name
-	ids     map[string]string // name -> node ID
-	trainer string
-	ckpt    string
-	merge   string
+	t        *testing.T
+	server   *harness.Agent
+	api      *api.Client
+	nodes    map[string]string // node ID -> name
+	ids      map[string]string // name -> node ID
+	trainer  string
+	ckpt     string
+	merge    string
+	stateDir string
 
 	mu     sync.Mutex
 	agent  *agent.Agent
@@ -61,7 +63,7 @@ func startSidecarCluster(t *testing.T) *sidecarCluster {
 	t.Helper()
 	c := &sidecarCluster{t: t, nodes: map[string]string{}, ids: map[string]string{}}
 	c.trainer = harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
-	c.ckpt, c.merge = harness.SharedDir(t), harness.SharedDir(t)
+	c.ckpt, c.merge, c.stateDir = harness.SharedDir(t), harness.SharedDir(t), t.TempDir()
 	c.server = harness.StartAgent(t, harness.Options{Name: "sc-srv", Mode: harness.ModeServer})
 	c.api = c.server.Client
 	train := fmt.Sprintf("checkpoint_root = %q\nmerge_root = %q\nprogress_poll_interval = \"500ms\"", c.ckpt, c.merge)
@@ -96,6 +98,9 @@ func (c *sidecarCluster) startSidecar(cfg agent.Config) *agent.Agent {
 	}
 	if cfg.MinRunTime == "" {
 		cfg.MinRunTime = "1s"
+	}
+	if cfg.State.Path == "" {
+		cfg.State.Path = filepath.Join(c.stateDir, "sidecar.db")
 	}
 	s, err := cfg.Resolve()
 	if err != nil {
@@ -754,4 +759,57 @@ func TestSidecarSurvivesServerRestart(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestSidecarRestartRestoresItsState: a sidecar stopped mid-run and a new
+// one started on the same state file restores the engine (time received
+// per GPU type, decisions) and goes on without a write to the running
+// jobs; jobs that arrived while it was down are planned.
+func TestSidecarRestartRestoresItsState(t *testing.T) {
+	skipShort(t)
+	c := startSidecarCluster(t)
+	a := c.startSidecar(agent.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"})
+	c.submit(scJob{id: "long", steps: 2400, gated: true})
+	c.waitFor("the job runs", 90*time.Second, func() error {
+		if len(c.running("long")) != 1 {
+			return errNotYet
+		}
+		return nil
+	})
+	time.Sleep(6 * time.Second) // a round boundary: progress read, state saved
+	before, _, ok := a.Job("default/long")
+	if !ok {
+		t.Fatal("job not in the plan")
+	}
+	version := *c.job("long").Version
+	history := len(a.History())
+	c.stopSidecar()
+
+	c.submit(scJob{id: "late", steps: 200, gated: true}) // while no sidecar runs
+	b := c.startSidecar(agent.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"})
+	c.waitFor("the late job runs or finished", 90*time.Second, func() error {
+		if st := c.jobStatus("late"); st != "running" && st != "dead" {
+			return fmt.Errorf("status %s", st)
+		}
+		return nil
+	})
+	after, evs, ok := b.Job("default/long")
+	if !ok {
+		t.Fatal("the running job is not in the restored plan")
+	}
+	if after.State != "running" {
+		t.Fatalf("restored job state %q", after.State)
+	}
+	if len(evs) == 0 || len(b.History()) < history {
+		t.Fatalf("decision history not restored: %d events, %d before", len(b.History()), history)
+	}
+	if got := *c.job("long").Version; got != version {
+		t.Fatalf("the running job was written across the restart: version %d -> %d", version, got)
+	}
+	if w := b.Applier().Writes(); w["start"] != 1 || w["stop"] != 0 {
+		t.Fatalf("writes after the restart %v: want the late job's start only", w)
+	}
+	if after.StepsDone < before.StepsDone {
+		t.Fatalf("progress went back: %v -> %v", before.StepsDone, after.StepsDone)
+	}
 }

@@ -169,6 +169,20 @@ func (e *Engine) Estimates() *Estimates { return e.est }
 // Cluster returns the schedulable cluster (drained nodes left out).
 func (e *Engine) Cluster() planner.Cluster { return cloneCluster(e.cluster) }
 
+// Nodes returns every node the engine knows (drained ones too) and which
+// are drained.
+func (e *Engine) Nodes() ([]planner.Node, map[string]bool) {
+	ns := make([]planner.Node, len(e.nodes))
+	for i, n := range e.nodes {
+		ns[i] = cloneNode(n)
+	}
+	d := make(map[string]bool, len(e.drained))
+	for k, v := range e.drained {
+		d[k] = v
+	}
+	return ns, d
+}
+
 // Types are the GPU types of the schedulable cluster, sorted.
 func (e *Engine) Types() []planner.GPUType { return slices.Clone(e.types) }
 

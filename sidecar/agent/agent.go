@@ -8,10 +8,13 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -26,12 +29,14 @@ import (
 	"github.com/hadar-sched/hadar/planner/speed"
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/state"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
 
 // Agent is one sidecar.
 type Agent struct {
 	cfg     Settings
+	id      string // this replica's ID (journal, leader election)
 	log     hclog.Logger
 	client  *api.Client
 	watcher *watch.Watcher
@@ -58,6 +63,16 @@ type Agent struct {
 	warned  map[string]time.Time
 	// progress reads a job's training progress (the watcher's reader).
 	progress func(context.Context, *watch.Alloc) (*watch.Progress, error)
+
+	// State: the store, the last journal entry the saved state reflects,
+	// whether the journal is still to be re-checked after a restore, and
+	// the Nomad index the current plan was made on.
+	store      state.Store
+	journalMu  sync.Mutex
+	journalSeq uint64
+	recheck    bool
+	planIndex  atomic.Uint64
+	saveErr    error
 }
 
 // managed is a job admitted to the engine.
@@ -117,8 +132,9 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 	if err != nil {
 		return nil, err
 	}
+	host, _ := os.Hostname()
 	a := &Agent{
-		cfg: cfg, log: logger, client: client, watcher: w, types: NewGPUTypes(cfg.GPUTypes),
+		id: fmt.Sprintf("%s-%d", host, os.Getpid()), cfg: cfg, log: logger, client: client, watcher: w, types: NewGPUTypes(cfg.GPUTypes),
 		clock: time.Now, jobs: map[watch.JobKey]*managed{}, invalid: map[watch.JobKey]invalidJob{},
 		nodes: map[string]planner.Node{}, drained: map[string]bool{}, addrs: map[string]string{},
 		models: map[string]map[planner.GPUType][]string{}, ports: apply.NewPorts(cfg.PortLow, cfg.PortHigh),
@@ -126,12 +142,63 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 	a.progress = w.Progress
 	a.prof = newJobProfile(base)
 	a.net = newRackNetwork(a.prof)
-	a.applier = apply.New(client.Jobs(), apply.Config{GangTimeout: cfg.GangTimeoutD, StopTimeout: cfg.StopTimeoutD, DryRun: cfg.DryRun, Logger: logger.Named("apply")})
 	if a.eng, a.est, err = a.newEngine(); err != nil {
 		return nil, err
 	}
+	store, err := openStore(cfg, client)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := a.openState(ctx, store); err != nil {
+		if store != nil {
+			store.Close()
+		}
+		return nil, err
+	}
+	acfg := apply.Config{GangTimeout: cfg.GangTimeoutD, StopTimeout: cfg.StopTimeoutD, DryRun: cfg.DryRun, Logger: logger.Named("apply")}
+	if store != nil {
+		acfg.Journal = a.journal
+	}
+	a.applier = apply.New(client.Jobs(), acfg)
 	return a, nil
 }
+
+// openStore opens the configured state store (nil for "none").
+func openStore(cfg Settings, client *api.Client) (state.Store, error) {
+	switch cfg.State.Store {
+	case "file":
+		return state.OpenBolt(cfg.State.Path, 10*time.Second)
+	case "nomad":
+		return state.NewVariables(client, cfg.State.Namespace, cfg.State.Prefix), nil
+	}
+	return nil, nil
+}
+
+// Close saves the state one last time and closes the store.
+func (a *Agent) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.store == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := a.save(ctx, a.watcher.Stats().Index)
+	if cerr := a.store.Close(); err == nil {
+		err = cerr
+	}
+	a.store = nil
+	return err
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// leaderID and generation name this replica and its lock generation in
+// the journal (a single replica: its ID, generation 0).
+func (a *Agent) leaderID() string   { return a.id }
+func (a *Agent) generation() uint64 { return 0 }
 
 // newEngine builds the estimates, the scheduler with its placement policy,
 // and an engine over them: a fresh one, or one restored from a snapshot.
@@ -197,6 +264,11 @@ const stepInterval = time.Second
 
 // Run runs the sidecar until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
+	defer func() {
+		if err := a.Close(); err != nil {
+			a.log.Error("saving the state at shutdown failed", "error", err)
+		}
+	}()
 	werr := make(chan error, 1)
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -242,12 +314,15 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
-	for _, o := range a.applier.Step(ctx, clusterView{a, snap}) {
+	a.planIndex.Store(snap.Index)
+	stepped := a.applier.Step(ctx, clusterView{a, snap})
+	for _, o := range stepped {
 		a.outcome(o)
 	}
 	if err := a.sync(snap, now); err != nil {
 		return err
 	}
+	a.recheckJournal(ctx, snap)
 	a.noteRefusals(ctx, snap)
 	boundary := force || !a.clock().Before(a.next)
 	if boundary {
@@ -265,12 +340,21 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 		a.rounds++
 		a.next = a.clock().Add(a.cfg.RoundD)
 	}
-	if d.Kind == engine.None {
-		return nil
+	if d.Kind != engine.None {
+		a.last = d
+		if !a.cfg.DryRun {
+			a.act(ctx, snap, d)
+		}
 	}
-	a.last = d
-	if !a.cfg.DryRun {
-		a.act(ctx, snap, d)
+	if d.Kind != engine.None || boundary || len(stepped) > 0 {
+		if err := a.save(ctx, snap.Index); err != nil {
+			if a.saveErr == nil {
+				a.log.Error("saving the state failed: a restart now would rebuild from Nomad alone", "store", a.store.Where(), "error", err)
+			}
+			a.saveErr = err
+		} else {
+			a.saveErr = nil
+		}
 	}
 	return nil
 }

@@ -153,7 +153,7 @@ func BenchmarkRound(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			s, err := Config{Policy: policy, Placement: "pack", Round: "6m"}.Resolve()
+			s, err := Config{Policy: policy, Placement: "pack", Round: "6m", State: StateConfig{Store: "none"}}.Resolve()
 			if err != nil {
 				b.Fatal(err)
 			}

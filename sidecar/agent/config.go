@@ -59,6 +59,8 @@ type Config struct {
 	RendezvousPorts string `hcl:"rendezvous_ports,optional"`
 	// HTTP is the status API's listener.
 	HTTP HTTPConfig `hcl:"http,block"`
+	// State is where the sidecar keeps what must outlive a restart.
+	State StateConfig `hcl:"state,block"`
 	// DryRun plans and serves the plan without writing anything to Nomad.
 	DryRun bool `hcl:"dry_run,optional"`
 	// LogLevel is hclog's: trace, debug, info, warn, error.
@@ -73,6 +75,19 @@ type NomadConfig struct {
 	CACert     string `hcl:"ca_cert,optional"`
 	ClientCert string `hcl:"client_cert,optional"`
 	ClientKey  string `hcl:"client_key,optional"`
+}
+
+// StateConfig is the sidecar's state store.
+type StateConfig struct {
+	// Store is "file" (a local bbolt file, the default), "nomad" (Nomad
+	// Variables, for a sidecar without a local disk) or "none" (nothing
+	// kept: a restart rebuilds from Nomad alone).
+	Store string `hcl:"store,optional"`
+	// Path is the file for "file".
+	Path string `hcl:"path,optional"`
+	// Namespace and Prefix place the variables for "nomad".
+	Namespace string `hcl:"namespace,optional"`
+	Prefix    string `hcl:"prefix,optional"`
 }
 
 // HTTPConfig is the status API listener.
@@ -94,6 +109,8 @@ const (
 	DefaultStopTimeout     = 2 * time.Minute
 	DefaultRendezvousPorts = "29500-31999"
 	DefaultHTTPAddress     = "127.0.0.1:4650"
+	DefaultStatePath       = "/var/lib/hadar/sidecar.db"
+	DefaultStatePrefix     = "hadar/sidecar"
 	DefaultLogLevel        = "info"
 )
 
@@ -187,6 +204,22 @@ func (c Config) Resolve() (Settings, error) {
 	}
 	if s.HTTP.Address == "" {
 		s.HTTP.Address = DefaultHTTPAddress
+	}
+	switch s.State.Store {
+	case "":
+		s.State.Store = "file"
+		if s.DryRun {
+			s.State.Store = "none" // a dry run changes nothing, its own state included
+		}
+	case "file", "nomad", "none":
+	default:
+		return s, fmt.Errorf("sidecar config: state.store = %q: want \"file\" (a local file), \"nomad\" (Nomad Variables) or \"none\"", s.State.Store)
+	}
+	if s.State.Path == "" {
+		s.State.Path = DefaultStatePath
+	}
+	if s.State.Prefix == "" {
+		s.State.Prefix = DefaultStatePrefix
 	}
 	if s.LogLevel == "" {
 		s.LogLevel = DefaultLogLevel

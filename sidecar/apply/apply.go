@@ -82,6 +82,23 @@ type Config struct {
 	Logger hclog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// Journal, when set, records each write before it is made (applied
+	// false) and after it succeeded (applied true, with the job's new
+	// index). A write whose intent cannot be recorded is not made.
+	Journal func(ctx context.Context, w Write) error
+}
+
+// Write is one registration, as the journal records it.
+type Write struct {
+	Job  Key
+	Kind string
+	// Units is the placement written; empty for the held form.
+	Units []jobform.Unit
+	// ReadIndex is the JobModifyIndex the write is made against.
+	ReadIndex uint64
+	Applied   bool
+	// JobModifyIndex is the job's index after the write (applied only).
+	JobModifyIndex uint64
 }
 
 // Applier tracks the operations in flight, one per job at most.
@@ -345,6 +362,11 @@ func (a *Applier) write(ctx context.Context, j *Job, units []jobform.Unit, kind 
 		sort.Strings(unplaceable)
 		return fmt.Errorf("job %s: Nomad cannot place the new workers (%s): not written", j.Key, strings.Join(unplaceable, "; "))
 	}
+	if a.cfg.Journal != nil {
+		if err := a.cfg.Journal(ctx, Write{Job: j.Key, Kind: kind, Units: units, ReadIndex: j.JobModifyIndex}); err != nil {
+			return fmt.Errorf("job %s: journaling the %s write: %w: not written", j.Key, kind, err)
+		}
+	}
 	resp, _, err := a.jobs.RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: j.JobModifyIndex}, wo)
 	if err != nil {
 		if strings.Contains(err.Error(), "conflicting job modify index") {
@@ -353,6 +375,11 @@ func (a *Applier) write(ctx context.Context, j *Job, units []jobform.Unit, kind 
 		return fmt.Errorf("job %s: registering the %s write: %w", j.Key, kind, err)
 	}
 	a.count(kind)
+	if a.cfg.Journal != nil {
+		if err := a.cfg.Journal(ctx, Write{Job: j.Key, Kind: kind, Units: units, ReadIndex: j.JobModifyIndex, Applied: true, JobModifyIndex: resp.JobModifyIndex}); err != nil {
+			a.cfg.Logger.Warn("write made but not journaled: a restart recognises it from Nomad", "job", j.Key.String(), "error", err)
+		}
+	}
 	j.JobModifyIndex = resp.JobModifyIndex
 	a.cfg.Logger.Debug("job written", "job", j.Key.String(), "kind", kind, "units", len(units), "eval", resp.EvalID, "index", resp.JobModifyIndex)
 	return nil

@@ -1,0 +1,187 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/round"
+	"github.com/hadar-sched/hadar/sidecar/apply"
+	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/state"
+	"github.com/hadar-sched/hadar/sidecar/watch"
+)
+
+// agentStateV1 is the agent's own bookkeeping in the saved state (beside
+// the engine's snapshot), version 1 with state.Version.
+type agentStateV1 struct {
+	Jobs    []jobBook `json:"jobs"`
+	History []Event   `json:"history"`
+	Rounds  int       `json:"rounds"`
+	Next    time.Time `json:"next_round"`
+}
+
+// jobBook is what the agent knows of an admitted job that the engine does
+// not: its contract as admitted (the engine's model key of a job that
+// declares its own throughputs must be known before the engine restores),
+// and its counters.
+type jobBook struct {
+	Spec     jobspec.Spec `json:"spec"`
+	Version  uint64       `json:"version"`
+	Units    int          `json:"units"`
+	Failures int          `json:"failures"`
+	Refusals int          `json:"refusals"`
+}
+
+// openState opens the configured store and, when it holds a state,
+// restores the engine and the bookkeeping from it. A state it cannot read
+// stops the sidecar: it never plans on half-loaded state.
+func (a *Agent) openState(ctx context.Context, store state.Store) error {
+	a.store = store
+	if store == nil {
+		return nil
+	}
+	saved, err := store.Load(ctx)
+	if err != nil {
+		return err
+	}
+	if saved == nil {
+		a.log.Info("no saved state: starting from Nomad alone", "store", store.Where())
+		return nil
+	}
+	var st agentStateV1
+	if err := round.StrictUnmarshal(saved.Agent, &st); err != nil {
+		return fmt.Errorf("%w: %s: agent state: %v (move it aside to start afresh from Nomad)", state.ErrUnreadable, store.Where(), err)
+	}
+	// The job profile must know the jobs' own figures before the engine
+	// recomputes their throughputs.
+	jobs := map[watch.JobKey]*managed{}
+	for _, b := range st.Jobs {
+		k := watch.JobKey{Namespace: b.Spec.Namespace, ID: b.Spec.JobID}
+		jobs[k] = &managed{key: k, id: engineID(k), spec: b.Spec, version: b.Version, model: a.prof.register(b.Spec),
+			units: b.Units, failures: b.Failures, refusals: b.Refusals}
+	}
+	eng, est, err := a.buildEngine(saved.Engine)
+	if err != nil {
+		for _, mj := range jobs {
+			a.prof.forget(mj.model)
+		}
+		return fmt.Errorf("%w: %s: %v (move it aside to start afresh from Nomad)", state.ErrUnreadable, store.Where(), err)
+	}
+	for k, mj := range jobs {
+		if _, ok := eng.Job(mj.id); !ok {
+			a.prof.forget(mj.model)
+			delete(jobs, k)
+			continue
+		}
+		a.net.setSensitivity(mj.id, mj.spec.Sensitivity)
+	}
+	a.eng, a.est, a.jobs = eng, est, jobs
+	nodes, drained := eng.Nodes()
+	for _, n := range nodes {
+		a.nodes[n.ID] = n
+		a.net.setRack(n.ID, n.Rack)
+	}
+	a.drained = drained
+	a.history, a.rounds, a.next = st.History, st.Rounds, st.Next
+	a.journalSeq = saved.JournalSeq
+	a.recheck = true
+	a.log.Info("state restored", "store", store.Where(), "saved_at", saved.At, "jobs", len(jobs), "nodes", len(nodes), "rounds", st.Rounds)
+	return nil
+}
+
+// save writes the engine's snapshot and the bookkeeping to the store.
+func (a *Agent) save(ctx context.Context, index uint64) error {
+	if a.store == nil {
+		return nil
+	}
+	eng, err := a.eng.Snapshot()
+	if err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	st := agentStateV1{History: a.history, Rounds: a.rounds, Next: a.next}
+	for _, k := range sortedKeys(a.jobs) {
+		mj := a.jobs[k]
+		st.Jobs = append(st.Jobs, jobBook{Spec: mj.spec, Version: mj.version, Units: mj.units, Failures: mj.failures, Refusals: mj.refusals})
+	}
+	raw, err := jsonMarshal(st)
+	if err != nil {
+		return fmt.Errorf("state: %w", err)
+	}
+	a.journalMu.Lock()
+	seq := a.journalSeq
+	a.journalMu.Unlock()
+	return a.store.Save(ctx, &state.Saved{Engine: eng, Agent: raw, At: a.clock(), Index: index, JournalSeq: seq, Leader: a.leaderID(), Generation: a.generation()})
+}
+
+// journal records a write in the store's journal (apply.Config.Journal).
+func (a *Agent) journal(ctx context.Context, w apply.Write) error {
+	e := state.Entry{Time: a.clock(), Job: w.Job.String(), Kind: w.Kind, PlannedIndex: a.planIndex.Load(), ReadIndex: w.ReadIndex,
+		Applied: w.Applied, JobModifyIndex: w.JobModifyIndex, Leader: a.leaderID(), Generation: a.generation()}
+	for _, u := range w.Units {
+		e.Units = append(e.Units, u.Planner())
+	}
+	seq, err := a.store.Append(ctx, e)
+	if err != nil {
+		return err
+	}
+	a.journalMu.Lock()
+	a.journalSeq = max(a.journalSeq, seq)
+	a.journalMu.Unlock()
+	return nil
+}
+
+// recheckJournal compares the writes journaled after the restored state
+// with what Nomad shows, once, after the first sync: an intent without its
+// applied entry is applied if the job carries that placement, else it was
+// not made; either way nothing is re-applied (the engine follows Nomad).
+func (a *Agent) recheckJournal(ctx context.Context, snap *watch.Snapshot) {
+	if !a.recheck || a.store == nil {
+		return
+	}
+	a.recheck = false
+	es, err := a.store.Journal(ctx, a.journalSeq)
+	if err != nil {
+		a.log.Warn("journal unreadable: relying on Nomad alone", "store", a.store.Where(), "error", err)
+		return
+	}
+	applied := map[string]bool{}
+	for _, e := range es {
+		if e.Applied {
+			applied[fmt.Sprintf("%s@%d", e.Job, e.ReadIndex)] = true
+		}
+	}
+	recognised, lost := 0, 0
+	for _, e := range es {
+		if e.Applied || applied[fmt.Sprintf("%s@%d", e.Job, e.ReadIndex)] {
+			continue
+		}
+		if a.carries(snap, e) {
+			recognised++
+		} else {
+			lost++
+		}
+	}
+	a.log.Info("journal re-checked against Nomad", "entries_after_state", len(es), "unconfirmed_writes_found_in_nomad", recognised, "unconfirmed_writes_not_made", lost)
+}
+
+// carries reports whether the job in snap is written with e's placement.
+func (a *Agent) carries(snap *watch.Snapshot, e state.Entry) bool {
+	for _, j := range snap.ManagedJobs() {
+		if engineID(j.Key()) != e.Job || j.Raw == nil || j.Spec == nil {
+			continue
+		}
+		us, err := jobform.Units(j.Raw, *j.Spec)
+		if err != nil || len(us) != len(e.Units) {
+			return false
+		}
+		var p planner.Placement
+		for _, u := range us {
+			p.Units = append(p.Units, u.Planner())
+		}
+		return samePlacement(p, planner.Placement{Units: e.Units})
+	}
+	return false
+}
