@@ -286,4 +286,3 @@ func gunzip(b []byte) ([]byte, error) {
 	}
 	return out, nil
 }
-
