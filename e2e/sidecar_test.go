@@ -472,9 +472,11 @@ func (c *sidecarCluster) job(id string) *api.Job {
 func TestSidecarRefusesAndRespects(t *testing.T) {
 	skipShort(t)
 	c := startSidecarCluster(t)
-	// Three V100s busy on each V100 node: a 2-GPU V100 job must span both.
+	// One V100 free on each of v100-a and v100-b, none on mix-a: a 2-GPU
+	// V100 job must span v100-a and v100-b.
 	c.plainGPUJob("hold-a", "v100-a", "Tesla V100-SXM2-16GB", 3)
 	c.plainGPUJob("hold-b", "v100-b", "Tesla V100-SXM2-16GB", 3)
+	c.plainGPUJob("hold-m", "mix-a", "Tesla V100-SXM2-16GB", 2)
 	a := c.startSidecar(agent.Config{Policy: "gavel-maxmin", Placement: "pack"})
 
 	// 1. A bad jobspec.
