@@ -29,6 +29,7 @@ import (
 	"github.com/hadar-sched/hadar/planner/speed"
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/leader"
 	"github.com/hadar-sched/hadar/sidecar/state"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
@@ -73,6 +74,10 @@ type Agent struct {
 	recheck    bool
 	planIndex  atomic.Uint64
 	saveErr    error
+
+	// Election: the lock (nil without one) and the lease while leading.
+	lock  leader.Lock
+	lease *leader.Lease
 }
 
 // managed is a job admitted to the engine.
@@ -157,12 +162,24 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 		}
 		return nil, err
 	}
-	acfg := apply.Config{GangTimeout: cfg.GangTimeoutD, StopTimeout: cfg.StopTimeoutD, DryRun: cfg.DryRun, Logger: logger.Named("apply")}
-	if store != nil {
-		acfg.Journal = a.journal
+	if a.lock, err = newLock(cfg, client, a.id, a); err != nil {
+		return nil, err
 	}
+	acfg := apply.Config{GangTimeout: cfg.GangTimeoutD, StopTimeout: cfg.StopTimeoutD, DryRun: cfg.DryRun, Logger: logger.Named("apply"), Journal: a.fence}
 	a.applier = apply.New(client.Jobs(), acfg)
 	return a, nil
+}
+
+// fence is called before and after every write: a replica that is not the
+// leader makes none, and every write is journaled.
+func (a *Agent) fence(ctx context.Context, w apply.Write) error {
+	if !w.Applied && a.lock != nil && (a.lease == nil || !a.lease.Valid()) {
+		return errNotLeader
+	}
+	if a.store == nil {
+		return nil
+	}
+	return a.journal(ctx, w)
 }
 
 // openStore opens the configured state store (nil for "none").
@@ -185,7 +202,12 @@ func (a *Agent) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := a.save(ctx, a.watcher.Stats().Index)
+	var err error
+	if a.acting() {
+		// Only the acting replica writes the state: a follower's view must
+		// never overwrite the leader's in a shared store.
+		err = a.save(ctx, a.watcher.Stats().Index)
+	}
 	if cerr := a.store.Close(); err == nil {
 		err = cerr
 	}
@@ -196,9 +218,14 @@ func (a *Agent) Close() error {
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 // leaderID and generation name this replica and its lock generation in
-// the journal (a single replica: its ID, generation 0).
-func (a *Agent) leaderID() string   { return a.id }
-func (a *Agent) generation() uint64 { return 0 }
+// the journal (without an election: its ID, generation 0).
+func (a *Agent) leaderID() string { return a.id }
+func (a *Agent) generation() uint64 {
+	if l := a.lease; l != nil {
+		return l.Generation
+	}
+	return 0
+}
 
 // newEngine builds the estimates, the scheduler with its placement policy,
 // and an engine over them: a fresh one, or one restored from a snapshot.
@@ -233,10 +260,11 @@ func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates,
 	return e, est, err
 }
 
-// plan plans on the engine, or in a dry run on a copy of it: a dry run
-// writes nothing, so the engine must not believe its decisions ran.
-func (a *Agent) plan(ctx context.Context, now float64, kind engine.Kind) (engine.Decision, error) {
-	if !a.cfg.DryRun {
+// plan plans on the engine when this replica acts, else (a dry run, a
+// follower) on a copy of it: nothing is written then, so the engine must
+// not believe the decisions ran.
+func (a *Agent) plan(ctx context.Context, now float64, kind engine.Kind, acting bool) (engine.Decision, error) {
+	if acting {
 		return a.eng.Plan(ctx, now, kind)
 	}
 	data, err := a.eng.Snapshot()
@@ -280,7 +308,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("watcher: %w", err)
 	case <-a.watcher.Ready():
 	}
-	a.log.Info("sidecar started", "policy", a.cfg.Policy, "placement", a.cfg.Placement, "round", a.cfg.RoundD, "dry_run", a.cfg.DryRun)
+	a.log.Info("sidecar started", "policy", a.cfg.Policy, "placement", a.cfg.Placement, "round", a.cfg.RoundD, "dry_run", a.cfg.DryRun, "replica", a.id)
+	if a.lock != nil {
+		a.log.Info("following until it holds the leader lock", "lock", a.lock.Where())
+		go a.campaign(ctx)
+	}
 	a.mu.Lock()
 	a.next = a.clock()
 	a.mu.Unlock()
@@ -322,8 +354,11 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	if err := a.sync(snap, now); err != nil {
 		return err
 	}
-	a.recheckJournal(ctx, snap)
-	a.noteRefusals(ctx, snap)
+	acting := a.acting()
+	if acting {
+		a.recheckJournal(ctx, snap)
+		a.noteRefusals(ctx, snap)
+	}
 	boundary := force || !a.clock().Before(a.next)
 	if boundary {
 		a.readProgress(ctx, snap, now)
@@ -332,7 +367,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	if boundary {
 		kind = engine.Boundary
 	}
-	d, err := a.plan(ctx, now, kind)
+	d, err := a.plan(ctx, now, kind, acting)
 	if err != nil {
 		return fmt.Errorf("plan: %w", err)
 	}
@@ -342,11 +377,11 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	}
 	if d.Kind != engine.None {
 		a.last = d
-		if !a.cfg.DryRun {
+		if acting {
 			a.act(ctx, snap, d)
 		}
 	}
-	if d.Kind != engine.None || boundary || len(stepped) > 0 {
+	if acting && (d.Kind != engine.None || boundary || len(stepped) > 0) {
 		if err := a.save(ctx, snap.Index); err != nil {
 			if a.saveErr == nil {
 				a.log.Error("saving the state failed: a restart now would rebuild from Nomad alone", "store", a.store.Where(), "error", err)

@@ -22,6 +22,8 @@ import (
 // value in the file wins over the environment.
 type Config struct {
 	Nomad NomadConfig `hcl:"nomad,block"`
+	// (Blocks are optional in the file: LoadConfig decodes through
+	// fileConfig.)
 	// Namespaces watched for managed jobs; ["*"] is every namespace.
 	Namespaces []string `hcl:"namespaces,optional"`
 	// Policy is the scheduler: one of `hadar policies`.
@@ -61,6 +63,8 @@ type Config struct {
 	HTTP HTTPConfig `hcl:"http,block"`
 	// State is where the sidecar keeps what must outlive a restart.
 	State StateConfig `hcl:"state,block"`
+	// Leader runs several replicas with one acting.
+	Leader LeaderConfig `hcl:"leader,block"`
 	// DryRun plans and serves the plan without writing anything to Nomad.
 	DryRun bool `hcl:"dry_run,optional"`
 	// LogLevel is hclog's: trace, debug, info, warn, error.
@@ -90,6 +94,20 @@ type StateConfig struct {
 	Prefix    string `hcl:"prefix,optional"`
 }
 
+// LeaderConfig is leader election among sidecar replicas.
+type LeaderConfig struct {
+	// Enabled: the sidecar acts only while it holds the lock; without it,
+	// a single replica acts (never run two then).
+	Enabled bool `hcl:"enabled,optional"`
+	// TTL and LockDelay of the lock (10s..24h; 15s and 15s).
+	TTL       string `hcl:"ttl,optional"`
+	LockDelay string `hcl:"lock_delay,optional"`
+	// Path is the Nomad variable (or Consul key, with CONSUL_HTTP_ADDR
+	// set) of the lock; Namespace the Nomad namespace of the variable.
+	Path      string `hcl:"path,optional"`
+	Namespace string `hcl:"namespace,optional"`
+}
+
 // HTTPConfig is the status API listener.
 type HTTPConfig struct {
 	// Address is host:port; loopback by default.
@@ -111,6 +129,8 @@ const (
 	DefaultHTTPAddress     = "127.0.0.1:4650"
 	DefaultStatePath       = "/var/lib/hadar/sidecar.db"
 	DefaultStatePrefix     = "hadar/sidecar"
+	DefaultLeaderPath      = "hadar/sidecar/leader"
+	DefaultLeaderTTL       = 15 * time.Second
 	DefaultLogLevel        = "info"
 )
 
@@ -120,6 +140,31 @@ type Settings struct {
 	RoundD, MinRunTimeD, RestartCostD, MergeCostD, GangTimeoutD, StopTimeoutD time.Duration
 	LearnOn                                                                   bool
 	PortLow, PortHigh                                                         int
+	LeaderTTL, LeaderDelay                                                    time.Duration
+}
+
+// fileConfig is Config as a file holds it: every block optional.
+type fileConfig struct {
+	Nomad           *NomadConfig      `hcl:"nomad,block"`
+	Namespaces      []string          `hcl:"namespaces,optional"`
+	Policy          string            `hcl:"policy,optional"`
+	Placement       string            `hcl:"placement,optional"`
+	Round           string            `hcl:"round,optional"`
+	Profile         string            `hcl:"profile,optional"`
+	GPUTypes        map[string]string `hcl:"gpu_types,optional"`
+	RackMetaKey     string            `hcl:"rack_meta_key,optional"`
+	MinRunTime      string            `hcl:"min_run_time,optional"`
+	RestartCost     string            `hcl:"restart_cost,optional"`
+	MergeCost       string            `hcl:"merge_cost,optional"`
+	GangTimeout     string            `hcl:"gang_timeout,optional"`
+	StopTimeout     string            `hcl:"stop_timeout,optional"`
+	Learn           *bool             `hcl:"learn,optional"`
+	RendezvousPorts string            `hcl:"rendezvous_ports,optional"`
+	HTTP            *HTTPConfig       `hcl:"http,block"`
+	State           *StateConfig      `hcl:"state,block"`
+	Leader          *LeaderConfig     `hcl:"leader,block"`
+	DryRun          bool              `hcl:"dry_run,optional"`
+	LogLevel        string            `hcl:"log_level,optional"`
 }
 
 // LoadConfig reads an HCL config file; an empty path gives the defaults.
@@ -132,8 +177,30 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return c, fmt.Errorf("sidecar config: %w", err)
 	}
-	if err := hclsimple.Decode(path, src, nil, &c); err != nil {
-		return c, fmt.Errorf("sidecar config: %w", err)
+	return ParseConfig(path, src)
+}
+
+// ParseConfig decodes a config file's contents (path names it in errors).
+func ParseConfig(path string, src []byte) (Config, error) {
+	var f fileConfig
+	if err := hclsimple.Decode(path, src, nil, &f); err != nil {
+		return Config{}, fmt.Errorf("sidecar config: %w", err)
+	}
+	c := Config{Namespaces: f.Namespaces, Policy: f.Policy, Placement: f.Placement, Round: f.Round, Profile: f.Profile,
+		GPUTypes: f.GPUTypes, RackMetaKey: f.RackMetaKey, MinRunTime: f.MinRunTime, RestartCost: f.RestartCost,
+		MergeCost: f.MergeCost, GangTimeout: f.GangTimeout, StopTimeout: f.StopTimeout, Learn: f.Learn,
+		RendezvousPorts: f.RendezvousPorts, DryRun: f.DryRun, LogLevel: f.LogLevel}
+	if f.Nomad != nil {
+		c.Nomad = *f.Nomad
+	}
+	if f.HTTP != nil {
+		c.HTTP = *f.HTTP
+	}
+	if f.State != nil {
+		c.State = *f.State
+	}
+	if f.Leader != nil {
+		c.Leader = *f.Leader
 	}
 	return c, nil
 }
@@ -220,6 +287,24 @@ func (c Config) Resolve() (Settings, error) {
 	}
 	if s.State.Prefix == "" {
 		s.State.Prefix = DefaultStatePrefix
+	}
+	if s.Leader.Path == "" {
+		s.Leader.Path = DefaultLeaderPath
+	}
+	for _, d := range []struct {
+		field, in string
+		min       time.Duration
+		out       *time.Duration
+	}{{"leader.ttl", s.Leader.TTL, 10 * time.Second, &s.LeaderTTL}, {"leader.lock_delay", s.Leader.LockDelay, time.Second, &s.LeaderDelay}} {
+		*d.out = DefaultLeaderTTL
+		if d.in == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.in)
+		if err != nil || v < d.min || v > 24*time.Hour {
+			return s, fmt.Errorf("sidecar config: %s = %q: want a duration from %v to 24h, e.g. \"15s\"", d.field, d.in, d.min)
+		}
+		*d.out = v
 	}
 	if s.LogLevel == "" {
 		s.LogLevel = DefaultLogLevel

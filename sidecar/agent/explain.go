@@ -248,7 +248,12 @@ type Health struct {
 	InFlight int            `json:"in_flight"`
 	Writes   map[string]int `json:"writes"`
 	DryRun   bool           `json:"dry_run"`
-	Problem  string         `json:"problem,omitempty"`
+	// Leader: this replica acts (always, without an election); Replica
+	// names it and Generation is its lock generation.
+	Leader     bool   `json:"leader"`
+	Replica    string `json:"replica"`
+	Generation uint64 `json:"generation"`
+	Problem    string `json:"problem,omitempty"`
 }
 
 // Health reports whether the sidecar is synced with Nomad and planning.
@@ -258,12 +263,15 @@ func (a *Agent) Health() Health {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h := Health{Synced: snap.Synced, Index: st.Index, LastPlan: time.Unix(0, int64(a.last.Time*1e9)), Rounds: a.rounds,
-		Jobs: len(a.jobs), Refused: len(a.invalid), InFlight: len(a.applier.Ops()), Writes: a.applier.Writes(), DryRun: a.cfg.DryRun}
+		Jobs: len(a.jobs), Refused: len(a.invalid), InFlight: len(a.applier.Ops()), Writes: a.applier.Writes(), DryRun: a.cfg.DryRun,
+		Leader: a.lock == nil || (a.lease != nil && a.lease.Valid()), Replica: a.id, Generation: a.generation()}
 	switch {
 	case snap.Synced.IsZero():
 		h.Problem = "not yet synced with Nomad"
 	case a.rounds == 0:
 		h.Problem = "no round planned yet"
+	case a.saveErr != nil:
+		h.Problem = "the state cannot be saved: " + a.saveErr.Error()
 	default:
 		h.OK = true
 	}

@@ -494,6 +494,14 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 	return Outcome{Key: op.Key, Phase: op.Phase, Err: op.Err, Running: op.Target}, true
 }
 
+// CancelAll forgets every operation in flight (the leader lost its lease:
+// the next leader decides anew from Nomad).
+func (a *Applier) CancelAll() {
+	a.mu.Lock()
+	a.ops = map[Key]*Op{}
+	a.mu.Unlock()
+}
+
 // Cancel forgets the job's operation (a newer decision replaces it).
 func (a *Applier) Cancel(k Key) {
 	a.mu.Lock()

@@ -1,0 +1,90 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	// Every block is optional; values reach the settings.
+	c, err := ParseConfig("s.hcl", []byte(`
+policy    = "hadar"
+round     = "90s"
+gpu_types = { "NVIDIA RTX A6000" = "a6000" }
+leader {
+  enabled = true
+  ttl     = "20s"
+}
+state {
+  store = "nomad"
+}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Policy != "hadar" || s.RoundD != 90*time.Second || s.GPUTypes["NVIDIA RTX A6000"] != "a6000" || !s.Leader.Enabled ||
+		s.LeaderTTL != 20*time.Second || s.LeaderDelay != DefaultLeaderTTL || s.State.Store != "nomad" || s.HTTP.Address != DefaultHTTPAddress {
+		t.Fatalf("settings %+v", s)
+	}
+	// An empty file is the defaults.
+	c, err = ParseConfig("empty.hcl", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err = c.Resolve(); err != nil || s.Policy != DefaultPolicy || s.State.Store != "file" || s.PortLow != 29500 {
+		t.Fatalf("defaults %+v, %v", s, err)
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{`policy = "fastest"`, "policy"},
+		{`placement = "anywhere"`, "placement"},
+		{`round = "6"`, "round"},
+		{`round = "0s"`, "round"},
+		{`gang_timeout = "-1s"`, "gang_timeout"},
+		{`rendezvous_ports = "80-90"`, "rendezvous_ports"},
+		{`rendezvous_ports = "30000"`, "rendezvous_ports"},
+		{`gpu_types = { "X" = "V100" }`, "gpu_types"},
+		{`log_level = "loud"`, "log_level"},
+		{"state {\n  store = \"s3\"\n}", "state.store"},
+		{"leader {\n  ttl = \"1s\"\n}", "leader.ttl"},
+		{`unknown_field = 1`, "unknown_field"},
+		{`policy = `, "s.hcl"},
+	} {
+		c, err := ParseConfig("s.hcl", []byte(tc.src))
+		if err == nil {
+			_, err = c.Resolve()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want it to name %q", tc.src, err, tc.want)
+		}
+	}
+}
+
+// FuzzConfig: any bytes as a config file give settings or an error, never
+// a panic, and settings that resolve are usable.
+func FuzzConfig(f *testing.F) {
+	for _, seed := range []string{"", `policy = "hadar"`, "leader {\n  enabled = true\n}\n", `round = "6m"` + "\n" + `rendezvous_ports = "30000-30010"`,
+		"state {\n  store = \"none\"\n}\n", `gpu_types = { "a" = "b" }`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		c, err := ParseConfig("f.hcl", src)
+		if err != nil {
+			return
+		}
+		s, err := c.Resolve()
+		if err != nil {
+			return
+		}
+		if s.RoundD <= 0 || s.PortLow > s.PortHigh || s.LeaderTTL < 10*time.Second || s.HTTP.Address == "" {
+			t.Fatalf("resolved settings out of range: %+v", s)
+		}
+	})
+}

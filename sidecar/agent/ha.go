@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/sidecar/leader"
+	"github.com/hadar-sched/hadar/sidecar/watch"
+)
+
+// errNotLeader fences writes: a replica that does not hold a valid lease
+// makes none.
+var errNotLeader = errors.New("not the leader (no valid lease): write not made")
+
+// newLock builds the configured leader lock: a Consul session lock when
+// CONSUL_HTTP_ADDR is set, else a Nomad Variables lock.
+func newLock(cfg Settings, client *api.Client, id string, a *Agent) (leader.Lock, error) {
+	if !cfg.Leader.Enabled {
+		return nil, nil
+	}
+	lc := leader.Config{ID: id, TTL: cfg.LeaderTTL, LockDelay: cfg.LeaderDelay, Logger: a.log.Named("leader")}
+	if os.Getenv("CONSUL_HTTP_ADDR") != "" {
+		cc, err := consul.NewClient(consul.DefaultConfig())
+		if err != nil {
+			return nil, err
+		}
+		return leader.NewConsul(cc, cfg.Leader.Path, lc)
+	}
+	return leader.NewNomad(client, cfg.Leader.Namespace, cfg.Leader.Path, lc)
+}
+
+// acting reports whether this replica may write to Nomad now: not a dry
+// run, and the leader (or no election configured). Called under a.mu.
+func (a *Agent) acting() bool {
+	if a.cfg.DryRun {
+		return false
+	}
+	return a.lock == nil || (a.lease != nil && a.lease.Valid())
+}
+
+// Leading reports whether this replica leads (always true without an
+// election), for status.
+func (a *Agent) Leading() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lock == nil || (a.lease != nil && a.lease.Valid())
+}
+
+// campaign holds the lock whenever it can: while it does, this replica
+// acts; when the lease is lost it stops acting at once, drops its writes
+// in flight, and campaigns again.
+func (a *Agent) campaign(ctx context.Context) {
+	for ctx.Err() == nil {
+		l, err := a.lock.Acquire(ctx)
+		if err != nil {
+			return
+		}
+		a.mu.Lock()
+		// The previous leader's state is the latest (a shared store);
+		// restore it before acting on it.
+		if err := a.reload(ctx); err != nil {
+			a.log.Error("cannot take over: the state is unreadable; giving the lock up", "error", err)
+			a.mu.Unlock()
+			l.Release(context.Background())
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Minute):
+			}
+			continue
+		}
+		a.lease = l
+		a.next = a.clock() // plan a round boundary at once
+		a.mu.Unlock()
+		a.log.Info("leading", "replica", a.id, "generation", l.Generation)
+		select {
+		case <-ctx.Done():
+		case <-l.Lost():
+		}
+		a.mu.Lock()
+		a.lease = nil
+		a.applier.CancelAll()
+		a.mu.Unlock()
+		if ctx.Err() != nil {
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			l.Release(rctx)
+			cancel()
+			return
+		}
+		a.log.Warn("lost the leader lock: following", "replica", a.id, "generation", l.Generation)
+	}
+}
+
+// reload restores the engine from the store, when it holds a state, in
+// place of what this replica built while following. Called under a.mu.
+func (a *Agent) reload(ctx context.Context) error {
+	if a.store == nil {
+		return nil
+	}
+	saved, err := a.store.Load(ctx)
+	if err != nil || saved == nil {
+		return err
+	}
+	for _, mj := range a.jobs {
+		a.prof.forget(mj.model)
+	}
+	a.jobs, a.nodes, a.drained = map[watch.JobKey]*managed{}, map[string]planner.Node{}, map[string]bool{}
+	return a.openState(ctx, a.store)
+}
