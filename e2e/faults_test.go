@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/state"
 )
@@ -198,6 +203,117 @@ state {
 	t.Logf("journal: %d entries, applied writes by kind %v; evictions seen in Nomad: %d", len(es), kinds, evictions)
 	sort.Strings(w.breaches)
 	if len(w.breaches) > 0 {
+		t.Fatalf("%d breaches:\n%s", len(w.breaches), strings.Join(w.breaches, "\n"))
+	}
+}
+
+// faultProxy stands between the sidecar and Nomad: it answers a share of
+// requests with an error and delays others, and counts what it did.
+type faultProxy struct {
+	target string
+	rng    *rand.Rand
+	mu     sync.Mutex
+	// failRate of requests get a 500 (writes: before they reach Nomad);
+	// slowRate are delayed by up to maxDelay.
+	failRate, slowRate float64
+	maxDelay           time.Duration
+	failed, slowed     int
+	writesSeen         int
+}
+
+func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	fail := p.rng.Float64() < p.failRate && !strings.HasPrefix(r.URL.Path, "/v1/event/stream")
+	delay := time.Duration(0)
+	if p.rng.Float64() < p.slowRate {
+		delay = time.Duration(p.rng.Int64N(int64(p.maxDelay)))
+	}
+	if fail {
+		p.failed++
+	}
+	if delay > 0 {
+		p.slowed++
+	}
+	if r.Method == http.MethodPut || r.Method == http.MethodPost {
+		p.writesSeen++
+	}
+	p.mu.Unlock()
+	time.Sleep(delay)
+	if fail {
+		http.Error(w, "injected fault", http.StatusInternalServerError)
+		return
+	}
+	u, _ := url.Parse(p.target)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1 // the event stream flows as Nomad sends it
+	rp.ServeHTTP(w, r)
+}
+
+// TestSidecarUnderAPIFaults: Nomad's API, seen through a proxy, fails 15 %
+// of requests and delays 20 % by up to 2 s. The sidecar makes no wrong
+// write (nothing runs unplanned, nothing is placed twice or evicted twice,
+// the human job is untouched), retries with backoff, completes every job,
+// and its counters show the errors.
+func TestSidecarUnderAPIFaults(t *testing.T) {
+	skipShort(t)
+	c := startSidecarCluster(t)
+	c.plainGPUJob("human", "k80-a", "Tesla K80", 2)
+	human := c.job("human")
+	p := &faultProxy{target: c.server.Addr, rng: rand.New(rand.NewPCG(7, 7)), failRate: 0.15, slowRate: 0.2, maxDelay: 2 * time.Second}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	var jobs []string
+	for i := range 4 {
+		m := scJob{id: fmt.Sprintf("f%d", i), steps: 600 + 200*(i%3), workers: 1 + i%2, gated: true}
+		c.submit(m)
+		jobs = append(jobs, m.id)
+	}
+	w := &faultWatch{c: c, managed: jobs, stops: map[string]map[string]bool{}}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		for ctx.Err() == nil {
+			w.poll()
+			time.Sleep(300 * time.Millisecond)
+		}
+	}()
+	a := c.startSidecar(agent.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "4s", Nomad: agent.NomadConfig{Address: srv.URL}})
+	for _, id := range jobs {
+		c.waitFor("job "+id+" completes", 5*time.Minute, func() error {
+			if st := c.jobStatus(id); st != "dead" {
+				return fmt.Errorf("status %s", st)
+			}
+			return nil
+		})
+	}
+	stop()
+	w.poll()
+	for g, ids := range w.stops {
+		if len(ids) > 1 {
+			w.breach("worker group %s evicted %d times", g, len(ids))
+		}
+	}
+	for _, id := range jobs {
+		for _, al := range c.allocs(id) {
+			if al.ClientStatus == api.AllocClientStatusFailed {
+				w.breach("job %s: allocation %s failed: %s", id, al.ID[:8], al.ClientDescription)
+			}
+		}
+	}
+	if after := c.job("human"); *after.Version != *human.Version {
+		w.breach("the human job was written")
+	}
+	st := a.Watcher().Stats()
+	p.mu.Lock()
+	t.Logf("proxy: %d requests failed, %d delayed, %d writes passed through; watcher: %d API errors, %d re-lists, %d reconnects; applier writes %v",
+		p.failed, p.slowed, p.writesSeen, st.APIErrors, st.Relists, st.Reconnects, a.Applier().Writes())
+	failed := p.failed
+	p.mu.Unlock()
+	if failed == 0 || st.APIErrors == 0 {
+		t.Fatalf("no fault was injected or counted (%d injected, %d counted)", failed, st.APIErrors)
+	}
+	if len(w.breaches) > 0 {
+		sort.Strings(w.breaches)
 		t.Fatalf("%d breaches:\n%s", len(w.breaches), strings.Join(w.breaches, "\n"))
 	}
 }
