@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -48,9 +49,15 @@ var taskConfigSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		// list(map(...)) as Nomad's own drivers declare maps: a jobspec
 		// map reaches the driver as a list of maps after the API's JSON.
 		"steps_per_sec": hclspec.NewAttr("steps_per_sec", "list(map(number))", true),
+		// The pace when the task's unit spans several nodes: per model
+		// (Gavel's "unconsolidated" figures), else steps_per_sec times
+		// spread_factor; neither: no penalty.
+		"spread_steps_per_sec": hclspec.NewAttr("spread_steps_per_sec", "list(map(number))", false),
+		"spread_factor":        hclspec.NewAttr("spread_factor", "number", false),
 	})),
 	"hadare": hclspec.NewBlock("hadare", false, hclspec.NewObject(map[string]*hclspec.Spec{
-		"copies":      hclspec.NewAttr("copies", "number", true),
+		// Unset: the copies are dynamic (the sidecar's units).
+		"copies":      hclspec.NewAttr("copies", "number", false),
 		"copy_index":  hclspec.NewAttr("copy_index", "number", false),
 		"merge_every": hclspec.NewAttr("merge_every", "number", false),
 		"merge_dir":   hclspec.NewAttr("merge_dir", "string", false),
@@ -135,6 +142,13 @@ type TaskConfig struct {
 // without GPUs: steps/s of the job on each GPU model it may be given.
 type EmulateConfig struct {
 	StepsPerSec RateMap `codec:"steps_per_sec"`
+	// SpreadStepsPerSec is the job's steps/s on a model when its unit
+	// spans several nodes; it wins over SpreadFactor for the models it
+	// names.
+	SpreadStepsPerSec RateMap `codec:"spread_steps_per_sec"`
+	// SpreadFactor multiplies StepsPerSec when the unit spans several
+	// nodes (0: unset, no penalty).
+	SpreadFactor float64 `codec:"spread_factor"`
 }
 
 // RateMap maps a GPU model to steps/s. It decodes the list-of-maps form
@@ -161,6 +175,8 @@ func (m *RateMap) CodecDecodeSelf(dec *codec.Decoder) {
 
 // HadarEConfig makes the task one copy of a HadarE job.
 type HadarEConfig struct {
+	// Copies is the declared number of copies; 0 (unset) makes them
+	// dynamic: whoever announces itself in the merge directory.
 	Copies     int    `codec:"copies"`
 	CopyIndex  *int   `codec:"copy_index"`
 	MergeEvery int    `codec:"merge_every"`
@@ -192,12 +208,23 @@ func (tc *TaskConfig) validate() error {
 				return fmt.Errorf("emulate.steps_per_sec[%q] = %v: want a positive rate", m, v)
 			}
 		}
+		for m, v := range e.SpreadStepsPerSec {
+			if v <= 0 {
+				return fmt.Errorf("emulate.spread_steps_per_sec[%q] = %v: want a positive rate", m, v)
+			}
+		}
+		if e.SpreadFactor < 0 || math.IsNaN(e.SpreadFactor) || math.IsInf(e.SpreadFactor, 0) {
+			return fmt.Errorf("emulate.spread_factor = %v: want a positive factor (0.8: a unit spanning nodes runs at 80%% of its pace), or leave it unset", e.SpreadFactor)
+		}
 	}
 	if h := tc.HadarE; h != nil {
-		if h.Copies < 1 {
-			return fmt.Errorf("hadare.copies %d: want at least 1", h.Copies)
+		if h.Copies < 0 {
+			return fmt.Errorf("hadare.copies %d: want at least 1, or unset for dynamic copies", h.Copies)
 		}
-		if h.CopyIndex != nil && (*h.CopyIndex < 0 || *h.CopyIndex >= h.Copies) {
+		if h.CopyIndex != nil && (*h.CopyIndex < 0 || (h.Copies > 0 && *h.CopyIndex >= h.Copies)) {
+			if h.Copies == 0 {
+				return fmt.Errorf("hadare.copy_index %d: want >= 0", *h.CopyIndex)
+			}
 			return fmt.Errorf("hadare.copy_index %d: want 0..%d", *h.CopyIndex, h.Copies-1)
 		}
 		if h.MergeEvery < 0 {
@@ -208,6 +235,29 @@ func (tc *TaskConfig) validate() error {
 		}
 	}
 	return nil
+}
+
+// spreadStepsPerSec is the pace for the GPU models Nomad gave when the
+// task's unit spans several nodes: spread_steps_per_sec of the model,
+// else its steps_per_sec times spread_factor; the slowest, if several.
+// ok is false when neither option is set (a spread unit pays nothing).
+func (e *EmulateConfig) spreadStepsPerSec(models []string) (rate float64, ok bool) {
+	if len(e.SpreadStepsPerSec) == 0 && e.SpreadFactor == 0 {
+		return 0, false
+	}
+	for _, m := range models {
+		v, found := e.SpreadStepsPerSec[m]
+		if !found {
+			v = e.StepsPerSec[m]
+			if e.SpreadFactor > 0 {
+				v *= e.SpreadFactor
+			}
+		}
+		if rate == 0 || v < rate {
+			rate = v
+		}
+	}
+	return rate, rate > 0
 }
 
 // stepsPerSec picks the emulated pace for the GPU models Nomad gave.

@@ -57,6 +57,24 @@ const (
 	EnvMergeDir      = "HADAR_MERGE_DIR"
 	EnvMergeEvery    = "HADAR_MERGE_EVERY"
 	EnvGPUModel      = "HADAR_GPU_MODEL"
+	// EnvSpreadStepsPerSec is the emulated pace of the task's GPU model
+	// when its unit spans several nodes (emulate.spread_*).
+	EnvSpreadStepsPerSec = "HADAR_SPREAD_STEPS_PER_SEC"
+)
+
+// Variables the hadar sidecar puts in the env of the workers it places
+// (docs/sidecar.md, "The environment of a worker"); the driver reads them.
+const (
+	// EnvTemplate names the template group of a generated worker group:
+	// checkpoints are keyed by it, since the generated group's name
+	// changes with every placement.
+	EnvTemplate = "HADAR_TEMPLATE"
+	// EnvUnit is the placement unit's number; for a HadarE copy it is the
+	// copy's index.
+	EnvUnit = "HADAR_UNIT"
+	// envForkable is the job meta hadar.forkable as Nomad puts job meta in
+	// a task's env (NOMAD_META_ plus the key, dots made underscores).
+	envForkable = "NOMAD_META_hadar_forkable"
 )
 
 var (

@@ -411,6 +411,12 @@ func TestStartTaskRejects(t *testing.T) {
 		{"emulate bad rate", "Tesla K80", nil, nil, "", func(tc *TaskConfig) { tc.Emulate = &EmulateConfig{StepsPerSec: RateMap{"Tesla K80": 0}} }, `want a positive rate`},
 		{"hadare without merge dir", "", nil, nil, "", func(tc *TaskConfig) { tc.HadarE = &HadarEConfig{Copies: 2} }, `hadare: no merge directory`},
 		{"hadare bad index", "", nil, nil, "", func(tc *TaskConfig) { i := 2; tc.HadarE = &HadarEConfig{Copies: 2, CopyIndex: &i, MergeDir: "/tmp/x"} }, `hadare.copy_index 2`},
+		{"hadare declared copies under the sidecar", "", nil, map[string]string{"HADAR_UNIT": "5"}, "", func(tc *TaskConfig) { tc.HadarE = &HadarEConfig{Copies: 2, MergeDir: "/tmp/x"} }, `placed this task as unit 5`},
+		{"hadare unit not a number", "", nil, map[string]string{"HADAR_UNIT": "u5"}, "", func(tc *TaskConfig) { tc.HadarE = &HadarEConfig{MergeDir: "/tmp/x"} }, `HADAR_UNIT "u5" is not a copy index`},
+		{"forkable sidecar job without merge dir", "", nil, map[string]string{"HADAR_UNIT": "5", "NOMAD_META_hadar_forkable": "true"}, "", nil, `hadare: no merge directory`},
+		{"emulate bad spread factor", "Tesla K80", nil, nil, "", func(tc *TaskConfig) {
+			tc.Emulate = &EmulateConfig{StepsPerSec: RateMap{"Tesla K80": 12}, SpreadFactor: -1}
+		}, `emulate.spread_factor`},
 		{"hadare index disagrees with env", "", nil, map[string]string{"HADAR_COPY_INDEX": "0"}, "", func(tc *TaskConfig) {
 			i := 1
 			tc.HadarE = &HadarEConfig{Copies: 2, CopyIndex: &i, MergeDir: "/tmp/x"}
@@ -496,7 +502,7 @@ func TestTaskEnvPassesThrough(t *testing.T) {
 	sidecar := map[string]string{
 		"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
 		"MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29500",
-		"HADAR_GPU_MODEL": "Tesla K80", "HADAR_COPY_INDEX": "1", "HADAR_UNIT": "job-a/unit-3",
+		"HADAR_GPU_MODEL": "Tesla K80", "HADAR_COPY_INDEX": "1", "HADAR_UNIT": "3", "HADAR_TEMPLATE": "train",
 	}
 	r := newRig(t, map[string]interface{}{"merge_root": t.TempDir()})
 	var script strings.Builder
@@ -890,6 +896,154 @@ func TestHadarEEnv(t *testing.T) {
 	want := "idx=2 n=3 dir=" + filepath.Join(mergeRoot, "default", cfg.JobID) + " every=50\nmerge-writable"
 	if out := readLog(t, cfg, "stdout", want); !strings.Contains(out, want) {
 		t.Fatalf("stdout %q lacks %q", out, want)
+	}
+}
+
+// sharedRoot is a temporary directory tasks running as nobody can
+// reach (t.TempDir's parent is private to root).
+func sharedRoot(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestSidecarWorkerResumesAcrossUnits: the hadar sidecar moves a job by
+// removing its unit's generated groups and adding a new unit, whose
+// groups have other names (<template>-hadar-u<unit>-w<rank>). Keyed by
+// the template group (HADAR_TEMPLATE), the new unit's workers get the
+// checkpoint directory the old unit's rank 0 wrote, and resume from its
+// step; every rank of the unit gets the same directory.
+func TestSidecarWorkerResumesAcrossUnits(t *testing.T) {
+	needRoot(t)
+	ckRoot := sharedRoot(t)
+	r := newRig(t, map[string]interface{}{"checkpoint_root": ckRoot})
+	events := driverEvents(t, r)
+	worker := func(unit, rank int, script string) *drivers.TaskConfig {
+		cfg := r.task(script, "Tesla K80", nil)
+		cfg.JobID = "moved"
+		cfg.TaskGroupName = fmt.Sprintf("train-hadar-u%d-w%d", unit, rank)
+		for k, v := range map[string]string{"HADAR_TEMPLATE": "train", "HADAR_UNIT": strconv.Itoa(unit), "RANK": strconv.Itoa(rank), "WORLD_SIZE": "2"} {
+			cfg.Env[k] = v
+		}
+		return cfg
+	}
+	old := worker(1, 0, checkpointScript)
+	r.start(old)
+	err := eventually(10*time.Second, func() error {
+		st, err := r.h.InspectTask(old.ID)
+		if err != nil {
+			return err
+		}
+		if n, _ := strconv.Atoi(st.DriverAttributes["hadar.steps_done"]); n <= 20 {
+			return fmt.Errorf("steps_done %q", st.DriverAttributes["hadar.steps_done"])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.h.StopTask(old.ID, 5*time.Second, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.wait(old.ID, 5*time.Second); res.ExitCode != 0 {
+		t.Fatalf("old unit's rank 0 exit %+v", res)
+	}
+	dir := filepath.Join(ckRoot, "default", "moved", "train", "trainer")
+	b, err := os.ReadFile(filepath.Join(dir, "ckpt"))
+	if err != nil {
+		t.Fatalf("the old unit's checkpoint is not under its template group: %v", err)
+	}
+	saved := strings.TrimSpace(string(b))
+
+	// The new unit (a higher number, as the sidecar writes it): rank 0
+	// resumes at the saved step, and rank 1 sees the same directory.
+	moved := worker(4, 0, checkpointScript)
+	r.start(moved)
+	out := readLog(t, moved, "stdout", "resumed at "+saved)
+	if !strings.Contains(out, "resumed at "+saved) {
+		t.Fatalf("new unit's rank 0 stdout %q: want it to resume at step %s", out, saved)
+	}
+	err = eventually(5*time.Second, func() error {
+		for _, ev := range events(moved.ID) {
+			// The script's first progress is one step past the checkpoint.
+			if strings.HasPrefix(ev.Message, "resumed from checkpoint "+filepath.Join(dir, "ckpt")+" at step ") {
+				return nil
+			}
+		}
+		return fmt.Errorf("events %q", messages(events(moved.ID)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := worker(4, 1, `echo "ckpt=$HADAR_CHECKPOINT_DIR"`)
+	r.start(peer)
+	if res := r.wait(peer.ID, 5*time.Second); res.ExitCode != 0 {
+		t.Fatalf("rank 1 exit %+v", res)
+	}
+	if out := readLog(t, peer, "stdout", "ckpt="); !strings.Contains(out, "ckpt="+dir+"\n") {
+		t.Fatalf("rank 1 stdout %q: want the unit's checkpoint dir %s", out, dir)
+	}
+	if err := r.h.StopTask(moved.ID, 5*time.Second, "SIGTERM"); err != nil {
+		t.Fatal(err)
+	}
+	r.wait(moved.ID, 5*time.Second)
+}
+
+// TestSidecarCopyEnv: what the driver derives from the sidecar's worker
+// env: the copy index of a HadarE copy is its unit (any number, copies
+// dynamic), a forkable job merges without a hadare block, and the spread
+// pace comes from the emulate block.
+func TestSidecarCopyEnv(t *testing.T) {
+	needRoot(t)
+	ckRoot, mergeRoot := sharedRoot(t), sharedRoot(t)
+	rates := RateMap{"Tesla V100-SXM2-16GB": 40, "Tesla K80": 10}
+	sidecar := map[string]string{"HADAR_TEMPLATE": "train", "HADAR_UNIT": "7"}
+	forkable := map[string]string{"HADAR_TEMPLATE": "train", "HADAR_UNIT": "7", "NOMAD_META_hadar_forkable": "true", "NOMAD_META_HADAR_FORKABLE": "true"}
+	tests := []struct {
+		name   string
+		env    map[string]string
+		mutate func(*TaskConfig)
+		want   string // the line the script prints, {ck} and {merge} replaced
+	}{
+		{"plain job of the sidecar", sidecar, nil,
+			"ckpt={ck}/train/trainer idx= copies=unset merge= pace= spread="},
+		{"forkable job of the sidecar: a dynamic copy", forkable, nil,
+			"ckpt={ck}/train/trainer/copy-7 idx=7 copies=unset merge={merge} pace= spread="},
+		{"hadare block without copies: the unit is the copy", sidecar, func(tc *TaskConfig) { tc.HadarE = &HadarEConfig{MergeEvery: 40} },
+			"ckpt={ck}/train/trainer/copy-7 idx=7 copies=unset merge={merge} pace= spread="},
+		{"emulated without spread options", nil, func(tc *TaskConfig) { tc.Emulate = &EmulateConfig{StepsPerSec: rates} },
+			"ckpt={ck}/g/trainer idx= copies=unset merge= pace=10 spread="},
+		{"spread factor", nil, func(tc *TaskConfig) { tc.Emulate = &EmulateConfig{StepsPerSec: rates, SpreadFactor: 0.8} },
+			"ckpt={ck}/g/trainer idx= copies=unset merge= pace=10 spread=8"},
+		{"spread pace of the model wins", nil, func(tc *TaskConfig) {
+			tc.Emulate = &EmulateConfig{StepsPerSec: rates, SpreadFactor: 0.8, SpreadStepsPerSec: RateMap{"Tesla K80": 6}}
+		}, "ckpt={ck}/g/trainer idx= copies=unset merge= pace=10 spread=6"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, map[string]interface{}{"checkpoint_root": ckRoot, "merge_root": mergeRoot})
+			cfg := r.task(`echo "ckpt=$HADAR_CHECKPOINT_DIR idx=$HADAR_COPY_INDEX copies=${HADAR_COPIES-unset} merge=$HADAR_MERGE_DIR pace=$HADAR_STEPS_PER_SEC spread=$HADAR_SPREAD_STEPS_PER_SEC"`, "Tesla K80", tc.mutate)
+			cfg.TaskGroupName = "train-hadar-u7-w0"
+			if tc.env == nil {
+				cfg.TaskGroupName = "g"
+			}
+			for k, v := range tc.env {
+				cfg.Env[k] = v
+			}
+			r.start(cfg)
+			if res := r.wait(cfg.ID, 10*time.Second); res.ExitCode != 0 {
+				t.Fatalf("exit %+v", res)
+			}
+			want := strings.NewReplacer("{ck}", filepath.Join(ckRoot, "default", cfg.JobID), "{merge}", filepath.Join(mergeRoot, "default", cfg.JobID)).Replace(tc.want) + "\n"
+			if out := readLog(t, cfg, "stdout", want); !strings.Contains(out, want) {
+				t.Fatalf("stdout %q, want %q", out, want)
+			}
+		})
 	}
 }
 

@@ -64,7 +64,14 @@ func (d *Driver) plan(cfg *drivers.TaskConfig, tc *TaskConfig) (*launch, error) 
 	set[EnvJobID] = cfg.JobID
 
 	copySuffix := ""
-	if h := tc.HadarE; h != nil {
+	h := tc.HadarE
+	if h == nil && sidecarCopy(env) {
+		// A forkable job the hadar sidecar placed: its units are HadarE
+		// copies that come and go, so it merges even without a hadare
+		// block (copies dynamic, merge_every the trainer's default).
+		h = &HadarEConfig{}
+	}
+	if h != nil {
 		idx, err := copyIndex(h, env)
 		if err != nil {
 			return nil, err
@@ -80,7 +87,11 @@ func (d *Driver) plan(cfg *drivers.TaskConfig, tc *TaskConfig) (*launch, error) 
 			return nil, fmt.Errorf("hadare: merge directory: %w", err)
 		}
 		set[EnvCopyIndex] = strconv.Itoa(idx)
-		set[EnvCopies] = strconv.Itoa(h.Copies)
+		if h.Copies > 0 {
+			// Declared copies; without, the copies are whoever is in the
+			// merge directory (the sidecar forks and unforks at will).
+			set[EnvCopies] = strconv.Itoa(h.Copies)
+		}
 		set[EnvMergeDir] = mergeDir
 		if h.MergeEvery > 0 {
 			set[EnvMergeEvery] = strconv.Itoa(h.MergeEvery)
@@ -94,8 +105,17 @@ func (d *Driver) plan(cfg *drivers.TaskConfig, tc *TaskConfig) (*launch, error) 
 	case s.checkpointRoot != "":
 		// Keyed by job, group and task, not allocation, so a job that is
 		// stopped and run again (or rescheduled onto a node sharing the
-		// root) finds its checkpoints.
-		ckpt = filepath.Join(s.checkpointRoot, safe(cfg.Namespace), safe(cfg.JobID), safe(cfg.TaskGroupName), safe(cfg.Name), copySuffix)
+		// root) finds its checkpoints. A worker the hadar sidecar placed
+		// runs in a generated group whose name changes with every
+		// placement (<template>-hadar-u<unit>-w<rank>, unit numbers only
+		// grow): keyed by its template group instead, a moved or
+		// restarted job finds the checkpoint its last unit wrote, and all
+		// ranks of a unit share one directory.
+		group := cfg.TaskGroupName
+		if t := strings.TrimSpace(env[EnvTemplate]); t != "" {
+			group = t
+		}
+		ckpt = filepath.Join(s.checkpointRoot, safe(cfg.Namespace), safe(cfg.JobID), safe(group), safe(cfg.Name), copySuffix)
 	default:
 		ckpt = filepath.Join(taskDir.SharedAllocDir, "data", "checkpoints", safe(cfg.Name))
 	}
@@ -124,6 +144,9 @@ func (d *Driver) plan(cfg *drivers.TaskConfig, tc *TaskConfig) (*launch, error) 
 			return nil, err
 		}
 		set[EnvStepsPerSec] = strconv.FormatFloat(rate, 'g', -1, 64)
+		if spread, ok := tc.Emulate.spreadStepsPerSec(models); ok {
+			set[EnvSpreadStepsPerSec] = strconv.FormatFloat(spread, 'g', -1, 64)
+		}
 	}
 
 	// A variable the driver derives from the task's config must not be
@@ -177,14 +200,35 @@ func (d *Driver) execCommand(l *launch) (cmd string, args []string, err error) {
 	return d.self, args, nil
 }
 
+// sidecarCopy tells whether the task is a worker of a forkable job the
+// hadar sidecar placed (its env has HADAR_UNIT and the job's meta says
+// hadar.forkable = true).
+func sidecarCopy(env map[string]string) bool {
+	if strings.TrimSpace(env[EnvUnit]) == "" {
+		return false
+	}
+	v, ok := env[envForkable]
+	if !ok {
+		v = env[strings.ToUpper(envForkable)]
+	}
+	f, err := strconv.ParseBool(strings.TrimSpace(v))
+	return err == nil && f
+}
+
 // copyIndex is the HadarE copy a task is: hadare.copy_index, else the
-// task env's HADAR_COPY_INDEX (set by the sidecar), else the allocation's
-// index in its group; config and env must agree when both are set.
+// task env's HADAR_COPY_INDEX, else its HADAR_UNIT (the sidecar's unit
+// number: HadarE copies are units), else the allocation's index in its
+// group; config and env must agree when both are set. With declared
+// copies the index is in 0..copies-1; with dynamic copies (copies unset)
+// any number >= 0 is one.
 func copyIndex(h *HadarEConfig, env map[string]string) (int, error) {
 	parse := func(name, v string) (int, error) {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 0 || n >= h.Copies {
+		switch {
+		case h.Copies > 0 && (err != nil || n < 0 || n >= h.Copies):
 			return 0, fmt.Errorf("hadare: %s %q is not a copy index in 0..%d; set hadare.copy_index", name, v, h.Copies-1)
+		case err != nil || n < 0:
+			return 0, fmt.Errorf("hadare: %s %q is not a copy index (a number >= 0); set hadare.copy_index", name, v)
 		}
 		return n, nil
 	}
@@ -203,6 +247,12 @@ func copyIndex(h *HadarEConfig, env map[string]string) (int, error) {
 		return *h.CopyIndex, nil
 	case fromEnv:
 		return parse(EnvCopyIndex, v)
+	}
+	if v, ok := env[EnvUnit]; ok && strings.TrimSpace(v) != "" {
+		if h.Copies > 0 {
+			return 0, fmt.Errorf("hadare: copies = %d, but the hadar sidecar placed this task as unit %s: under the sidecar, copies are its units and come and go; remove hadare.copies", h.Copies, v)
+		}
+		return parse(EnvUnit, v)
 	}
 	if v, ok := env["NOMAD_ALLOC_INDEX"]; ok {
 		return parse("NOMAD_ALLOC_INDEX", v)
