@@ -67,6 +67,11 @@ type Options struct {
 	ExtraConfig string
 	// StartTimeout bounds the wait for a ready node; default 60s.
 	StartTimeout time.Duration
+	// ACL enables Nomad's ACLs. A ModeServer agent bootstraps them and
+	// keeps the management token (Agent.Token, and its Client uses it); a
+	// ModeClient agent needs Token, the management token, for its checks.
+	ACL   bool
+	Token string
 }
 
 // Agent is a running Nomad agent.
@@ -79,6 +84,8 @@ type Agent struct {
 	Client *api.Client
 	// NodeID is the client node's ID, once ready (empty for ModeServer).
 	NodeID string
+	// Token is the management token when Options.ACL is set.
+	Token string
 	// Dir holds agent.hcl, data/, and agent.log.
 	Dir        string
 	ConfigFile string
@@ -121,6 +128,9 @@ func AgentConfig(opts Options, http, rpc, serf int) string {
 	}
 	if opts.Mode == ModePersistent || opts.Mode == ModeServer {
 		b.WriteString("server {\n  enabled          = true\n  bootstrap_expect = 1\n}\n")
+	}
+	if opts.ACL {
+		b.WriteString("acl {\n  enabled = true\n}\n")
 	}
 	if opts.Mode == ModeServer {
 		return b.String() + opts.ExtraConfig
@@ -242,9 +252,10 @@ func TryStartAgent(t testing.TB, opts Options) (*Agent, error) {
 	if err := os.WriteFile(a.ConfigFile, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	if a.Client, err = api.NewClient(&api.Config{Address: a.Addr}); err != nil {
+	if a.Client, err = api.NewClient(&api.Config{Address: a.Addr, SecretID: opts.Token}); err != nil {
 		return nil, err
 	}
+	a.Token = opts.Token
 	t.Cleanup(func() {
 		if t.Failed() {
 			a.dumpLog(t)
@@ -312,6 +323,14 @@ func (a *Agent) waitReady(p *agentProc) error {
 			leader, err := a.Client.Status().Leader()
 			if err != nil || leader == "" {
 				return fmt.Errorf("no leader yet (%v)", err)
+			}
+			if a.opts.ACL && a.Token == "" {
+				tok, _, err := a.Client.ACLTokens().Bootstrap(nil)
+				if err != nil {
+					return fmt.Errorf("bootstrap ACLs: %w", err)
+				}
+				a.Token = tok.SecretID
+				a.Client.SetSecretID(tok.SecretID)
 			}
 			return nil
 		}
@@ -410,18 +429,20 @@ func (a *Agent) stop(t testing.TB, purge bool) {
 // client's allocations, and then purges the jobs. Purging at once would
 // drop the allocations from the state while their tasks still run.
 func (a *Agent) purgeJobs(t testing.TB) {
-	jobs, _, err := a.Client.Jobs().List(nil)
+	// Every namespace: a test may run jobs outside the default one.
+	all := &api.QueryOptions{Namespace: "*"}
+	jobs, _, err := a.Client.Jobs().List(all)
 	if err != nil {
 		t.Logf("cleanup: list jobs: %v", err)
 		return
 	}
 	for _, j := range jobs {
-		_, _, _ = a.Client.Jobs().Deregister(j.ID, false, nil)
+		_, _, _ = a.Client.Jobs().Deregister(j.ID, false, &api.WriteOptions{Namespace: j.Namespace})
 	}
 	var allocs []*api.AllocationListStub
 	err = Eventually(context.Background(), 60*time.Second, 250*time.Millisecond, func() error {
 		var err error
-		if allocs, _, err = a.Client.Allocations().List(nil); err != nil {
+		if allocs, _, err = a.Client.Allocations().List(all); err != nil {
 			return err
 		}
 		for _, al := range allocs {
@@ -436,7 +457,7 @@ func (a *Agent) purgeJobs(t testing.TB) {
 	}
 	a.collectAllocs(t, allocs)
 	for _, j := range jobs {
-		_, _, _ = a.Client.Jobs().Deregister(j.ID, true, nil)
+		_, _, _ = a.Client.Jobs().Deregister(j.ID, true, &api.WriteOptions{Namespace: j.Namespace})
 	}
 }
 
