@@ -2,103 +2,523 @@ package run
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
+
+	"github.com/hadar-sched/hadar/trainer"
 )
 
-// pollInterval is how often a waiting copy looks for the others' files.
-const pollInterval = 50 * time.Millisecond
+// HadarE merging by membership (docs/trainer.md, "HadarE in the
+// process"). The copies of a job share one merge directory:
+//
+//	members/copy-<i>.json   each copy's heartbeat, rewritten every second
+//	round-<r>/copy-<i>.json copy i's parameters and steps of round r
+//	round-<r>/merged.json   round r closed: the merged parameters, the
+//	                        job's steps, who took part, and who takes
+//	                        part in round r+1 with how many steps
+//
+// Round 0 is the start (the initial parameters, no steps), written by the
+// first copy. A copy listed in round r's targets trains its steps of round
+// r+1, writes its file and waits, up to --merge-timeout, for the other
+// listed copies' files; a listed copy whose heartbeat stopped (older than
+// --member-ttl) or says it left is not waited for. The first copy to see
+// the round complete (or the wait over) closes it: it averages the files
+// weighted by steps, adds the steps to the job's, lists the members of
+// the next round (this round's copies that stay, and the copies that
+// announced themselves meanwhile) and writes merged.json with link(2), so
+// that exactly one result exists; every other copy adopts that one. The
+// job's steps are therefore counted once, whoever closes, and all copies
+// hold the same parameters after every round.
+//
+// A copy that starts (a fork, or a unit placed anew) adopts the newest
+// closed round: its parameters and the job's steps, not another copy's
+// checkpoint and not the initial parameters. If it is not a member of
+// the round under way it waits for that round to close (the closer lists
+// it for the next). A copy that is stopped writes its steps of the round
+// so far (marked leaving) and says so in its heartbeat; the last one
+// standing closes the round, so the steps of a job evicted whole are in
+// the merged state a later copy resumes from.
 
-// exchange writes mine to round mine.Round of dir and waits, up to timeout
-// from then, for the other copies' files of that round. It returns the files
-// found, mine included, ordered by copy index. A copy whose file does not
-// come in time, or is unreadable or belongs to another job, is skipped (and
-// logged): a preempted copy must not stall the others. tick is called while
-// waiting so the caller can keep the progress file fresh. Only a cancelled
-// ctx or failing to write mine is an error.
-func exchange(ctx context.Context, dir string, mine *MergeFile, timeout time.Duration, log *slog.Logger, tick func()) ([]*MergeFile, error) {
-	b, err := EncodeMergeFile(mine)
+// membership is one copy's (a unit's rank 0) view of its job's copies.
+type membership struct {
+	dir        string
+	o          Options
+	self       int
+	log        *slog.Logger
+	hb         *heartbeat
+	mergeEvery int            // this copy's steps per round
+	init       trainer.Params // round 0's parameters
+}
+
+// heartbeat keeps members/copy-<i>.json fresh while the copy lives.
+type heartbeat struct {
+	path string
+	log  *slog.Logger
+	mu   sync.Mutex
+	m    Member
+	quit chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func startHeartbeat(path string, m Member, every time.Duration, log *slog.Logger) (*heartbeat, error) {
+	h := &heartbeat{path: path, log: log, m: m, quit: make(chan struct{}), done: make(chan struct{})}
+	if err := h.write(); err != nil {
+		return nil, err
+	}
+	go func() {
+		defer close(h.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-h.quit:
+				return
+			case <-t.C:
+				if err := h.write(); err != nil {
+					h.log.Warn("heartbeat not written", "err", err)
+				}
+			}
+		}
+	}()
+	return h, nil
+}
+
+func (h *heartbeat) write() error {
+	h.mu.Lock()
+	h.m.Updated = time.Now().UTC()
+	b, err := json.Marshal(h.m)
+	h.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	return writeFileAtomic(h.path, b)
+}
+
+// set changes what the heartbeat says and writes it at once.
+func (h *heartbeat) set(state string, round int) {
+	h.mu.Lock()
+	h.m.State, h.m.Round = state, round
+	h.mu.Unlock()
+	if err := h.write(); err != nil {
+		h.log.Warn("heartbeat not written", "err", err)
+	}
+}
+
+// stop writes the last heartbeat (leaving or done) and ends the loop.
+func (h *heartbeat) stop(state string) {
+	h.once.Do(func() {
+		close(h.quit)
+		<-h.done
+		h.mu.Lock()
+		h.m.State = state
+		h.mu.Unlock()
+		if err := h.write(); err != nil {
+			h.log.Warn("last heartbeat not written", "err", err)
+		}
+	})
+}
+
+// join announces this copy in the merge directory and returns the newest
+// closed round (creating round 0 if there is none).
+func join(o Options, log *slog.Logger, mergeEvery int, init trainer.Params) (*membership, *Merged, error) {
+	m := &membership{dir: o.MergeDir, o: o, self: o.CopyIndex, log: log, mergeEvery: mergeEvery, init: init}
+	host, _ := os.Hostname()
+	every := o.heartbeatEvery
+	if every <= 0 {
+		every = time.Second
+	}
+	hb, err := startHeartbeat(memberPath(m.dir, m.self), Member{Version: mergeFileVersion, JobID: o.JobID, Copy: m.self, State: StateJoining,
+		MergeEvery: mergeEvery, Host: host, PID: os.Getpid()}, every, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hadare: announce copy %d in %s: %w", m.self, m.dir, err)
+	}
+	m.hb = hb
+	latest, err := m.latest()
+	if err == nil && latest == nil {
+		latest, err = m.genesis()
+	}
+	if err != nil {
+		hb.stop(MemberLeaving)
+		return nil, nil, err
+	}
+	return m, latest, nil
+}
+
+// latest returns the newest closed round, nil if there is none. A closed
+// round of another job or model is an error: the copies would mix runs.
+func (m *membership) latest() (*Merged, error) {
+	rounds, err := MergedRounds(m.dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(mergePath(dir, mine.Round, mine.CopyIndex), b); err != nil {
-		return nil, fmt.Errorf("merge round %d: %w", mine.Round, err)
+	for i := len(rounds) - 1; i >= 0; i-- {
+		path := MergedPath(m.dir, rounds[i])
+		mg, err := ReadMerged(path)
+		if err != nil {
+			m.log.Warn("hadare: skipping an unreadable closed round", "err", err)
+			continue
+		}
+		if err := m.compatible(mg); err != nil {
+			return nil, fmt.Errorf("hadare: %s: %w", path, err)
+		}
+		return mg, nil
 	}
-	got := make([]*MergeFile, mine.Copies)
-	got[mine.CopyIndex] = mine
-	pending := map[int]bool{}
-	for i := range mine.Copies {
-		if i != mine.CopyIndex {
-			pending[i] = true
-		}
-	}
-	deadline := time.Now().Add(timeout)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for len(pending) > 0 {
-		for i := range pending {
-			path := mergePath(dir, mine.Round, i)
-			raw, err := os.ReadFile(path)
-			if errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			delete(pending, i)
-			if err != nil {
-				log.Warn("merge: skipping unreadable copy file", "path", path, "err", err)
-				continue
-			}
-			m, err := DecodeMergeFile(raw)
-			if err == nil {
-				err = checkPeer(m, mine, i)
-			}
-			if err != nil {
-				log.Warn("merge: skipping invalid copy file", "path", path, "err", err)
-				continue
-			}
-			got[i] = m
-		}
-		if len(pending) == 0 {
-			break
-		}
-		if !time.Now().Before(deadline) {
-			missing := slices.Sorted(maps.Keys(pending))
-			log.Warn("merge: copies missing after the wait; merging without them", "round", mine.Round, "missing", missing, "timeout", timeout)
-			break
-		}
-		tick()
-		timer.Reset(min(pollInterval, time.Until(deadline)))
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("merge round %d: %w", mine.Round, ctx.Err())
-		case <-timer.C:
-		}
-	}
-	out := make([]*MergeFile, 0, mine.Copies)
-	for _, m := range got {
-		if m != nil {
-			out = append(out, m)
-		}
-	}
-	return out, nil
+	return nil, nil
 }
 
-// checkPeer rejects a file that cannot be merged with mine.
-func checkPeer(m, mine *MergeFile, index int) error {
+func (m *membership) compatible(mg *Merged) error {
 	switch {
-	case m.JobID != mine.JobID:
-		return fmt.Errorf("field \"job_id\": %q, this copy runs %q; give every copy its own job's merge dir", m.JobID, mine.JobID)
-	case m.Round != mine.Round || m.CopyIndex != index:
-		return fmt.Errorf("fields \"round\" %d, \"copy_index\" %d do not match the file's path (round %d, copy %d)", m.Round, m.CopyIndex, mine.Round, index)
-	case m.Copies != mine.Copies:
-		return fmt.Errorf("field \"copies\": %d, this copy has %d; all copies must be given the same HADAR_COPIES", m.Copies, mine.Copies)
-	case !m.Params.SameShape(mine.Params):
+	case mg.JobID != m.o.JobID:
+		return fmt.Errorf("field \"job_id\": %q, this copy runs %q; give every job its own merge directory", mg.JobID, m.o.JobID)
+	case mg.TotalSteps != int64(m.o.Steps):
+		return fmt.Errorf("field \"total_steps\": %d, this copy runs %d steps; all copies must be given the same HADAR_TOTAL_STEPS", mg.TotalSteps, m.o.Steps)
+	case !mg.Params.SameShape(m.init):
 		return fmt.Errorf("field \"params\": shape %s/%d/%d/%d differs from this copy's %s/%d/%d/%d; all copies must run the same model",
-			m.Params.Model, m.Params.Dim, m.Params.Hidden, m.Params.Classes, mine.Params.Model, mine.Params.Dim, mine.Params.Hidden, mine.Params.Classes)
+			mg.Params.Model, mg.Params.Dim, mg.Params.Hidden, mg.Params.Classes, m.init.Model, m.init.Dim, m.init.Hidden, m.init.Classes)
 	}
 	return nil
 }
+
+// genesis writes round 0: the initial parameters, and as members of round
+// 1 the declared copies (HADAR_COPIES) and those announced so far.
+func (m *membership) genesis() (*Merged, error) {
+	var cands []candidate
+	if m.o.Copies > 1 {
+		for i := range m.o.Copies {
+			cands = append(cands, candidate{copy: i})
+		}
+	}
+	cands = m.withJoiners(cands)
+	mg := &Merged{Version: mergeFileVersion, JobID: m.o.JobID, Round: 0, TotalSteps: int64(m.o.Steps), Members: []Contribution{},
+		Targets: m.targets(int64(m.o.Steps), cands), ClosedBy: m.self, Closed: time.Now().UTC(), Params: m.init}
+	return m.publish(mg)
+}
+
+// candidate is a copy that may take part in the next round, with its
+// steps per round (0: not known yet).
+type candidate struct {
+	copy       int
+	mergeEvery int
+}
+
+// withJoiners adds the copies whose fresh heartbeats say they wait to
+// join.
+func (m *membership) withJoiners(cands []candidate) []candidate {
+	entries, err := os.ReadDir(filepath.Join(m.dir, "members"))
+	if err != nil {
+		return cands
+	}
+	for _, e := range entries {
+		num, ok := strings.CutPrefix(e.Name(), "copy-")
+		num, ok2 := strings.CutSuffix(num, ".json")
+		c, err := strconv.Atoi(num)
+		if !ok || !ok2 || err != nil {
+			continue
+		}
+		hb, err := readMember(filepath.Join(m.dir, "members", e.Name()))
+		if err != nil || hb == nil || hb.JobID != m.o.JobID || hb.State != StateJoining || m.stale(hb) {
+			continue
+		}
+		if i := slices.IndexFunc(cands, func(x candidate) bool { return x.copy == c }); i >= 0 {
+			cands[i].mergeEvery = hb.MergeEvery
+			continue
+		}
+		cands = append(cands, candidate{copy: c, mergeEvery: hb.MergeEvery})
+	}
+	slices.SortFunc(cands, func(a, b candidate) int { return a.copy - b.copy })
+	return cands
+}
+
+// targets sizes the next round: every member does its merge-every, unless
+// that would pass the job's total; then the remaining steps are shared in
+// proportion to the members' merge-every (their speeds, when merge-every
+// is proportional to the pace), so the steps sum exactly to the total. A
+// member whose merge-every is unknown is sized like this copy for the
+// share, and told "its own merge-every" (0) otherwise.
+func (m *membership) targets(remaining int64, cands []candidate) []Contribution {
+	if remaining <= 0 || len(cands) == 0 {
+		return []Contribution{}
+	}
+	est := make([]float64, len(cands))
+	var sum int64
+	for i, c := range cands {
+		e := c.mergeEvery
+		if e <= 0 {
+			e = m.mergeEvery
+		}
+		est[i] = float64(e)
+		sum += int64(e)
+	}
+	out := make([]Contribution, 0, len(cands))
+	if sum <= remaining {
+		for _, c := range cands {
+			out = append(out, Contribution{Copy: c.copy, Steps: int64(c.mergeEvery)})
+		}
+		return out
+	}
+	shares, err := trainer.Allocate(int(remaining), est)
+	if err != nil {
+		// Unreachable with positive estimates; fall back to one member.
+		return []Contribution{{Copy: cands[0].copy, Steps: remaining}}
+	}
+	for i, c := range cands {
+		if shares[i] > 0 {
+			out = append(out, Contribution{Copy: c.copy, Steps: int64(shares[i])})
+		}
+	}
+	return out
+}
+
+// stale tells whether a heartbeat stopped.
+func (m *membership) stale(hb *Member) bool {
+	return time.Since(hb.Updated) > m.o.MemberTTL
+}
+
+// publish writes a closed round unless one exists, and returns the one
+// that is there (this one, or the one another copy wrote first).
+func (m *membership) publish(mg *Merged) (*Merged, error) {
+	b, err := json.Marshal(mg)
+	if err != nil {
+		return nil, fmt.Errorf("hadare: encode round %d: %w", mg.Round, err)
+	}
+	path := MergedPath(m.dir, mg.Round)
+	created, err := createExclusive(path, b)
+	if err != nil {
+		return nil, fmt.Errorf("hadare: close round %d: %w", mg.Round, err)
+	}
+	if created {
+		return mg, nil
+	}
+	won, err := ReadMerged(path)
+	if err != nil {
+		return nil, fmt.Errorf("hadare: round %d was closed by another copy: %w", mg.Round, err)
+	}
+	return won, nil
+}
+
+// contribute writes this copy's file of round r.
+func (m *membership) contribute(r int, steps int64, params trainer.Params, leaving bool) error {
+	copies := max(m.o.Copies, 1)
+	f := &MergeFile{Version: mergeFileVersion, JobID: m.o.JobID, Round: r, CopyIndex: m.self, Copies: copies, Steps: steps,
+		MergeEvery: m.mergeEvery, Leaving: leaving, Params: params}
+	b, err := EncodeMergeFile(f)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(mergePath(m.dir, r, m.self), b); err != nil {
+		return fmt.Errorf("hadare: merge round %d: %w", r, err)
+	}
+	return nil
+}
+
+// roundState reads round r's files of the copies base lists as its
+// members: files holds those present; waiting lists the members still
+// expected (alive, not left, no file yet).
+func (m *membership) roundState(r int, base *Merged) (files map[int]*MergeFile, waiting []int) {
+	files = map[int]*MergeFile{}
+	for _, t := range base.Targets {
+		path := mergePath(m.dir, r, t.Copy)
+		raw, err := os.ReadFile(path)
+		if err == nil {
+			f, err := DecodeMergeFile(raw)
+			if err == nil {
+				err = m.checkFile(f, r, t.Copy, base)
+			}
+			if err != nil {
+				// Not mergeable: as if the copy had left.
+				m.log.Warn("hadare: skipping an invalid copy file", "path", path, "err", err)
+				continue
+			}
+			files[t.Copy] = f
+			continue
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			m.log.Warn("hadare: skipping an unreadable copy file", "path", path, "err", err)
+			continue
+		}
+		hb, err := readMember(memberPath(m.dir, t.Copy))
+		switch {
+		case err != nil:
+			// Torn heartbeat: look again at the next poll.
+			waiting = append(waiting, t.Copy)
+		case hb == nil:
+			// Declared but not started: waited for, up to the timeout.
+			waiting = append(waiting, t.Copy)
+		case hb.State == MemberLeaving || hb.State == MemberDone || m.stale(hb):
+			// Gone without a contribution.
+		default:
+			waiting = append(waiting, t.Copy)
+		}
+	}
+	return files, waiting
+}
+
+// checkFile rejects a file that cannot be merged into round r.
+func (m *membership) checkFile(f *MergeFile, r, copyIndex int, base *Merged) error {
+	switch {
+	case f.JobID != m.o.JobID:
+		return fmt.Errorf("field \"job_id\": %q, this copy runs %q; give every job its own merge dir", f.JobID, m.o.JobID)
+	case f.Round != r || f.CopyIndex != copyIndex:
+		return fmt.Errorf("fields \"round\" %d, \"copy_index\" %d do not match the file's path (round %d, copy %d)", f.Round, f.CopyIndex, r, copyIndex)
+	case !f.Params.SameShape(base.Params):
+		return fmt.Errorf("field \"params\": shape %s/%d/%d/%d differs from the job's %s/%d/%d/%d; all copies must run the same model",
+			f.Params.Model, f.Params.Dim, f.Params.Hidden, f.Params.Classes, base.Params.Model, base.Params.Dim, base.Params.Hidden, base.Params.Classes)
+	}
+	return nil
+}
+
+// close closes round r (base is round r-1) with the files present.
+func (m *membership) close(r int, base *Merged, files map[int]*MergeFile) (*Merged, error) {
+	ids := slices.Sorted(maps.Keys(files))
+	params := make([]trainer.Params, 0, len(ids))
+	weights := make([]float64, 0, len(ids))
+	var steps int64
+	members := []Contribution{}
+	var cands []candidate
+	for _, id := range ids {
+		f := files[id]
+		params, weights = append(params, f.Params), append(weights, float64(f.Steps))
+		steps += f.Steps
+		members = append(members, Contribution{Copy: id, Steps: f.Steps, Leaving: f.Leaving})
+		if !f.Leaving {
+			cands = append(cands, candidate{copy: id, mergeEvery: f.MergeEvery})
+		}
+	}
+	merged := base.Params
+	if len(params) > 0 {
+		var err error
+		if merged, err = trainer.Merge(params, weights); err != nil {
+			return nil, fmt.Errorf("hadare: merge round %d: %w", r, err)
+		}
+	}
+	done := base.StepsDone + steps
+	if done > base.TotalSteps {
+		// Only copies that disagree about a round's members can get here.
+		m.log.Warn("hadare: the round's steps pass the job's total; counting the total", "round", r, "steps", done, "total", base.TotalSteps)
+		done = base.TotalSteps
+	}
+	mg := &Merged{Version: mergeFileVersion, JobID: m.o.JobID, Round: r, TotalSteps: base.TotalSteps, StepsDone: done,
+		Members: members, Targets: []Contribution{}, Done: done >= base.TotalSteps, ClosedBy: m.self, Closed: time.Now().UTC(), Params: merged}
+	if !mg.Done {
+		mg.Targets = m.targets(base.TotalSteps-done, m.withJoiners(cands))
+	}
+	return m.publish(mg)
+}
+
+// closedFrom returns the newest closed round if round r (or a later one)
+// is closed, else nil.
+func (m *membership) closedFrom(r int) (*Merged, error) {
+	if _, err := os.Stat(MergedPath(m.dir, r)); err != nil {
+		return nil, nil
+	}
+	return m.latest()
+}
+
+// waitRound is a member's wait at the end of round r (base is round r-1):
+// for the other members' files, up to --merge-timeout, then it closes the
+// round itself unless another copy did. check reports a broken unit.
+func (m *membership) waitRound(ctx context.Context, r int, base *Merged, tick func(), check func() error) (*Merged, error) {
+	m.hb.set(StateMerging, r)
+	deadline := time.Now().Add(m.o.MergeTimeout)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		if mg, err := m.closedFrom(r); err != nil || mg != nil {
+			return mg, err
+		}
+		files, waiting := m.roundState(r, base)
+		if len(waiting) == 0 {
+			return m.close(r, base, files)
+		}
+		if !time.Now().Before(deadline) {
+			m.log.Warn("hadare: copies missing after the wait; merging without them", "round", r, "missing", waiting, "timeout", m.o.MergeTimeout)
+			return m.close(r, base, files)
+		}
+		tick()
+		if err := check(); err != nil {
+			return nil, err
+		}
+		timer.Reset(min(pollInterval, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("merge round %d: %w", r, ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+// waitJoin is a copy's wait for the round under way (after base) to close,
+// when it is not one of its members. If every member has left without
+// closing it, this copy closes it (the job's copies all went and came
+// back): nobody else would.
+func (m *membership) waitJoin(ctx context.Context, base *Merged, tick func(), check func() error) (*Merged, error) {
+	m.hb.set(StateJoining, base.Round+1)
+	for {
+		mg, err := m.latest()
+		if err != nil {
+			return nil, err
+		}
+		if mg != nil && mg.Round > base.Round {
+			return mg, nil
+		}
+		files, waiting := m.roundState(base.Round+1, base)
+		if len(waiting) == 0 {
+			return m.close(base.Round+1, base, files)
+		}
+		tick()
+		if err := check(); err != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting to join round %d: %w", base.Round+1, ctx.Err())
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// leave is a stopped copy's goodbye: if it is a member of the round under
+// way, its steps of the round so far, marked leaving (rewritten if it was
+// waiting at the merge: the closer must not list it for the next round);
+// its heartbeat marked leaving; and, if no other member is still
+// expected, the round closed. It returns the round closed, if it closed
+// one.
+func (m *membership) leave(r int, base *Merged, steps int64, params trainer.Params, member bool) (*Merged, error) {
+	if !member {
+		m.hb.stop(MemberLeaving)
+		return nil, nil
+	}
+	if mg, err := m.closedFrom(r); err != nil || mg != nil {
+		// Closed meanwhile (with or without this copy's file).
+		m.hb.stop(MemberLeaving)
+		return mg, err
+	}
+	if err := m.contribute(r, steps, params, true); err != nil {
+		m.hb.stop(MemberLeaving)
+		return nil, err
+	}
+	m.hb.stop(MemberLeaving)
+	if mg, err := m.closedFrom(r); err != nil || mg != nil {
+		return mg, err
+	}
+	files, waiting := m.roundState(r, base)
+	if len(waiting) > 0 {
+		m.log.Info("hadare: left; the other copies merge this copy's last steps", "round", r, "steps", steps, "waiting_for", waiting)
+		return nil, nil
+	}
+	return m.close(r, base, files)
+}
+
+// pollInterval is how often a waiting copy looks at the merge directory.
+const pollInterval = 50 * time.Millisecond

@@ -29,7 +29,35 @@ type Options struct {
 	ProgressInterval time.Duration // how often the progress file is rewritten
 	CheckpointEvery  int           // local steps between periodic checkpoints; 0: only on stop and at the end
 	KeepCheckpoints  int           // newest checkpoints kept; older ones are removed
+
+	// Membership merging (HadarE copies that come and go).
+	Unit           int           // HADAR_UNIT: the sidecar's unit number, -1 unset; a copy's index when HADAR_COPY_INDEX is unset
+	MergeInterval  time.Duration // HadarE: when > 0 and the pace is known, a round is this long: merge-every = pace x interval
+	MemberTTL      time.Duration // HadarE: a copy whose heartbeat is older has left
+	heartbeatEvery time.Duration // how often a copy rewrites its heartbeat (tests shorten it)
+
+	// Distributed emulation: one unit of WorldSize workers, rank 0 training
+	// and the others following its steps in lockstep (docs/trainer.md).
+	Rank              int           // RANK
+	WorldSize         int           // WORLD_SIZE
+	MasterAddr        string        // MASTER_ADDR: rank 0's address
+	MasterPort        int           // MASTER_PORT: rank 0's rendezvous port
+	NodeRank          int           // GROUP_RANK (or NODE_RANK): the worker's node in the unit, -1 unknown
+	GPUModel          string        // HADAR_GPU_MODEL: informational, reported at the rendezvous
+	SpreadStepsPerSec float64       // HADAR_SPREAD_STEPS_PER_SEC: pace when the unit spans nodes; 0: StepsPerSec
+	SyncEvery         int           // steps between barriers; 0: about a quarter second at the unit's pace
+	RendezvousTimeout time.Duration // how long the unit may take to gather
+	PeerTimeout       time.Duration // silence after which a peer counts as lost
+	StopGrace         time.Duration // how long a worker whose unit broke waits for its own stop signal
 }
+
+// Distributed reports whether the process is one worker of a unit of
+// several.
+func (o Options) Distributed() bool { return o.WorldSize > 1 }
+
+// Merging reports whether the process merges with HadarE copies (only a
+// unit's rank 0 does).
+func (o Options) Merging() bool { return o.MergeDir != "" && o.Rank == 0 }
 
 // ParseTrainArgs builds Options from command-line args and the environment
 // (getenv, usually os.Getenv). Precedence, highest first: a flag given on the
@@ -68,6 +96,20 @@ func ParseTrainArgs(args []string, getenv func(string) string, usage io.Writer) 
 	fs.DurationVar(&o.ProgressInterval, "progress-interval", time.Second, "how often the progress file is rewritten (the contract requires at most 5s)")
 	fs.IntVar(&o.CheckpointEvery, "checkpoint-every", 0, "local steps between periodic checkpoints; 0 checkpoints only when stopped and at the end")
 	fs.IntVar(&o.KeepCheckpoints, "keep-checkpoints", 2, "newest checkpoints kept in the checkpoint directory")
+	fs.IntVar(&o.Unit, "unit", -1, "the hadar sidecar's unit number; a HadarE copy's index when --copy-index is not given (env HADAR_UNIT)")
+	fs.DurationVar(&o.MergeInterval, "merge-interval", 0, "HadarE: merge about this often: each copy's merge-every becomes its pace times this (needs a pace); 0 uses --merge-every (env HADAR_MERGE_INTERVAL)")
+	fs.DurationVar(&o.MemberTTL, "member-ttl", 15*time.Second, "HadarE: a copy whose heartbeat in the merge directory is older than this has left")
+	fs.IntVar(&o.Rank, "rank", 0, "this worker's rank in its unit (env RANK)")
+	fs.IntVar(&o.WorldSize, "world-size", 1, "workers in the unit (env WORLD_SIZE)")
+	fs.StringVar(&o.MasterAddr, "master-addr", "", "rank 0's address, where the other ranks join (env MASTER_ADDR)")
+	fs.IntVar(&o.MasterPort, "master-port", 0, "rank 0's rendezvous port (env MASTER_PORT)")
+	fs.IntVar(&o.NodeRank, "node-rank", -1, "this worker's node in the unit (env GROUP_RANK, else NODE_RANK); -1: tell nodes apart by host name")
+	fs.StringVar(&o.GPUModel, "gpu-model", "", "the GPU model, reported at the rendezvous (env HADAR_GPU_MODEL)")
+	fs.Float64Var(&o.SpreadStepsPerSec, "spread-steps-per-sec", 0, "emulated pace when the unit spans several nodes; 0: --steps-per-sec (env HADAR_SPREAD_STEPS_PER_SEC)")
+	fs.IntVar(&o.SyncEvery, "sync-every", 0, "distributed: steps between barriers; 0: about a quarter second at the unit's pace")
+	fs.DurationVar(&o.RendezvousTimeout, "rendezvous-timeout", 10*time.Minute, "distributed: how long the unit's workers may take to gather before giving up")
+	fs.DurationVar(&o.PeerTimeout, "peer-timeout", 20*time.Second, "distributed: a peer silent this long is lost")
+	fs.DurationVar(&o.StopGrace, "stop-grace", 10*time.Second, "distributed: when the unit breaks, how long a worker waits for its own stop signal (exit 0) before failing (exit 1)")
 	if err := fs.Parse(args); err != nil {
 		return Options{}, err
 	}
@@ -86,18 +128,38 @@ func ParseTrainArgs(args []string, getenv func(string) string, usage io.Writer) 
 		{"HADAR_COPIES", "copies"},
 		{"HADAR_MERGE_DIR", "merge-dir"},
 		{"HADAR_MERGE_EVERY", "merge-every"},
+		{"HADAR_MERGE_INTERVAL", "merge-interval"},
+		{"HADAR_UNIT", "unit"},
+		{"HADAR_GPU_MODEL", "gpu-model"},
+		{"HADAR_SPREAD_STEPS_PER_SEC", "spread-steps-per-sec"},
+		// torchrun's names, as the hadar sidecar sets them.
+		{"RANK", "rank"},
+		{"WORLD_SIZE", "world-size"},
+		{"MASTER_ADDR", "master-addr"},
+		{"MASTER_PORT", "master-port"},
+		{"GROUP_RANK", "node-rank"},
+		{"NODE_RANK", "node-rank"},
 	}
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	fromEnv := map[string]bool{}
 	for _, b := range envBindings {
 		v := getenv(b.env)
-		if explicit[b.flag] || v == "" {
+		if explicit[b.flag] || fromEnv[b.flag] || v == "" {
 			continue
 		}
 		if err := fs.Set(b.flag, v); err != nil {
 			return Options{}, fmt.Errorf("env %s=%q: not a valid value for --%s (%w); fix or unset it", b.env, v, b.flag, err)
 		}
+		fromEnv[b.flag] = true
 	}
+	if !explicit["copy-index"] && !fromEnv["copy-index"] && o.Unit >= 0 && o.MergeDir != "" {
+		// A HadarE copy the sidecar placed: its unit is its copy. (Not
+		// otherwise: a job that is not forked keeps one data order and
+		// one checkpoint across the units it is moved through.)
+		o.CopyIndex = o.Unit
+	}
+	o.heartbeatEvery = time.Second
 	if o.ProgressFile == "" {
 		o.ProgressFile = filepath.Join(getenv("NOMAD_TASK_DIR"), "hadar-progress.json")
 	}
@@ -143,7 +205,9 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--steps-per-sec (HADAR_STEPS_PER_SEC): want >= 0 (0 = flat out), got %g", o.StepsPerSec)
 	case o.Copies < 1:
 		return fmt.Errorf("--copies (HADAR_COPIES): want >= 1, got %d", o.Copies)
-	case o.CopyIndex < 0 || o.CopyIndex >= o.Copies:
+	case o.CopyIndex < 0:
+		return fmt.Errorf("--copy-index (HADAR_COPY_INDEX, else HADAR_UNIT): want >= 0, got %d", o.CopyIndex)
+	case o.Copies > 1 && o.CopyIndex >= o.Copies:
 		return fmt.Errorf("--copy-index (HADAR_COPY_INDEX): want 0..%d for %d copies, got %d", o.Copies-1, o.Copies, o.CopyIndex)
 	case o.Copies > 1 && o.MergeDir == "":
 		return fmt.Errorf("--copies (HADAR_COPIES) is %d but --merge-dir (HADAR_MERGE_DIR) is empty; copies must share a merge directory", o.Copies)
@@ -159,6 +223,32 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--keep-checkpoints: want >= 1, got %d", o.KeepCheckpoints)
 	case o.ProgressFile == "" || o.CheckpointDir == "":
 		return fmt.Errorf("--progress-file and --checkpoint-dir must not be empty")
+	case o.MergeInterval < 0:
+		return fmt.Errorf("--merge-interval (HADAR_MERGE_INTERVAL): want >= 0, got %s", o.MergeInterval)
+	case o.MemberTTL <= 0:
+		return fmt.Errorf("--member-ttl: want > 0, got %s", o.MemberTTL)
+	case o.WorldSize < 1:
+		return fmt.Errorf("--world-size (WORLD_SIZE): want >= 1, got %d", o.WorldSize)
+	case o.Rank < 0 || o.Rank >= o.WorldSize:
+		return fmt.Errorf("--rank (RANK): want 0..%d for a world size of %d, got %d", o.WorldSize-1, o.WorldSize, o.Rank)
+	case o.WorldSize > 1 && (o.MasterPort < 1 || o.MasterPort > 65535):
+		return fmt.Errorf("--master-port (MASTER_PORT): a unit of %d workers needs rank 0's rendezvous port (1..65535), got %d", o.WorldSize, o.MasterPort)
+	case o.WorldSize > 1 && o.Rank > 0 && o.MasterAddr == "":
+		return fmt.Errorf("--master-addr (MASTER_ADDR): rank %d of %d needs rank 0's address to join it", o.Rank, o.WorldSize)
+	case o.SpreadStepsPerSec < 0 || math.IsNaN(o.SpreadStepsPerSec):
+		return fmt.Errorf("--spread-steps-per-sec (HADAR_SPREAD_STEPS_PER_SEC): want >= 0 (0 = the pace of --steps-per-sec), got %g", o.SpreadStepsPerSec)
+	case o.SyncEvery < 0:
+		return fmt.Errorf("--sync-every: want >= 0 (0 = automatic), got %d", o.SyncEvery)
+	case o.RendezvousTimeout <= 0 || o.PeerTimeout <= 0 || o.StopGrace < 0:
+		return fmt.Errorf("--rendezvous-timeout %s, --peer-timeout %s, --stop-grace %s: want positive durations", o.RendezvousTimeout, o.PeerTimeout, o.StopGrace)
 	}
 	return nil
+}
+
+// spreadPace is the emulated pace when the unit spans several nodes.
+func (o Options) spreadPace() float64 {
+	if o.SpreadStepsPerSec > 0 {
+		return o.SpreadStepsPerSec
+	}
+	return o.StepsPerSec
 }

@@ -26,6 +26,16 @@ type Outcome struct {
 	Checkpoint string // the last checkpoint written
 	Params     trainer.Params
 	Test       trainer.Eval // held-out loss and accuracy; set when the job finished
+
+	Round      int   // HadarE: the last merged round adopted
+	StartRound int   // HadarE: the round the copy started from (adopted, or its checkpoint's)
+	StartSteps int64 // the job's steps when training started (resumed or adopted)
+	// TrainTime is the time from the first step (the unit gathered) to
+	// the end, the span over which its pace is measured.
+	TrainTime       time.Duration
+	Rank            int     // the worker's rank in its unit
+	UnitStepsPerSec float64 // the unit's predicted pace (distributed)
+	Nodes           int     // nodes the unit spans (distributed)
 }
 
 // lossSmoothing is the EWMA factor of the minibatch loss in the progress file.
@@ -38,14 +48,27 @@ type process struct {
 	log  *slog.Logger
 	sgd  *trainer.SGD
 	test *trainer.Dataset
+	init trainer.Params
 
 	jobSteps    int64
 	merges      int
+	round       int // HadarE: the closed round whose parameters this copy holds
 	sinceMerge  int64
 	roundTarget int64
 	loss        float64
 
-	lastPresent   []int // copy indices merged in the last round, ascending; nil before the first
+	members    *membership
+	latest     *Merged // HadarE: the closed round adopted last
+	mergeEvery int     // HadarE: this copy's steps per round
+	copies     int     // copies merged in the last round (declared copies before the first)
+
+	group *group          // a unit's rank 0: the other ranks
+	ctx   context.Context // the run's; its end is this process's stop signal
+
+	startRound int
+	startSteps int64
+	startAt    time.Time
+
 	state         string
 	checkpoint    string
 	resumed       string
@@ -62,9 +85,17 @@ type process struct {
 // When ctx is cancelled (the binary cancels it on SIGTERM or SIGINT) it
 // writes a checkpoint and the progress file and returns with
 // Outcome.Stopped set and a nil error: the contract's exit 0.
+//
+// A rank > 0 of a unit (WORLD_SIZE > 1) trains no model: it follows rank
+// 0's steps (dist.go). Rank 0 gathers its unit before the first step and
+// ends it when it stops; a unit that loses a worker ends with a
+// *UnitBroken error (exit 1) unless this process was asked to stop.
 func Run(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) (Outcome, error) {
 	if err := o.Validate(); err != nil {
 		return Outcome{}, err
+	}
+	if o.Distributed() && o.Rank > 0 {
+		return follow(ctx, o, log, stdout)
 	}
 	train, test, err := trainer.Generate(o.Data)
 	if err != nil {
@@ -72,6 +103,9 @@ func Run(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) (Ou
 	}
 	shard := train
 	if o.Copies > 1 {
+		// Declared copies train on disjoint shards; dynamic copies (a
+		// number unknown in advance) on all the data, each in its own
+		// order (the copy index seeds it).
 		if shard, err = train.Shard(o.CopyIndex, o.Copies); err != nil {
 			return Outcome{}, err
 		}
@@ -84,39 +118,70 @@ func Run(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) (Ou
 	if err != nil {
 		return Outcome{}, err
 	}
-	p := &process{o: o, log: log, sgd: sgd, test: test, roundTarget: -1, state: StateRunning}
+	p := &process{o: o, log: log, sgd: sgd, test: test, init: init, roundTarget: -1, state: StateRunning, copies: o.Copies, ctx: ctx}
 	if err := p.resume(); err != nil {
 		return Outcome{}, err
 	}
 	p.progressAt, p.progressSteps = time.Now(), sgd.Steps()
+	if o.Distributed() {
+		p.state = StateRendezvous
+	}
 	if err := p.writeProgress(); err != nil {
 		return Outcome{}, err
 	}
 	log.Info("training", "model", o.Train.Model, "steps_done", p.jobSteps, "total_steps", o.Steps,
-		"copy", o.CopyIndex, "copies", o.Copies, "train_samples", shard.Len(), "steps_per_sec", o.StepsPerSec)
+		"copy", o.CopyIndex, "copies", o.Copies, "train_samples", shard.Len(), "steps_per_sec", o.StepsPerSec,
+		"rank", o.Rank, "world_size", o.WorldSize, "unit", o.Unit)
 
-	err = p.train(ctx)
-	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		p.state = StateStopped
-		if err := p.saveCheckpoint(); err != nil {
-			return Outcome{}, fmt.Errorf("stopping: %w", err)
+	if o.Distributed() {
+		g, err := rendezvous(ctx, o, log, p.tick, p.jobSteps, p.checkpoint)
+		if err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return p.stop(nil)
+			}
+			return Outcome{}, err
 		}
-		if err := p.writeProgress(); err != nil {
-			return Outcome{}, fmt.Errorf("stopping: %w", err)
-		}
-		log.Info("stopped; checkpoint written", "checkpoint", p.checkpoint, "steps_done", p.jobSteps, "local_steps", sgd.Steps())
-		return p.outcome(true), nil
+		p.group = g
+		defer g.close()
+		p.state = StateRunning
 	}
-	if err != nil {
-		return Outcome{}, err
+	if o.Merging() {
+		p.mergeEvery = p.ownMergeEvery()
+		m, latest, err := join(o, log, p.mergeEvery, init)
+		if err != nil {
+			return p.fail(err)
+		}
+		p.members = m
+		if err := p.adoptStart(latest); err != nil {
+			m.hb.stop(MemberLeaving)
+			return p.fail(err)
+		}
+	}
+
+	p.startRound, p.startSteps, p.startAt = p.round, p.jobSteps, time.Now()
+	err = p.train(ctx)
+	var broken *UnitBroken
+	switch {
+	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return p.stop(nil)
+	case errors.As(err, &broken):
+		return p.stop(broken)
+	case err != nil:
+		return p.fail(err)
 	}
 
 	p.state = StateDone
+	if p.members != nil {
+		p.members.hb.stop(MemberDone)
+	}
 	if err := p.saveCheckpoint(); err != nil {
-		return Outcome{}, err
+		return p.fail(err)
 	}
 	if err := p.writeProgress(); err != nil {
-		return Outcome{}, err
+		return p.fail(err)
+	}
+	if p.group != nil {
+		p.group.end(stopDone, p.jobSteps, p.checkpoint, "")
 	}
 	out := p.outcome(false)
 	if out.Test, err = trainer.Evaluate(out.Params, test); err != nil {
@@ -130,118 +195,302 @@ func Run(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) (Ou
 	return out, nil
 }
 
+// stop ends a run that was asked to stop (broken == nil) or whose unit
+// lost a worker: a HadarE copy leaves its job's copies with its last
+// steps, the checkpoint is written, the unit's other ranks are told, and
+// the run returns Stopped (exit 0) if this process was asked to stop —
+// at once, or within --stop-grace of its unit breaking — else the
+// *UnitBroken error (exit 1).
+func (p *process) stop(broken *UnitBroken) (Outcome, error) {
+	if p.members != nil {
+		p.leave()
+	}
+	p.state = StateStopped
+	if broken != nil {
+		p.state = StateFailed
+	}
+	if err := p.saveCheckpoint(); err != nil {
+		return p.fail(fmt.Errorf("stopping: %w", err))
+	}
+	if err := p.writeProgress(); err != nil {
+		return p.fail(fmt.Errorf("stopping: %w", err))
+	}
+	reason, message := stopSignal, ""
+	if broken != nil {
+		reason, message = stopPeerLost, broken.Error()
+		if broken.Left {
+			reason = stopPeerLeft
+		}
+	}
+	if p.group != nil {
+		p.group.end(reason, p.jobSteps, p.checkpoint, message)
+	}
+	p.log.Info("checkpoint written", "checkpoint", p.checkpoint, "steps_done", p.jobSteps, "local_steps", p.sgd.Steps(), "reason", reason)
+	if broken == nil {
+		return p.outcome(true), nil
+	}
+	p.log.Warn("the unit broke; waiting for this worker's own stop before failing", "err", broken, "grace", p.o.StopGrace)
+	if waitSignal(p.ctx, p.o.StopGrace) {
+		p.state = StateStopped
+		p.writeProgressLogged()
+		return p.outcome(true), nil
+	}
+	return Outcome{}, fmt.Errorf("rank 0 of unit %d: %w (checkpoint %s at step %d); exiting non-zero so the scheduler re-plans", p.o.Unit, broken, p.checkpoint, p.jobSteps)
+}
+
+// fail ends a run on an error: the unit's other ranks are told so they do
+// not wait for the peer timeout.
+func (p *process) fail(err error) (Outcome, error) {
+	if p.members != nil {
+		p.members.hb.stop(MemberLeaving)
+	}
+	if p.group != nil {
+		p.group.end(stopError, p.jobSteps, p.checkpoint, err.Error())
+	}
+	return Outcome{}, err
+}
+
 func (p *process) outcome(stopped bool) Outcome {
-	return Outcome{Stopped: stopped, StepsDone: p.jobSteps, LocalSteps: p.sgd.Steps(), Merges: p.merges,
-		Resumed: p.resumed, Checkpoint: p.checkpoint, Params: p.sgd.Params()}
+	out := Outcome{Stopped: stopped, StepsDone: p.jobSteps, LocalSteps: p.sgd.Steps(), Merges: p.merges,
+		Resumed: p.resumed, Checkpoint: p.checkpoint, Params: p.sgd.Params(), Round: p.round, Rank: p.o.Rank,
+		StartRound: p.startRound, StartSteps: p.startSteps}
+	if !p.startAt.IsZero() {
+		out.TrainTime = time.Since(p.startAt)
+	}
+	if p.group != nil {
+		out.UnitStepsPerSec, out.Nodes = p.group.pace, p.group.nodes
+	}
+	return out
 }
 
 // train runs steps (and merge rounds) until the job's total is reached or
-// ctx is cancelled.
+// ctx is cancelled. Steps run in batches: a unit's barrier after each,
+// a HadarE copy's merge after its round's steps.
 func (p *process) train(ctx context.Context) error {
 	total := int64(p.o.Steps)
-	merging := p.o.MergeDir != ""
-	pace := &pacer{rate: p.o.StepsPerSec}
+	merging := p.members != nil
+	rate := p.o.StepsPerSec
+	if p.group != nil {
+		rate = p.group.ownRate
+	}
+	pace := &pacer{rate: rate}
 	for p.jobSteps < total {
 		if merging && p.roundTarget < 0 {
-			p.roundTarget = p.nextRoundTarget()
+			if err := p.nextRound(ctx); err != nil {
+				return err
+			}
+			pace.reset()
+			continue
 		}
-		for (merging && p.sinceMerge < p.roundTarget) || (!merging && p.jobSteps < total) {
+		n := total - p.jobSteps
+		if merging {
+			n = p.roundTarget - p.sinceMerge
+		}
+		if p.group != nil {
+			n = min(n, p.group.batch)
+			if err := p.group.step(n, p.jobSteps, p.checkpoint); err != nil {
+				return err
+			}
+		}
+		for range n {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			if err := pace.wait(ctx, p.tick); err != nil {
 				return err
 			}
-			loss := p.sgd.Step()
-			if math.IsNaN(loss) || math.IsInf(loss, 0) {
-				return fmt.Errorf("training diverged at local step %d (loss %g); lower --lr", p.sgd.Steps(), loss)
+			if err := p.step(merging); err != nil {
+				return err
 			}
-			if p.sgd.Steps() == 1 || p.loss == 0 {
-				p.loss = loss
-			} else {
-				p.loss += lossSmoothing * (loss - p.loss)
-			}
-			if merging {
-				p.sinceMerge++
-			} else {
-				p.jobSteps++
-			}
-			if p.o.CheckpointEvery > 0 && p.sgd.Steps()%int64(p.o.CheckpointEvery) == 0 {
-				if err := p.saveCheckpoint(); err != nil {
-					return err
-				}
-				p.writeProgressLogged() // the contract: progress at every checkpoint
-			}
-			p.tick()
 		}
-		if !merging {
-			break
+		if p.group != nil {
+			// The batch's last step takes its time too: the other ranks
+			// spend n/rate on their batch, and so does rank 0.
+			if err := pace.finish(ctx, p.tick); err != nil {
+				return err
+			}
+			if err := p.group.barrier(ctx, p.tick); err != nil {
+				return err
+			}
+			// The barrier's wait is not time the pace may catch up on.
+			pace.reset()
 		}
-		if err := p.merge(ctx); err != nil {
-			return err
+		if merging && p.sinceMerge >= p.roundTarget {
+			if err := p.merge(ctx); err != nil {
+				return err
+			}
+			// Waiting for the others is not time the pace may catch up on.
+			pace.reset()
 		}
-		// Waiting for the others is not time the pace may catch up on.
-		pace.reset()
 	}
 	return nil
 }
 
-// nextRoundTarget is this copy's steps for the next merge round: an equal
-// share of the job's remaining steps among the copies present at the last
-// merge (all copies before the first), at most MergeEvery, so that the
-// copies' steps sum exactly to the total. The copies that saw the same merge
-// compute the same shares; a copy that dropped out gets no share of the
-// tail, so the others do not wait for it round after round.
-func (p *process) nextRoundTarget() int64 {
-	remaining := int64(p.o.Steps) - p.jobSteps
-	m, rank := int64(p.o.Copies), int64(p.o.CopyIndex)
-	if p.lastPresent != nil {
-		m, rank = int64(len(p.lastPresent)), int64(slices.Index(p.lastPresent, p.o.CopyIndex))
+// step takes one SGD step.
+func (p *process) step(merging bool) error {
+	loss := p.sgd.Step()
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return fmt.Errorf("training diverged at local step %d (loss %g); lower --lr", p.sgd.Steps(), loss)
 	}
-	share := remaining / m
-	if rank < remaining%m {
-		share++
+	if p.sgd.Steps() == 1 || p.loss == 0 {
+		p.loss = loss
+	} else {
+		p.loss += lossSmoothing * (loss - p.loss)
 	}
-	return min(int64(p.o.MergeEvery), share)
+	if merging {
+		p.sinceMerge++
+	} else {
+		p.jobSteps++
+	}
+	if p.o.CheckpointEvery > 0 && p.sgd.Steps()%int64(p.o.CheckpointEvery) == 0 {
+		if err := p.saveCheckpoint(); err != nil {
+			return err
+		}
+		p.writeProgressLogged() // the contract: progress at every checkpoint
+	}
+	p.tick()
+	return nil
 }
 
-// merge exchanges parameters with the other copies and replaces this copy's
-// with their average weighted by the steps each did in the round.
-func (p *process) merge(ctx context.Context) error {
-	p.state = StateMerging
+// ownMergeEvery is this copy's steps per round: its pace (the unit's)
+// times --merge-interval when both are known, so that copies on fast and
+// slow GPUs reach a round's end together; else --merge-every.
+func (p *process) ownMergeEvery() int {
+	pace := p.o.StepsPerSec
+	if p.group != nil {
+		pace = p.group.pace
+	}
+	if p.o.MergeInterval > 0 && pace > 0 {
+		return max(1, int(math.Round(pace*p.o.MergeInterval.Seconds())))
+	}
+	return p.o.MergeEvery
+}
+
+// adoptStart settles where a copy starts: its own checkpoint if that is
+// at the newest closed round (it is continuing that round), else the
+// newest closed round's parameters and steps (a new copy, or one whose
+// checkpoint the others have merged past).
+func (p *process) adoptStart(latest *Merged) error {
+	switch {
+	case p.resumed != "" && p.round == latest.Round:
+		p.latest = latest
+		p.copies = max(len(latest.Members), p.o.Copies)
+		p.log.Info("hadare: continuing the round from the checkpoint", "round", p.round+1, "since_merge", p.sinceMerge)
+		return nil
+	case p.resumed != "" && p.round > latest.Round:
+		return fmt.Errorf("hadare: checkpoint %s is at merge round %d but the merge directory %s has rounds up to %d only: it was replaced; restore it, or remove the checkpoint directory to start from the merge directory",
+			p.resumed, p.round, p.o.MergeDir, latest.Round)
+	}
+	if p.resumed != "" {
+		p.log.Info("hadare: the other copies merged past this checkpoint; starting from their newest round", "checkpoint_round", p.round, "round", latest.Round)
+	}
+	return p.adopt(latest, -1)
+}
+
+// adopt takes a closed round's parameters and the job's steps. mine is
+// the round this copy contributed to (-1: none).
+func (p *process) adopt(mg *Merged, mine int) error {
+	if err := p.sgd.SetParams(mg.Params); err != nil {
+		return fmt.Errorf("hadare: round %d: %w", mg.Round, err)
+	}
+	if mine >= 0 {
+		in := slices.ContainsFunc(mg.Members, func(c Contribution) bool { return c.Copy == p.o.CopyIndex })
+		switch {
+		case mg.Round == mine && in:
+			p.merges++
+		case mg.Round == mine:
+			p.log.Warn("hadare: the round closed without this copy's steps (it was too late); they are not counted", "round", mine, "steps", p.sinceMerge)
+		default:
+			p.log.Warn("hadare: the others merged past this copy's round; its steps are not counted", "round", mine, "newest", mg.Round, "steps", p.sinceMerge)
+		}
+	}
+	p.latest = mg
+	p.round = mg.Round
+	p.jobSteps = mg.StepsDone
+	p.sinceMerge = 0
+	p.roundTarget = -1
+	p.copies = len(mg.Members)
+	if mg.Round == 0 {
+		p.copies = max(len(mg.Targets), p.o.Copies)
+	}
+	p.state = StateRunning
+	p.log.Debug("hadare: adopted round", "round", mg.Round, "members", mg.Members, "steps_done", mg.StepsDone, "targets", mg.Targets)
+	return nil
+}
+
+// nextRound makes this copy a member of the next round, waiting for the
+// round under way to close if it is not one of its members.
+func (p *process) nextRound(ctx context.Context) error {
+	if p.latest.Done {
+		p.jobSteps = p.latest.StepsDone
+		return nil
+	}
+	t, member := p.latest.Target(p.o.CopyIndex)
+	if member {
+		if t == 0 || t > int64(p.mergeEvery) {
+			t = int64(p.mergeEvery)
+		}
+		t = min(t, int64(p.o.Steps)-p.jobSteps)
+		if t > 0 {
+			p.roundTarget = t
+			p.members.hb.set(StateRunning, p.round+1)
+			return nil
+		}
+	}
+	p.state = StateJoining
 	p.writeProgressLogged()
-	mine := &MergeFile{Version: mergeFileVersion, JobID: p.o.JobID, Round: p.merges + 1, CopyIndex: p.o.CopyIndex,
-		Copies: p.o.Copies, Steps: p.sinceMerge, Params: p.sgd.Params()}
-	files, err := exchange(ctx, p.o.MergeDir, mine, p.o.MergeTimeout, p.log, p.tick)
+	mg, err := p.members.waitJoin(ctx, p.latest, p.tick, p.checkPeers)
 	if err != nil {
 		return err
 	}
-	params := make([]trainer.Params, len(files))
-	weights := make([]float64, len(files))
-	var steps int64
-	for i, f := range files {
-		params[i], weights[i] = f.Params, float64(f.Steps)
-		steps += f.Steps
+	return p.adopt(mg, -1)
+}
+
+// merge ends this copy's round: its file, the wait for the others, and the
+// closed round's parameters.
+func (p *process) merge(ctx context.Context) error {
+	r := p.round + 1
+	p.state = StateMerging
+	p.writeProgressLogged()
+	if err := p.members.contribute(r, p.sinceMerge, p.sgd.Params(), false); err != nil {
+		return err
 	}
-	merged, err := trainer.Merge(params, weights)
+	mg, err := p.members.waitRound(ctx, r, p.latest, p.tick, p.checkPeers)
 	if err != nil {
-		return fmt.Errorf("merge round %d: %w", mine.Round, err)
+		return err
 	}
-	if err := p.sgd.SetParams(merged); err != nil {
-		return fmt.Errorf("merge round %d: %w", mine.Round, err)
+	if err := p.adopt(mg, r); err != nil {
+		return err
 	}
-	p.jobSteps += steps
-	p.merges++
-	p.sinceMerge = 0
-	p.roundTarget = -1
-	p.lastPresent = p.lastPresent[:0]
-	for _, f := range files {
-		p.lastPresent = append(p.lastPresent, f.CopyIndex)
-	}
-	p.state = StateRunning
-	p.log.Debug("merged", "round", mine.Round, "copies_present", len(files), "round_steps", steps, "steps_done", p.jobSteps)
+	p.log.Debug("merged", "round", mg.Round, "copies_present", len(mg.Members), "steps_done", p.jobSteps)
 	p.writeProgressLogged()
 	return nil
+}
+
+// leave is a stopped copy's goodbye to its job's other copies (merge.go);
+// if it closed the round, this copy holds the merged state.
+func (p *process) leave() {
+	r := p.round + 1
+	_, member := p.latest.Target(p.o.CopyIndex)
+	member = member && p.state != StateJoining
+	mg, err := p.members.leave(r, p.latest, p.sinceMerge, p.sgd.Params(), member)
+	if err != nil {
+		p.log.Warn("hadare: leaving", "err", err)
+		return
+	}
+	if mg != nil {
+		if err := p.adopt(mg, r); err != nil {
+			p.log.Warn("hadare: leaving", "err", err)
+		}
+	}
+}
+
+// checkPeers reports a broken unit while a HadarE copy waits.
+func (p *process) checkPeers() error {
+	if p.group == nil {
+		return nil
+	}
+	return p.group.poll()
 }
 
 // tick rewrites the progress file when it is due.
@@ -271,11 +520,16 @@ func (p *process) writeProgress() error {
 			p.rate = float64(p.sgd.Steps()-p.progressSteps) / dt.Seconds()
 		}
 	}
-	return WriteProgress(p.o.ProgressFile, Progress{
+	pr := Progress{
 		StepsDone: p.jobSteps, TotalSteps: int64(p.o.Steps), StepsPerSec: p.rate, Loss: p.loss,
 		Checkpoint: p.checkpoint, Updated: time.Now().UTC().Truncate(time.Millisecond),
-		State: p.state, CopyIndex: p.o.CopyIndex, Copies: p.o.Copies, LocalSteps: p.sgd.Steps(), Merges: p.merges,
-	})
+		State: p.state, CopyIndex: p.o.CopyIndex, Copies: p.copies, LocalSteps: p.sgd.Steps(), Merges: p.merges, Round: p.round,
+		Rank: p.o.Rank, WorldSize: p.o.WorldSize, Unit: p.o.Unit,
+	}
+	if p.group != nil {
+		pr.UnitStepsPerSec, pr.Nodes = p.group.pace, p.group.nodes
+	}
+	return WriteProgress(p.o.ProgressFile, pr)
 }
 
 // saveCheckpoint writes ckpt-<local steps>.json atomically and removes all
@@ -283,7 +537,7 @@ func (p *process) writeProgress() error {
 func (p *process) saveCheckpoint() error {
 	ck := &Checkpoint{
 		Version: checkpointVersion, JobID: p.o.JobID, Seed: p.o.Train.Seed, CopyIndex: p.o.CopyIndex, Copies: p.o.Copies,
-		TotalSteps: int64(p.o.Steps), StepsDone: p.jobSteps, LocalSteps: p.sgd.Steps(), Merges: p.merges,
+		TotalSteps: int64(p.o.Steps), StepsDone: p.jobSteps, LocalSteps: p.sgd.Steps(), Merges: p.merges, Round: p.round,
 		SinceMerge: p.sinceMerge, RoundTarget: p.roundTarget, Loss: p.loss, Params: p.sgd.Params(), Velocity: p.sgd.Velocity(),
 	}
 	b, err := EncodeCheckpoint(ck)
@@ -332,7 +586,7 @@ func (p *process) resume() error {
 		if err := p.sgd.Restore(ck.LocalSteps, ck.Velocity); err != nil {
 			return fmt.Errorf("checkpoint %s: %w", path, err)
 		}
-		p.jobSteps, p.merges, p.sinceMerge, p.roundTarget, p.loss = ck.StepsDone, ck.Merges, ck.SinceMerge, ck.RoundTarget, ck.Loss
+		p.jobSteps, p.merges, p.round, p.sinceMerge, p.roundTarget, p.loss = ck.StepsDone, ck.Merges, ck.Round, ck.SinceMerge, ck.RoundTarget, ck.Loss
 		if p.o.MergeDir == "" && ck.SinceMerge > 0 {
 			// Merging was switched off: the unmerged steps count as the job's.
 			p.jobSteps += ck.SinceMerge
@@ -388,8 +642,22 @@ func (pc *pacer) wait(ctx context.Context, tick func()) error {
 	if pc.n == 0 {
 		pc.start = time.Now()
 	}
-	due := pc.start.Add(time.Duration(float64(pc.n) / pc.rate * float64(time.Second)))
 	pc.n++
+	return pc.until(ctx, pc.n-1, tick)
+}
+
+// finish waits for the end of the window's last step (step n ends at
+// n/rate), before a barrier.
+func (pc *pacer) finish(ctx context.Context, tick func()) error {
+	if pc.rate <= 0 || pc.n == 0 {
+		return nil
+	}
+	return pc.until(ctx, pc.n, tick)
+}
+
+// until sleeps until n/rate seconds into the window.
+func (pc *pacer) until(ctx context.Context, n int64, tick func()) error {
+	due := pc.start.Add(time.Duration(float64(n) / pc.rate * float64(time.Second)))
 	for {
 		d := time.Until(due)
 		if d <= 0 {

@@ -194,7 +194,9 @@ func TestCopiesMergeThroughDirectory(t *testing.T) {
 		wantMerges int
 	}{
 		{"equal merge-every", []string{"50", "50", "50"}, []int64{500, 500, 500}, 10},
-		{"merge-every proportional to pace", []string{"75", "50", "25"}, []int64{734, 508, 258}, 11},
+		// Rounds of 150 steps fit the 1500 exactly: every copy does its
+		// merge-every in each of the 10 rounds.
+		{"merge-every proportional to pace", []string{"75", "50", "25"}, []int64{750, 500, 250}, 10},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -319,7 +321,9 @@ func TestDecodeCheckpointErrors(t *testing.T) {
 		{"version", func(c *Checkpoint) { c.Version = 2 }, `field "version": want 1, got 2`},
 		{"velocity length", func(c *Checkpoint) { c.Velocity = c.Velocity[:1] }, `field "velocity": want 6 values, got 1`},
 		{"weights length", func(c *Checkpoint) { c.Params.W = c.Params.W[:2] }, `field "params": field "weights": want 6 values, got 2`},
-		{"copy index", func(c *Checkpoint) { c.CopyIndex = 1 }, `"copy_index" 1, "copies" 1`},
+		{"copy index", func(c *Checkpoint) { c.CopyIndex, c.Copies = 2, 2 }, `"copy_index" 2, "copies" 2`},
+		{"dynamic copy index", func(c *Checkpoint) { c.CopyIndex = 7 }, ""},
+		{"round", func(c *Checkpoint) { c.Round = -1 }, `field "round"`},
 		{"since merge", func(c *Checkpoint) { c.SinceMerge = 4 }, `field "since_merge": 4 exceeds "local_steps" 3`},
 		{"round target", func(c *Checkpoint) { c.RoundTarget = -2 }, `field "round_target"`},
 		{"total steps", func(c *Checkpoint) { c.TotalSteps = 0 }, `field "total_steps"`},
@@ -381,6 +385,28 @@ func FuzzDecodeMergeFile(f *testing.F) {
 		}
 		if _, err := trainer.Merge([]trainer.Params{m.Params, m.Params}, []float64{float64(m.Steps), 1}); err != nil {
 			t.Fatalf("an accepted merge file cannot be merged: %v", err)
+		}
+	})
+}
+
+// FuzzDecodeMerged: closed rounds are written by other copies on a shared
+// directory. Seeds: testdata/fuzz/FuzzDecodeMerged.
+func FuzzDecodeMerged(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeMerged(b)
+		if err != nil {
+			return
+		}
+		if err := m.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if m.StepsDone > m.TotalSteps {
+			t.Fatalf("accepted %d steps done of %d", m.StepsDone, m.TotalSteps)
+		}
+		for _, c := range m.Targets {
+			if steps, ok := m.Target(c.Copy); !ok || steps < 0 {
+				t.Fatalf("target of copy %d: %d, %v", c.Copy, steps, ok)
+			}
 		}
 	})
 }
