@@ -5,6 +5,7 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -148,7 +149,7 @@ type EmulateConfig struct {
 	SpreadStepsPerSec RateMap `codec:"spread_steps_per_sec"`
 	// SpreadFactor multiplies StepsPerSec when the unit spans several
 	// nodes (0: unset, no penalty).
-	SpreadFactor float64 `codec:"spread_factor"`
+	SpreadFactor Number `codec:"spread_factor"`
 }
 
 // RateMap maps a GPU model to steps/s. It decodes the list-of-maps form
@@ -162,15 +163,48 @@ func (m *RateMap) CodecEncodeSelf(enc *codec.Encoder) {
 
 // CodecDecodeSelf reads the list-of-maps form.
 func (m *RateMap) CodecDecodeSelf(dec *codec.Decoder) {
-	var ms []map[string]float64
+	var ms []map[string]Number
 	dec.MustDecode(&ms)
 	out := RateMap{}
 	for _, x := range ms {
 		for k, v := range x {
-			out[k] = v
+			out[k] = float64(v)
 		}
 	}
 	*m = out
+}
+
+// Number is a jobspec number as it reaches the driver: cty's msgpack
+// writes a number float64 holds exactly as a number (40, 21.5), and any
+// other (0.8, 12.3) as its decimal string, which a float64 field would
+// refuse.
+type Number float64
+
+// CodecEncodeSelf writes a float.
+func (n *Number) CodecEncodeSelf(enc *codec.Encoder) { enc.MustEncode(float64(*n)) }
+
+// CodecDecodeSelf reads a number or a decimal string.
+func (n *Number) CodecDecodeSelf(dec *codec.Decoder) {
+	var v interface{}
+	dec.MustDecode(&v)
+	switch x := v.(type) {
+	case float64:
+		*n = Number(x)
+	case float32:
+		*n = Number(x)
+	case int64:
+		*n = Number(x)
+	case uint64:
+		*n = Number(x)
+	case string, []byte:
+		f, err := strconv.ParseFloat(fmt.Sprintf("%s", x), 64)
+		if err != nil {
+			panic(fmt.Errorf("number %q: %w", x, err))
+		}
+		*n = Number(f)
+	default:
+		panic(fmt.Errorf("want a number, got %T", v))
+	}
 }
 
 // HadarEConfig makes the task one copy of a HadarE job.
@@ -213,7 +247,7 @@ func (tc *TaskConfig) validate() error {
 				return fmt.Errorf("emulate.spread_steps_per_sec[%q] = %v: want a positive rate", m, v)
 			}
 		}
-		if e.SpreadFactor < 0 || math.IsNaN(e.SpreadFactor) || math.IsInf(e.SpreadFactor, 0) {
+		if f := float64(e.SpreadFactor); f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
 			return fmt.Errorf("emulate.spread_factor = %v: want a positive factor (0.8: a unit spanning nodes runs at 80%% of its pace), or leave it unset", e.SpreadFactor)
 		}
 	}
@@ -250,7 +284,7 @@ func (e *EmulateConfig) spreadStepsPerSec(models []string) (rate float64, ok boo
 		if !found {
 			v = e.StepsPerSec[m]
 			if e.SpreadFactor > 0 {
-				v *= e.SpreadFactor
+				v *= float64(e.SpreadFactor)
 			}
 		}
 		if rate == 0 || v < rate {

@@ -49,6 +49,32 @@ func TestTaskConfigHCL(t *testing.T) {
 				HadarE:  &HadarEConfig{Copies: 2, CopyIndex: &one, MergeEvery: 40, MergeDir: "/shared/merge"},
 			},
 		},
+		{
+			// 12.3 and 0.8 are not exact in binary: cty's msgpack sends them
+			// as decimal strings, which a float64 field refuses.
+			name: "emulate with spread paces, dynamic copies",
+			hcl: `config {
+  command = "hadar-trainer"
+  emulate {
+    steps_per_sec = {
+      "Tesla V100-SXM2-16GB" = 40
+      "Tesla K80"            = 12.3
+    }
+    spread_steps_per_sec = {
+      "Tesla K80" = 9.7
+    }
+    spread_factor = 0.8
+  }
+  hadare {
+    merge_every = 40
+  }
+}`,
+			want: TaskConfig{
+				Command: "hadar-trainer",
+				Emulate: &EmulateConfig{StepsPerSec: RateMap{"Tesla V100-SXM2-16GB": 40, "Tesla K80": 12.3}, SpreadStepsPerSec: RateMap{"Tesla K80": 9.7}, SpreadFactor: 0.8},
+				HadarE:  &HadarEConfig{MergeEvery: 40},
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,6 +82,9 @@ func TestTaskConfigHCL(t *testing.T) {
 			hclutils.NewConfigParser(taskConfigSpec).ParseHCL(t, tc.hcl, &got)
 			if len(got.Args) == 0 {
 				got.Args = nil
+			}
+			if got.Emulate != nil && len(got.Emulate.SpreadStepsPerSec) == 0 {
+				got.Emulate.SpreadStepsPerSec = nil
 			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got %+v (emulate %+v, hadare %+v)\nwant %+v", got, got.Emulate, got.HadarE, tc.want)
