@@ -101,6 +101,39 @@ func NomadBinary(t testing.TB) string {
 	return bin
 }
 
+// ConsulVersion is the Consul agent e2e/tools/consul pins.
+const ConsulVersion = "1.22.0"
+
+// ConsulBinary returns bin/consul, building it from e2e/tools/consul when it
+// is missing or not ConsulVersion. `make consul` does the same.
+func ConsulBinary(t testing.TB) string {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock := lockBin(t, root)
+	defer unlock()
+	bin := filepath.Join(root, "bin", "consul")
+	ok := func() bool {
+		out, err := exec.Command(bin, "version").Output()
+		return err == nil && bytes.Contains(out, []byte("Consul v"+ConsulVersion))
+	}
+	if ok() {
+		return bin
+	}
+	t.Logf("building Consul %s into %s (minutes on a cold module and build cache)", ConsulVersion, bin)
+	start := time.Now()
+	if err := run(context.Background(), filepath.Join(root, "e2e", "tools", "consul"), "go", "build", "-o", bin, "github.com/hashicorp/consul"); err != nil {
+		t.Fatalf("build consul: %v", err)
+	}
+	if !ok() {
+		t.Fatalf("%s built but does not report Consul v%s; check e2e/tools/consul/go.mod", bin, ConsulVersion)
+	}
+	t.Logf("built Consul in %v", time.Since(start).Round(time.Second))
+	return bin
+}
+
 func nomadVersionOK(bin string) bool {
 	out, err := exec.Command(bin, "version").Output()
 	return err == nil && bytes.Contains(out, []byte("Nomad v"+NomadVersion))
