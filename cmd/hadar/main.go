@@ -17,6 +17,7 @@ commands:
   sim      replay a trace (or synthetic jobs) through several policies and compare them
   sidecar  run the daemon that makes Nomad run the planner's decisions (docs/sidecar.md)
   plan     dry run against a live Nomad cluster: what the next round would do, and why
+  status   what a running sidecar shows: GPUs, running jobs, the queue and why (docs/status.md)
   policies list the policies hadar sim knows
   netmodel calibrate: print the network model's fit to Gavel's throughputs
 
@@ -42,6 +43,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runSidecar(ctx, args[1:], stdout, stderr)
 	case "plan":
 		err = runPlan(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = runStatus(ctx, args[1:], stdout, stderr)
 	case "policies":
 		err = runPolicies(stdout)
 	case "netmodel":

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/status"
+	"github.com/hadar-sched/hadar/sidecar/telemetry"
 )
 
 // sidecarFlags are the flags shared by `hadar sidecar` and `hadar plan`.
@@ -26,6 +28,10 @@ type sidecarFlags struct {
 	round  time.Duration
 	http   string
 	json   bool
+	// The status listener beyond loopback: TLS, or the explicit opt-in to
+	// plain HTTP.
+	httpCert, httpKey string
+	httpInsecure      bool
 }
 
 func (f *sidecarFlags) register(fs *flag.FlagSet, daemon bool) {
@@ -35,6 +41,9 @@ func (f *sidecarFlags) register(fs *flag.FlagSet, daemon bool) {
 	if daemon {
 		fs.BoolVar(&f.dryRun, "dry-run", false, "plan and serve the plan without writing anything to Nomad")
 		fs.StringVar(&f.http, "http", "", "status API address (overrides the config; default 127.0.0.1:4650)")
+		fs.StringVar(&f.httpCert, "http-tls-cert", "", "TLS certificate (PEM) for the status API: needed to listen beyond loopback")
+		fs.StringVar(&f.httpKey, "http-tls-key", "", "TLS key (PEM) for -http-tls-cert")
+		fs.BoolVar(&f.httpInsecure, "http-allow-insecure", false, "serve the status API as plain HTTP on an address beyond loopback")
 	} else {
 		fs.BoolVar(&f.json, "json", false, "print the plan as JSON")
 	}
@@ -104,6 +113,12 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	listener := status.Listener{Address: s.HTTP.Address, CertFile: f.httpCert, KeyFile: f.httpKey, AllowInsecure: f.httpInsecure}
+	// Before Nomad is contacted: a listener that may not open stops the
+	// sidecar at once, with the fix.
+	if err := listener.Check(); err != nil {
+		return err
+	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "hadar", Level: hclog.LevelFromString(s.LogLevel), Output: stderr})
 	client, err := nomadClient(s)
 	if err != nil {
@@ -115,12 +130,26 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv := status.New(a, log.Named("http"))
+	tel, err := telemetry.New(a, telemetry.Options{Policy: s.Policy, Logger: log.Named("telemetry")})
+	if err != nil {
+		return err
+	}
+	go tel.Run(ctx)
+	token := s.Nomad.Token
+	if token == "" {
+		token = os.Getenv("NOMAD_TOKEN")
+	}
+	srv := status.New(a, status.Options{Logger: log.Named("http"), Telemetry: tel, Secrets: []string{token}})
 	errc := make(chan error, 1)
 	go func() {
-		errc <- srv.Serve(ctx, s.HTTP.Address, func(addr net.Addr) {
-			log.Info("status API listening", "address", "http://"+addr.String())
+		err := srv.Serve(ctx, listener, func(addr net.Addr) {
+			log.Info("status API listening", "address", listener.Scheme()+"://"+addr.String(), "page", listener.Scheme()+"://"+addr.String()+"/", "metrics", "/metrics")
 		})
+		if err != nil {
+			// A sidecar nobody can see must not go on unseen.
+			cancel()
+		}
+		errc <- err
 	}()
 	runErr := a.Run(ctx)
 	cancel()

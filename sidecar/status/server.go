@@ -1,13 +1,16 @@
-// Package status serves the sidecar's HTTP API: what the last plan
-// decided and why, per job, and the sidecar's health. Every answer is JSON;
-// docs/sidecar.md lists the endpoints.
+// Package status serves the sidecar's HTTP API, its Prometheus metrics and
+// its status page: what the last plan decided and why, per job, where every
+// GPU of the cluster goes, and the sidecar's health. docs/status.md lists
+// the endpoints, the metrics and the page.
 package status
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"strings"
@@ -16,51 +19,123 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/telemetry"
 )
 
 // Source is what the API reads: the agent.
 type Source interface {
 	Plan() agent.PlanView
-	Job(id string) (agent.JobView, []agent.Event, bool)
 	History() []agent.Event
 	Health() agent.Health
+	Observe() agent.Observation
+}
+
+// Options configure the server.
+type Options struct {
+	Logger hclog.Logger
+	// Telemetry serves /metrics and the utilisation history; nil: neither.
+	Telemetry *telemetry.Telemetry
+	// Secrets never appear in a response (the Nomad token): a response
+	// that would carry one carries "[redacted]" instead.
+	Secrets []string
 }
 
 // Server is the status API.
 type Server struct {
-	src Source
-	log hclog.Logger
-	mux *http.ServeMux
+	src     Source
+	opts    Options
+	log     hclog.Logger
+	mux     *http.ServeMux
+	secrets [][]byte
 }
 
 // New returns the API over src.
-func New(src Source, logger hclog.Logger) *Server {
-	if logger == nil {
-		logger = hclog.NewNullLogger()
+func New(src Source, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
 	}
-	s := &Server{src: src, log: logger, mux: http.NewServeMux()}
+	s := &Server{src: src, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	for _, sec := range opts.Secrets {
+		// A short "secret" would redact innocent text; tokens are long.
+		if len(sec) >= 8 {
+			s.secrets = append(s.secrets, []byte(sec))
+		}
+	}
 	s.mux.HandleFunc("GET /v1/health", s.health)
+	s.mux.HandleFunc("GET /v1/status", s.status)
 	s.mux.HandleFunc("GET /v1/plan", s.plan)
 	s.mux.HandleFunc("GET /v1/jobs", s.jobs)
 	s.mux.HandleFunc("GET /v1/jobs/{id...}", s.job)
 	s.mux.HandleFunc("GET /v1/decisions", s.decisions)
+	if opts.Telemetry != nil {
+		s.mux.Handle("GET /metrics", opts.Telemetry.Handler())
+	}
+	ui, err := fs.Sub(uiFiles, "ui")
+	if err != nil {
+		panic(err) // the embedded tree is part of the binary
+	}
+	s.mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(ui)))
+	s.mux.HandleFunc("GET /{$}", s.page)
 	return s
 }
 
-// Handler is the API's HTTP handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler is the API's HTTP handler: every response is scrubbed of the
+// secrets and carries headers that keep the page to its own assets.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &recorder{header: http.Header{}, code: http.StatusOK}
+		s.mux.ServeHTTP(rec, r)
+		body := rec.body.Bytes()
+		for _, sec := range s.secrets {
+			body = bytes.ReplaceAll(body, sec, []byte("[redacted]"))
+		}
+		h := w.Header()
+		for k, v := range rec.header {
+			h[k] = v
+		}
+		h.Del("Content-Length")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "no-store")
+		// The page loads nothing but its own files: no CDN, no inline
+		// script, no framing.
+		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+		w.WriteHeader(rec.code)
+		if _, err := w.Write(body); err != nil {
+			s.log.Debug("writing a response", "error", err)
+		}
+	})
+}
 
-// Serve listens on addr until ctx ends; the listener's address goes to
-// bound (so a test can ask for port 0).
-func (s *Server) Serve(ctx context.Context, addr string, bound func(net.Addr)) error {
-	ln, err := net.Listen("tcp", addr)
+// recorder buffers a response so that it can be scrubbed whole.
+type recorder struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+	wrote  bool
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.code, r.wrote = code, true
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	r.wrote = true
+	return r.body.Write(b)
+}
+
+// Serve listens on l until ctx ends; the listener's address goes to bound
+// (so a test can ask for port 0).
+func (s *Server) Serve(ctx context.Context, l Listener, bound func(net.Addr)) error {
+	ln, err := l.Listen()
 	if err != nil {
-		return fmt.Errorf("status API: %w", err)
+		return err
 	}
 	if bound != nil {
 		bound(ln.Addr())
 	}
-	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -92,6 +167,17 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	s.write(w, code, h)
 }
 
+func (s *Server) utilisation() []telemetry.UtilPoint {
+	if s.opts.Telemetry == nil {
+		return nil
+	}
+	return s.opts.Telemetry.Utilisation()
+}
+
+func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
+	s.write(w, http.StatusOK, buildStatus(s.src.Observe(), s.src.Health(), s.src.History(), s.utilisation()))
+}
+
 func (s *Server) plan(w http.ResponseWriter, _ *http.Request) {
 	s.write(w, http.StatusOK, s.src.Plan())
 }
@@ -101,15 +187,27 @@ func (s *Server) jobs(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) job(w http.ResponseWriter, r *http.Request) {
-	id := strings.TrimSpace(r.PathValue("id"))
-	jv, evs, ok := s.src.Job(id)
+	id := strings.Trim(strings.TrimSpace(r.PathValue("id")), "/")
+	o := s.src.Observe()
+	hist := s.src.History()
+	d, ok := buildJob(o, buildStatus(o, agent.Health{}, nil, nil), hist, id)
 	if !ok {
-		s.write(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no managed job %q: give namespace/job or the job ID", id)})
+		s.write(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no managed job %q in the plan or the recent decisions: give namespace/job or the job's name", id)})
 		return
 	}
-	s.write(w, http.StatusOK, map[string]any{"job": jv, "decisions": evs})
+	s.write(w, http.StatusOK, d)
 }
 
 func (s *Server) decisions(w http.ResponseWriter, _ *http.Request) {
 	s.write(w, http.StatusOK, s.src.History())
+}
+
+func (s *Server) page(w http.ResponseWriter, r *http.Request) {
+	b, err := uiFiles.ReadFile("ui/index.html")
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write(b)
 }

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hadar-sched/hadar/planner/engine"
+	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/status"
+	"github.com/hadar-sched/hadar/sidecar/telemetry"
+)
+
+// statusAPI serves a fixed /v1/status and /v1/jobs/default/a.
+func statusAPI(t *testing.T) *httptest.Server {
+	now := time.Now()
+	eta := now.Add(90 * time.Second)
+	st := status.Status{Time: now, Sidecar: status.SidecarStatus{Policy: "hadar", Placement: "delay", Leader: true, Round: 4, NextRound: now.Add(time.Minute), OK: true},
+		GPUs: []status.TypeSummary{{Type: "v100", GPUUse: telemetry.GPUUse{Total: 4, Allocated: 2, Unmanaged: 1, Idle: 1}}},
+		Racks: []status.Rack{{Rack: "r1", Nodes: []agent.NodeObservation{{ID: "n1", Name: "v100-a", Rack: "r1", Status: "ready", Schedulable: true, Planned: true,
+			GPUs: []agent.GPUObservation{{Type: "v100", Total: 4, Healthy: 4, Holders: []agent.Holder{{Job: "default/a", Count: 2, Managed: true}, {Job: "default/plain", Count: 1}}}}}}}},
+		Running: []status.RunningEntry{{ID: "default/a", State: "running", Units: []agent.UnitView{{Slots: []agent.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}},
+			Progress: 0.5, StepsDone: 500, Steps: 1000, Rate: 5.5, ETAS: 90, ETA: &eta}},
+		Queue:     []status.QueueEntry{{ID: "default/b", Position: 1, Waits: "no_capacity", Why: "every v100 is taken", Nomad: "train: exhausted", WaitingS: 65, Workers: 4, RunsOn: []string{"v100"}}},
+		Decisions: []agent.Event{{Time: now, Job: "default/a", Action: engine.Start, Why: "its turn"}}}
+	job := status.JobDetail{ID: "default/b", State: "waiting", Waits: "no_capacity", QueuePosition: 1, QueueLength: 1, Why: "every v100 is taken",
+		Job:        &agent.JobObservation{JobView: agent.JobView{ID: "default/b", Workers: 4, Model: "ResNet-50", Weight: 1, Steps: 1000, WaitingS: 65}, Throughput: map[string]float64{"v100": 30}},
+		Placements: []status.Placement{{Time: now, Action: "stop", Why: "fairness"}}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { json.NewEncoder(w).Encode(st) })
+	mux.HandleFunc("GET /v1/jobs/default/b", func(w http.ResponseWriter, _ *http.Request) { json.NewEncoder(w).Encode(job) })
+	mux.HandleFunc("GET /v1/jobs/", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		w.Write([]byte(`{"error": "no managed job \"zzz\" in the plan or the recent decisions"}`))
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func runHadar(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestHadarStatus(t *testing.T) {
+	srv := statusAPI(t)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	for _, c := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"status", "-addr", addr}, 0, []string{"healthy; policy hadar, placement delay; leader; round 4, next in", "v100      4      2      1      1",
+			"default/a x2, default/plain x1 (not hadar's), 1 idle", "RUNNING (1)", "2xv100@v100-a/r1", " 50% (500/1000)", "5.5 steps/s", "QUEUE (1)",
+			"1  default/b  no capacity  1m5s", "every v100 is taken (Nomad: train: exhausted)", "RECENT DECISIONS", "default/a  start   its turn"}},
+		{[]string{"status", "-addr", srv.URL, "default/b"}, 0, []string{"job default/b: waiting", "model ResNet-50, 4 workers", "waits: #1 of 1 in the queue, no capacity, for 1m5s",
+			"runs on: v100 30.0 steps/s", "why: every v100 is taken", "PLACEMENTS", "stop"}},
+		{[]string{"status", "-addr", srv.URL, "zzz"}, 1, []string{`no managed job "zzz"`}},
+		{[]string{"status", "-addr", "ftp://x"}, 1, []string{"want host:port or an http:// or https:// URL"}},
+		{[]string{"status", "a", "b"}, 2, []string{"usage: hadar status"}},
+	} {
+		code, out, errs := runHadar(c.args...)
+		if code != c.code {
+			t.Errorf("hadar %v: exit %d, want %d\n%s%s", c.args, code, c.code, out, errs)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out+errs, w) {
+				t.Errorf("hadar %v does not say %q:\n%s%s", c.args, w, out, errs)
+			}
+		}
+	}
+	// -json: the API's answer, as it is.
+	code, out, _ := runHadar("status", "-json", "-addr", addr)
+	var st status.Status
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Queue[0].ID != "default/b" {
+		t.Errorf("hadar status -json: %d\n%s", code, out)
+	}
+	// Nobody listening: say where it looked and what to do.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := ln.Addr().String()
+	ln.Close()
+	if code, _, errs := runHadar("status", "-addr", free); code != 1 || !strings.Contains(errs, "cannot reach the sidecar at http://"+free) || !strings.Contains(errs, "hadar sidecar") {
+		t.Errorf("hadar status against nothing: %d %s", code, errs)
+	}
+}
