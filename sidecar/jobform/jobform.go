@@ -23,7 +23,6 @@ package jobform
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -98,26 +97,16 @@ func (u Unit) Planner() planner.Unit {
 	return out
 }
 
-// GroupName is the generated group of worker rank of unit id.
+// GroupName is the generated group of worker rank of unit id (the naming
+// contract lives in jobspec, which refuses templates that use it).
 func GroupName(template string, unit, rank int) string {
-	return fmt.Sprintf("%s-hadar-u%d-w%d", template, unit, rank)
+	return jobspec.GeneratedGroupName(template, unit, rank)
 }
-
-var generated = regexp.MustCompile(`^(.+)-hadar-u(\d+)-w(\d+)$`)
 
 // ParseGroupName reads a generated group's name; ok is false for any other
 // group.
 func ParseGroupName(name string) (template string, unit, rank int, ok bool) {
-	m := generated.FindStringSubmatch(name)
-	if m == nil {
-		return "", 0, 0, false
-	}
-	u, err1 := strconv.Atoi(m[2])
-	r, err2 := strconv.Atoi(m[3])
-	if err1 != nil || err2 != nil {
-		return "", 0, 0, false
-	}
-	return m[1], u, r, true
+	return jobspec.ParseGeneratedGroup(name)
 }
 
 // clone deep-copies through JSON: api types carry pointers everywhere,

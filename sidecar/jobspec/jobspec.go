@@ -276,14 +276,31 @@ func (p *parser) template(job *api.Job) (*api.TaskGroup, error) {
 // "<template>-hadar-u<unit>-w<rank>". Authors must not use such names.
 var generatedGroup = regexp.MustCompile(`^(.+)-hadar-u(\d+)-w(\d+)$`)
 
+// GeneratedGroupName is the generated group of worker rank of unit.
+func GeneratedGroupName(template string, unit, rank int) string {
+	return fmt.Sprintf("%s-hadar-u%d-w%d", template, unit, rank)
+}
+
+// ParseGeneratedGroup reads a generated group's name; ok is false for any
+// other group.
+func ParseGeneratedGroup(name string) (template string, unit, rank int, ok bool) {
+	m := generatedGroup.FindStringSubmatch(name)
+	if m == nil {
+		return "", 0, 0, false
+	}
+	u, err1 := strconv.Atoi(m[2])
+	r, err2 := strconv.Atoi(m[3])
+	if err1 != nil || err2 != nil {
+		return "", 0, 0, false
+	}
+	return m[1], u, r, true
+}
+
 // GeneratedGroup reports whether name is a group the sidecar generates
 // from template group t, "<t>-hadar-u<unit>-w<rank>", and returns t.
 func GeneratedGroup(name string) (t string, ok bool) {
-	m := generatedGroup.FindStringSubmatch(name)
-	if m == nil {
-		return "", false
-	}
-	return m[1], true
+	t, _, _, ok = ParseGeneratedGroup(name)
+	return t, ok
 }
 
 func firstHadarKey(m map[string]string) string {
