@@ -50,6 +50,7 @@ func (c *sidecarCluster) startStatus(t *testing.T, a *agent.Agent, policy string
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	a.OnCycle(tel.ObserveRound)
 	go func() { tel.Run(ctx); close(done) }()
 	srv := status.New(a, status.Options{Telemetry: tel, Secrets: []string{statusToken}})
 	bound := make(chan net.Addr, 1)
@@ -223,6 +224,9 @@ func TestStatusMetricsOnALiveCluster(t *testing.T) {
 	}
 	if m[p("hadar_rounds_total")] < 1 {
 		t.Errorf("rounds_total %v", m[p("hadar_rounds_total")])
+	}
+	if n := m[p("hadar_round_duration_seconds_count", "kind", "round")] + m[p("hadar_round_duration_seconds_count", "kind", "fill")]; n < 1 {
+		t.Errorf("round_duration_seconds_count %v: the agent's cycles are not observed", n)
 	}
 	for src, want := range map[string]uint64{"watch": a.WatchStats().APIErrors, "progress": a.WatchStats().ProgressErrors} {
 		// Counters only grow: what the watcher counted before the read.

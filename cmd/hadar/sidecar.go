@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -113,7 +114,8 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	listener := status.Listener{Address: s.HTTP.Address, CertFile: f.httpCert, KeyFile: f.httpKey, AllowInsecure: f.httpInsecure}
+	listener := status.Listener{Address: s.HTTP.Address, CertFile: cmp.Or(f.httpCert, s.HTTP.TLSCert),
+		KeyFile: cmp.Or(f.httpKey, s.HTTP.TLSKey), AllowInsecure: f.httpInsecure || s.HTTP.AllowInsecureHTTP}
 	// Before Nomad is contacted: a listener that may not open stops the
 	// sidecar at once, with the fix.
 	if err := listener.Check(); err != nil {
@@ -134,6 +136,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	a.OnCycle(tel.ObserveRound)
 	go tel.Run(ctx)
 	token := s.Nomad.Token
 	if token == "" {

@@ -62,6 +62,7 @@ type Agent struct {
 	next    time.Time // next round boundary
 	ports   *apply.Ports
 	warned  map[string]time.Time
+	onCycle func(engine.Kind, time.Duration) // see OnCycle; under mu
 	// progress reads a job's training progress (the watcher's reader).
 	progress func(context.Context, *watch.Alloc) (*watch.Progress, error)
 
@@ -279,7 +280,22 @@ func (a *Agent) plan(ctx context.Context, now float64, kind engine.Kind, acting 
 }
 
 // now is the engine's clock: Unix seconds.
-func (a *Agent) now() float64 { return float64(a.clock().UnixNano()) / 1e9 }
+// now is the engine time of the wall clock, never before the engine's own
+// clock: a wall clock stepped back (NTP) or a time taken before a write
+// that deferred a job must not make the engine refuse the round. Called
+// under a.mu.
+func (a *Agent) now() float64 {
+	return max(float64(a.clock().UnixNano())/1e9, a.eng.Now())
+}
+
+// OnCycle registers f to be told each cycle's kind (Fill or Boundary) and
+// how long it took (telemetry's round duration). f runs under the agent's
+// lock: it must not call back into the agent.
+func (a *Agent) OnCycle(f func(engine.Kind, time.Duration)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.onCycle = f
+}
 
 // Watcher exposes the watcher (status, metrics).
 func (a *Agent) Watcher() *watch.Watcher { return a.watcher }
@@ -345,12 +361,14 @@ func (a *Agent) Cycle(ctx context.Context, force bool) error {
 func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := a.now()
+	start := a.clock()
 	a.planIndex.Store(snap.Index)
 	stepped := a.applier.Step(ctx, clusterView{a, snap})
 	for _, o := range stepped {
 		a.outcome(o)
 	}
+	// After the outcomes: a failed one defers its job at the current time.
+	now := a.now()
 	if err := a.sync(snap, now); err != nil {
 		return err
 	}
@@ -370,6 +388,9 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	d, err := a.plan(ctx, now, kind, acting)
 	if err != nil {
 		return fmt.Errorf("plan: %w", err)
+	}
+	if a.onCycle != nil {
+		defer func() { a.onCycle(kind, a.clock().Sub(start)) }()
 	}
 	if boundary {
 		a.rounds++

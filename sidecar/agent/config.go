@@ -110,8 +110,16 @@ type LeaderConfig struct {
 
 // HTTPConfig is the status API listener.
 type HTTPConfig struct {
-	// Address is host:port; loopback by default.
+	// Address is host:port; loopback by default. Any other address needs
+	// TLS (TLSCert and TLSKey) or AllowInsecureHTTP.
 	Address string `hcl:"address,optional"`
+	// TLSCert and TLSKey are PEM files; with both the listener serves
+	// HTTPS (TLS 1.2 or later).
+	TLSCert string `hcl:"tls_cert,optional"`
+	TLSKey  string `hcl:"tls_key,optional"`
+	// AllowInsecureHTTP serves plain HTTP beyond loopback: an operator's
+	// explicit choice (a private network, or a proxy in front).
+	AllowInsecureHTTP bool `hcl:"allow_insecure_http,optional"`
 }
 
 // Defaults.

@@ -38,7 +38,7 @@ var Defs = []Def{
 	{"hadar_admission_wait_time_seconds", "histogram", []string{"policy", "gpu_type"},
 		"Time a job waited, from its arrival or its last stop, until hadar started it; gpu_type is the type it started on (types joined by + for a job spanning several)."},
 	{"hadar_round_duration_seconds", "histogram", []string{"policy", "kind"},
-		"Time one cycle of the sidecar took (sync with Nomad, plan, writes, state save); kind=boundary for a round boundary, fill between boundaries."},
+		"Time one cycle of the sidecar took (sync with Nomad, plan, writes, state save); kind=round for a round boundary, fill for a cycle between boundaries."},
 	{"hadar_rounds_total", "counter", []string{"policy"},
 		"Round boundaries planned since the sidecar started."},
 	{"hadar_last_plan_timestamp_seconds", "gauge", []string{"policy"},
