@@ -73,8 +73,9 @@ const (
 	// copy's index.
 	EnvUnit = "HADAR_UNIT"
 	// envForkable is the job meta hadar.forkable as Nomad puts job meta in
-	// a task's env (NOMAD_META_ plus the key, dots made underscores).
-	envForkable = "NOMAD_META_hadar_forkable"
+	// a task's env: NOMAD_META_ plus the key as written, and upper-cased
+	// (Nomad keeps dots in env names).
+	envForkable = "NOMAD_META_hadar.forkable"
 )
 
 var (

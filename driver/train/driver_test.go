@@ -413,7 +413,7 @@ func TestStartTaskRejects(t *testing.T) {
 		{"hadare bad index", "", nil, nil, "", func(tc *TaskConfig) { i := 2; tc.HadarE = &HadarEConfig{Copies: 2, CopyIndex: &i, MergeDir: "/tmp/x"} }, `hadare.copy_index 2`},
 		{"hadare declared copies under the sidecar", "", nil, map[string]string{"HADAR_UNIT": "5"}, "", func(tc *TaskConfig) { tc.HadarE = &HadarEConfig{Copies: 2, MergeDir: "/tmp/x"} }, `placed this task as unit 5`},
 		{"hadare unit not a number", "", nil, map[string]string{"HADAR_UNIT": "u5"}, "", func(tc *TaskConfig) { tc.HadarE = &HadarEConfig{MergeDir: "/tmp/x"} }, `HADAR_UNIT "u5" is not a copy index`},
-		{"forkable sidecar job without merge dir", "", nil, map[string]string{"HADAR_UNIT": "5", "NOMAD_META_hadar_forkable": "true"}, "", nil, `hadare: no merge directory`},
+		{"forkable sidecar job without merge dir", "", nil, map[string]string{"HADAR_UNIT": "5", "NOMAD_META_HADAR.FORKABLE": "true"}, "", nil, `hadare: no merge directory`},
 		{"emulate bad spread factor", "Tesla K80", nil, nil, "", func(tc *TaskConfig) {
 			tc.Emulate = &EmulateConfig{StepsPerSec: RateMap{"Tesla K80": 12}, SpreadFactor: -1}
 		}, `emulate.spread_factor`},
@@ -1003,7 +1003,7 @@ func TestSidecarCopyEnv(t *testing.T) {
 	ckRoot, mergeRoot := sharedRoot(t), sharedRoot(t)
 	rates := RateMap{"Tesla V100-SXM2-16GB": 40, "Tesla K80": 10}
 	sidecar := map[string]string{"HADAR_TEMPLATE": "train", "HADAR_UNIT": "7"}
-	forkable := map[string]string{"HADAR_TEMPLATE": "train", "HADAR_UNIT": "7", "NOMAD_META_hadar_forkable": "true", "NOMAD_META_HADAR_FORKABLE": "true"}
+	forkable := map[string]string{"HADAR_TEMPLATE": "train", "HADAR_UNIT": "7", "NOMAD_META_hadar.forkable": "true", "NOMAD_META_HADAR.FORKABLE": "true"}
 	tests := []struct {
 		name   string
 		env    map[string]string

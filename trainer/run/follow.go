@@ -32,6 +32,7 @@ type follower struct {
 	unitPace   float64
 	nodes      int
 	state      string
+	started    bool // rank 0's start came: the progress file may be written
 
 	progressAt    time.Time
 	progressSteps int64
@@ -43,8 +44,10 @@ type follower struct {
 // to stop (after rank 0 checkpointed), an error (exit 1) when the unit
 // broke under it.
 func follow(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) (Outcome, error) {
+	// No progress file before rank 0's start message: the first one a
+	// rank writes names the checkpoint its unit resumed from (rank 0's),
+	// which is how the driver reports every rank's resume.
 	f := &follower{o: o, log: log, stdout: stdout, state: StateRendezvous, rate: o.StepsPerSec, progressAt: time.Now(), events: make(chan peerMsg, 16)}
-	f.writeProgressLogged()
 	addr := net.JoinHostPort(o.MasterAddr, strconv.Itoa(o.MasterPort))
 	conn, err := dialRetry(ctx, addr, time.Now().Add(o.RendezvousTimeout), f.tick)
 	if err != nil {
@@ -77,6 +80,7 @@ func follow(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) 
 		f.rate = o.spreadPace()
 	}
 	f.state = StateRunning
+	f.started = true
 	f.writeProgressLogged()
 	if start.Checkpoint != "" {
 		// Every rank of a unit resumes from rank 0's checkpoint.
@@ -288,6 +292,9 @@ func (f *follower) tick() {
 }
 
 func (f *follower) writeProgressLogged() {
+	if !f.started {
+		return
+	}
 	err := WriteProgress(f.o.ProgressFile, Progress{
 		StepsDone: f.stepsDone, TotalSteps: int64(f.o.Steps), StepsPerSec: f.measured, Checkpoint: f.checkpoint,
 		Updated: time.Now().UTC().Truncate(time.Millisecond), State: f.state, CopyIndex: f.o.CopyIndex, Copies: f.o.Copies,

@@ -382,8 +382,9 @@ func (p *process) adoptStart(latest *Merged) error {
 			p.resumed, p.round, p.o.MergeDir, latest.Round)
 	}
 	if p.resumed != "" {
-		p.log.Info("hadare: the other copies merged past this checkpoint; starting from their newest round", "checkpoint_round", p.round, "round", latest.Round)
+		p.log.Info("hadare: the other copies merged past this checkpoint", "checkpoint_round", p.round, "round", latest.Round)
 	}
+	p.log.Info("hadare: starting from the newest merged round", "round", latest.Round, "steps_done", latest.StepsDone, "members", len(latest.Members))
 	return p.adopt(latest, -1)
 }
 
