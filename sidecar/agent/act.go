@@ -32,6 +32,7 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 		job    *apply.Job
 		target []jobform.Unit
 		fresh  []jobform.Unit
+		after  []apply.Key
 		err    error
 	}
 	var ws []*write
@@ -48,6 +49,18 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 		w.target, w.fresh, w.err = a.target(mj, j, jd)
 		ws = append(ws, w)
 	}
+	// A job starting on GPUs another job leaves in this decision (a swap
+	// under time-slicing) is written once that job's workers have ended.
+	for _, w := range ws {
+		if w.err != nil || len(w.fresh) == 0 {
+			continue
+		}
+		for _, x := range ws {
+			if x != w && x.err == nil && takesFrom(w.fresh, released(x.jd)) {
+				w.after = append(w.after, x.job.Key)
+			}
+		}
+	}
 	sem := make(chan struct{}, writers)
 	var wg sync.WaitGroup
 	for _, w := range ws {
@@ -60,7 +73,7 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			_, w.err = a.applier.Begin(ctx, w.job, w.target)
+			_, w.err = a.applier.BeginAfter(ctx, w.job, w.target, w.after)
 		}()
 	}
 	wg.Wait()
@@ -91,6 +104,47 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 		}
 		a.note(ev)
 	}
+}
+
+// gpuSlot is a GPU type on a node.
+type gpuSlot struct {
+	node string
+	typ  planner.GPUType
+}
+
+// released counts the GPUs per node and type a job gives up in its
+// decision: held before, not after.
+func released(jd engine.JobDecision) map[gpuSlot]int {
+	out := map[gpuSlot]int{}
+	for _, u := range jd.From.Units {
+		for _, sl := range u.Slots {
+			out[gpuSlot{sl.Node, sl.Type}] += sl.Count
+		}
+	}
+	for _, u := range jd.To.Units {
+		for _, sl := range u.Slots {
+			out[gpuSlot{sl.Node, sl.Type}] -= sl.Count
+		}
+	}
+	for k, n := range out {
+		if n <= 0 {
+			delete(out, k)
+		}
+	}
+	return out
+}
+
+// takesFrom says whether a worker of the new units sits on a node and
+// type in rel.
+func takesFrom(fresh []jobform.Unit, rel map[gpuSlot]int) bool {
+	for _, u := range fresh {
+		for _, w := range u.Workers {
+			if rel[gpuSlot{w.Node, w.Type}] > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // target turns the engine's placement of a job into units to write: a

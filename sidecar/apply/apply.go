@@ -130,6 +130,11 @@ const (
 	// Stopping: units that leave were removed; waiting for their workers
 	// to end before the new ones are added.
 	Stopping Phase = "stopping"
+	// Waiting: the new units wait, unwritten, for other jobs' workers to
+	// leave the GPUs they take. Under time-slicing a round swaps jobs on
+	// the same GPUs, and a start written while the leaving job's workers
+	// still checkpoint finds the GPUs held: Nomad would refuse it.
+	Waiting Phase = "awaiting-gpus"
 	// Starting: new units were added; waiting for all their workers to run.
 	Starting Phase = "starting"
 	Done     Phase = "done"
@@ -149,8 +154,14 @@ type Op struct {
 	Added []string
 	// Removed are the generated groups being stopped.
 	Removed []string
+	// After are the jobs whose stopping workers hold GPUs the new units
+	// take: the new units are written once those have ended.
+	After   []Key
 	Err     error
 	Started time.Time
+	// stopped: the removed workers have ended (a move may still wait on
+	// other jobs before it starts its new units).
+	stopped bool
 }
 
 // Outcome is an operation that ended, reported by Step.
@@ -214,6 +225,15 @@ func (a *Applier) Ops() []Op {
 // in Step), else the whole change. A change that needs no write (the job
 // is already in that form) is Done at once.
 func (a *Applier) Begin(ctx context.Context, j *Job, target []jobform.Unit) (*Op, error) {
+	return a.BeginAfter(ctx, j, target, nil)
+}
+
+// BeginAfter is Begin for a change whose new units take GPUs that the
+// jobs in after are giving up in the same round: the new units are
+// written only once those jobs' stopping workers have ended, or their
+// StopTimeout passed (then the start is tried anyway, and Nomad's plan
+// says whether it fits).
+func (a *Applier) BeginAfter(ctx context.Context, j *Job, target []jobform.Unit, after []Key) (*Op, error) {
 	j, err := a.fresh(ctx, j)
 	if err != nil {
 		return nil, err
@@ -222,7 +242,7 @@ func (a *Applier) Begin(ctx context.Context, j *Job, target []jobform.Unit) (*Op
 	if err != nil {
 		return nil, err
 	}
-	op := &Op{Key: j.Key, Target: target, Started: a.cfg.Now()}
+	op := &Op{Key: j.Key, Target: target, Started: a.cfg.Now(), After: slices.DeleteFunc(slices.Clone(after), func(k Key) bool { return k == j.Key })}
 	for _, u := range target {
 		if c := find(current, u.ID); c != nil && sameUnit(*c, u) {
 			op.Keep = append(op.Keep, u)
@@ -248,6 +268,9 @@ func (a *Applier) Begin(ctx context.Context, j *Job, target []jobform.Unit) (*Op
 			return nil, err
 		}
 		op.Phase, op.Deadline = Stopping, a.cfg.Now().Add(a.cfg.StopTimeout)
+	case len(op.Added) > 0 && len(op.After) > 0:
+		op.Phase, op.Deadline = Waiting, a.cfg.Now().Add(a.cfg.StopTimeout)
+		a.cfg.Logger.Debug("start waits for the jobs leaving its GPUs", "job", j.Key.String(), "after", fmt.Sprint(op.After))
 	case len(op.Added) > 0:
 		if err := a.write(ctx, j, target, "start", op); err != nil {
 			return nil, err
@@ -458,6 +481,23 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 		if len(op.Added) == 0 {
 			return Outcome{Key: op.Key, Phase: Done, Running: op.Target}, true
 		}
+		if ended {
+			a.mu.Lock()
+			op.stopped = true
+			a.mu.Unlock()
+			if a.waits(op, now) {
+				return Outcome{}, false
+			}
+		}
+		if err := a.write(ctx, j, op.Target, "start", op); err != nil {
+			return Outcome{Key: op.Key, Phase: Failed, Err: err, Running: op.Keep}, true
+		}
+		op.Phase, op.Deadline = Starting, now.Add(a.cfg.GangTimeout)
+		return Outcome{}, false
+	case Waiting:
+		if a.waits(op, now) {
+			return Outcome{}, false
+		}
 		if err := a.write(ctx, j, op.Target, "start", op); err != nil {
 			return Outcome{Key: op.Key, Phase: Failed, Err: err, Running: op.Keep}, true
 		}
@@ -492,6 +532,23 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 		return Outcome{Key: op.Key, Phase: Failed, Err: reason, Running: op.Keep}, true
 	}
 	return Outcome{Key: op.Key, Phase: op.Phase, Err: op.Err, Running: op.Target}, true
+}
+
+// waits says whether op's new units must wait on: one of the jobs it
+// comes after is still stopping, and op's deadline has not passed.
+func (a *Applier) waits(op *Op, now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, k := range op.After {
+		if o := a.ops[k]; o != nil && o.Phase == Stopping && !o.stopped {
+			if now.Before(op.Deadline) {
+				return true
+			}
+			a.cfg.Logger.Warn("the jobs leaving these GPUs did not stop in time; starting anyway", "job", op.Key.String(), "after", k.String(), "timeout", a.cfg.StopTimeout)
+			return false
+		}
+	}
+	return false
 }
 
 // CancelAll forgets every operation in flight (the leader lost its lease:

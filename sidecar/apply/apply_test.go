@@ -320,3 +320,167 @@ func TestPorts(t *testing.T) {
 		t.Fatalf("took %d, want 100 given back", got)
 	}
 }
+
+// twoJobs answers for jobs x and y, each a fakeJobs.
+type twoJobs map[string]*fakeJobs
+
+func (t twoJobs) Info(id string, q *api.QueryOptions) (*api.Job, *api.QueryMeta, error) {
+	return t[id].Info(id, q)
+}
+
+func (t twoJobs) PlanOpts(job *api.Job, o *api.PlanOptions, w *api.WriteOptions) (*api.JobPlanResponse, *api.WriteMeta, error) {
+	return t[*job.ID].PlanOpts(job, o, w)
+}
+
+func (t twoJobs) RegisterOpts(job *api.Job, o *api.RegisterOptions, w *api.WriteOptions) (*api.JobRegisterResponse, *api.WriteMeta, error) {
+	return t[*job.ID].RegisterOpts(job, o, w)
+}
+
+// twoCluster is fakeCluster for twoJobs; groups are keyed "job/group".
+type twoCluster struct {
+	js     twoJobs
+	groups map[string]Group
+}
+
+func (c *twoCluster) Job(k Key) *Job {
+	f := c.js[k.ID]
+	return &Job{Key: k, Raw: f.job, Spec: spec(f.job), JobModifyIndex: f.index}
+}
+
+func (c *twoCluster) Group(k Key, g string) Group {
+	if st, ok := c.groups[k.ID+"/"+g]; ok {
+		return st
+	}
+	return Group{Ended: true}
+}
+
+func setupTwo(t *testing.T) (*Applier, twoJobs, *twoCluster, *clock) {
+	t.Helper()
+	js := twoJobs{}
+	for _, id := range []string{"x", "y"} {
+		j := newJob()
+		j.ID, j.Name = &id, &id
+		js[id] = &fakeJobs{job: j, index: 10, failGroup: map[string]bool{}}
+	}
+	c := &clock{t: time.Unix(1000, 0)}
+	a := New(js, Config{GangTimeout: time.Minute, StopTimeout: 30 * time.Second, Now: c.now})
+	return a, js, &twoCluster{js: js, groups: map[string]Group{}}, c
+}
+
+// A round that swaps job y onto the GPU job x leaves (time-slicing) writes
+// y's start only once x's worker has ended: written before, Nomad would
+// find the GPU held and refuse it.
+func TestStartWaitsForTheJobLeavingItsGPUs(t *testing.T) {
+	a, js, cl, c := setupTwo(t)
+	ctx := context.Background()
+	x, y := Key{"default", "x"}, Key{"default", "y"}
+	if _, err := a.Begin(ctx, cl.Job(x), []jobform.Unit{unit(0, 29500, "n1")}); err != nil {
+		t.Fatal(err)
+	}
+	cl.groups["x/train-hadar-u0-w0"] = Group{Running: true}
+	if out := a.Step(ctx, cl); len(out) != 1 || out[0].Phase != Done {
+		t.Fatalf("x's start: %+v", out)
+	}
+	// The round: x is preempted, y takes its GPU.
+	if op, err := a.Begin(ctx, cl.Job(x), nil); err != nil || op.Phase != Stopping {
+		t.Fatalf("x's stop: %+v, %v", op, err)
+	}
+	op, err := a.BeginAfter(ctx, cl.Job(y), []jobform.Unit{unit(0, 29501, "n1")}, []Key{x, y})
+	if err != nil || op.Phase != Waiting || len(js["y"].registers) != 0 {
+		t.Fatalf("y's start: %+v, %v, %d writes: want waiting, unwritten", op, err, len(js["y"].registers))
+	}
+	if len(op.After) != 1 || op.After[0] != x {
+		t.Fatalf("y comes after %v, want only x (never itself)", op.After)
+	}
+	// x checkpoints: y waits.
+	cl.groups["x/train-hadar-u0-w0"] = Group{}
+	c.t = c.t.Add(10 * time.Second)
+	if out := a.Step(ctx, cl); len(out) != 0 || len(js["y"].registers) != 0 {
+		t.Fatalf("y written while x still held the GPU: %+v, %d writes", out, len(js["y"].registers))
+	}
+	if got := a.InFlight(y); got == nil || got.Phase != Waiting {
+		t.Fatalf("y in flight: %+v", got)
+	}
+	// x's worker ended: x is done and y's start goes out.
+	cl.groups["x/train-hadar-u0-w0"] = Group{Ended: true}
+	if out := a.Step(ctx, cl); len(out) != 1 || out[0].Key != x || out[0].Phase != Done {
+		t.Fatalf("outcomes %+v, want x done", out)
+	}
+	if len(js["y"].registers) != 1 {
+		t.Fatalf("%d writes of y, want its start", len(js["y"].registers))
+	}
+	if got := a.InFlight(y); got == nil || got.Phase != Starting {
+		t.Fatalf("y in flight: %+v, want starting", got)
+	}
+	cl.groups["y/train-hadar-u0-w0"] = Group{Running: true}
+	if out := a.Step(ctx, cl); len(out) != 1 || out[0].Key != y || out[0].Phase != Done {
+		t.Fatalf("outcomes %+v, want y done", out)
+	}
+}
+
+// A leaving job that never stops does not hold the start for ever: past
+// StopTimeout the start is tried, and Nomad's plan decides.
+func TestStartAfterAStuckStopIsTriedAtTheTimeout(t *testing.T) {
+	a, js, cl, c := setupTwo(t)
+	ctx := context.Background()
+	x, y := Key{"default", "x"}, Key{"default", "y"}
+	if _, err := a.Begin(ctx, cl.Job(x), []jobform.Unit{unit(0, 29500, "n1")}); err != nil {
+		t.Fatal(err)
+	}
+	cl.groups["x/train-hadar-u0-w0"] = Group{Running: true}
+	a.Step(ctx, cl)
+	if _, err := a.Begin(ctx, cl.Job(x), nil); err != nil {
+		t.Fatal(err)
+	}
+	cl.groups["x/train-hadar-u0-w0"] = Group{}
+	if _, err := a.BeginAfter(ctx, cl.Job(y), []jobform.Unit{unit(0, 29501, "n1")}, []Key{x}); err != nil {
+		t.Fatal(err)
+	}
+	c.t = c.t.Add(29 * time.Second)
+	if a.Step(ctx, cl); len(js["y"].registers) != 0 {
+		t.Fatal("y written before the timeout")
+	}
+	// Past the timeout Nomad still sees the GPU held: y fails, unwritten.
+	js["y"].failGroup["train-hadar-u0-w0"] = true
+	c.t = c.t.Add(2 * time.Second)
+	var yOut *Outcome
+	for _, o := range a.Step(ctx, cl) {
+		if o.Key == y {
+			yOut = &o
+		}
+	}
+	if yOut == nil || yOut.Phase != Failed || !strings.Contains(yOut.Err.Error(), "cannot place") || len(js["y"].registers) != 0 {
+		t.Fatalf("y: %+v, %d writes: want failed on Nomad's refusal, unwritten", yOut, len(js["y"].registers))
+	}
+}
+
+// A move that waits on another job's stop starts its new units only once
+// both its own old workers and the other job's have ended.
+func TestMoveWaitsForTheOtherJobToo(t *testing.T) {
+	a, js, cl, _ := setupTwo(t)
+	ctx := context.Background()
+	x, y := Key{"default", "x"}, Key{"default", "y"}
+	for _, k := range []Key{x, y} {
+		if _, err := a.Begin(ctx, cl.Job(k), []jobform.Unit{unit(0, 29500, "n-"+k.ID)}); err != nil {
+			t.Fatal(err)
+		}
+		cl.groups[k.ID+"/train-hadar-u0-w0"] = Group{Running: true}
+	}
+	a.Step(ctx, cl)
+	// x leaves n-x; y moves from n-y to n-x.
+	if _, err := a.Begin(ctx, cl.Job(x), nil); err != nil {
+		t.Fatal(err)
+	}
+	if op, err := a.BeginAfter(ctx, cl.Job(y), []jobform.Unit{unit(1, 29501, "n-x")}, []Key{x}); err != nil || op.Phase != Stopping {
+		t.Fatalf("y's move: %+v, %v", op, err)
+	}
+	cl.groups["x/train-hadar-u0-w0"] = Group{}
+	cl.groups["y/train-hadar-u0-w0"] = Group{Ended: true}
+	if a.Step(ctx, cl); len(js["y"].registers) != 2 {
+		t.Fatalf("%d writes of y: want its start and its stop only (x still holds n-x)", len(js["y"].registers))
+	}
+	cl.groups["x/train-hadar-u0-w0"] = Group{Ended: true}
+	if a.Step(ctx, cl); len(js["y"].registers) != 3 {
+		t.Fatalf("%d writes of y: want the new unit once x ended", len(js["y"].registers))
+	}
+}

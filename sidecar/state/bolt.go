@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // Bolt is the default store: one local bbolt file. Every Save and Append
@@ -40,7 +42,7 @@ func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
 	if err != nil {
-		if err == bolt.ErrTimeout {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("state %s: another process holds it open (another sidecar on the same state file?): %w", path, err)
 		}
 		return nil, unreadable(path, err)
