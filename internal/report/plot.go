@@ -22,9 +22,9 @@ var palette = []color.Color{
 	color.RGBA{R: 0xbc, G: 0xbd, B: 0x22, A: 0xff}, color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
 }
 
-// WriteDir writes, for every result, its per-job CSV, and the plots: the
-// JCT CDF of all policies (jct_cdf.svg) and each policy's GPU utilization
-// over time per type (utilization_<policy>.svg).
+// WriteDir writes, for every result, its per-job CSV, and the plots, each
+// as SVG and PNG (Save): the JCT CDF of all policies (jct_cdf) and each
+// policy's GPU utilization over time per type (utilization_<policy>).
 func WriteDir(dir string, rs []sim.Result) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("output directory %s: %w", dir, err)
@@ -63,21 +63,21 @@ func WriteDir(dir string, rs []sim.Result) ([]string, error) {
 	if err != nil {
 		return files, err
 	}
-	path := filepath.Join(dir, "jct_cdf.svg")
-	if err := cdf.Save(7*vg.Inch, 4.5*vg.Inch, path); err != nil {
-		return files, fmt.Errorf("%s: %w", path, err)
+	saved, err := Save(cdf, 7*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, "jct_cdf"))
+	files = append(files, saved...)
+	if err != nil {
+		return files, err
 	}
-	files = append(files, path)
 	for _, r := range rs {
 		p, err := Utilization(r)
 		if err != nil {
 			return files, err
 		}
-		path := filepath.Join(dir, "utilization_"+r.Scheduler+".svg")
-		if err := p.Save(7*vg.Inch, 4*vg.Inch, path); err != nil {
-			return files, fmt.Errorf("%s: %w", path, err)
+		saved, err := Save(p, 7*vg.Inch, 4*vg.Inch, filepath.Join(dir, "utilization_"+r.Scheduler))
+		files = append(files, saved...)
+		if err != nil {
+			return files, err
 		}
-		files = append(files, path)
 	}
 	return files, nil
 }
@@ -124,13 +124,11 @@ func Utilization(r sim.Result) (*plot.Plot, error) {
 	p.Title.Text = "GPU utilization per type: " + r.Scheduler
 	p.X.Label.Text = "time (hours)"
 	p.Y.Label.Text = "GPUs held (fraction)"
+	p.X.Min = 0
 	p.Y.Min, p.Y.Max = 0, 1.05
 	p.Add(plotter.NewGrid())
 	for j, t := range r.Types {
-		pts := make(plotter.XYs, 0, len(r.Samples))
-		for _, s := range r.Samples {
-			pts = append(pts, plotter.XY{X: s.Time / 3600, Y: s.Busy[j]})
-		}
+		pts := binned(r.Samples, j, utilizationBins)
 		if len(pts) == 0 {
 			continue
 		}
@@ -144,4 +142,44 @@ func Utilization(r sim.Result) (*plot.Plot, error) {
 		p.Legend.Add(string(t), line)
 	}
 	return p, nil
+}
+
+// utilizationBins bounds the points of a utilization line: a policy that
+// time-slices changes what it holds every round, and thousands of rounds
+// drawn one by one fill the plot with a solid block of vertical lines.
+const utilizationBins = 300
+
+// binned averages type j's busy fraction over at most n equal spans of
+// the run's time (each sample weighs the time to the next one).
+func binned(ss []sim.Sample, j, n int) plotter.XYs {
+	if len(ss) == 0 {
+		return nil
+	}
+	t0, t1 := ss[0].Time, ss[len(ss)-1].Time
+	if len(ss) <= n || t1 <= t0 {
+		pts := make(plotter.XYs, 0, len(ss))
+		for _, s := range ss {
+			pts = append(pts, plotter.XY{X: s.Time / 3600, Y: s.Busy[j]})
+		}
+		return pts
+	}
+	width := (t1 - t0) / float64(n)
+	sum := make([]float64, n)
+	weight := make([]float64, n)
+	for i, s := range ss {
+		w := width / 100 // the last sample: a sliver
+		if i+1 < len(ss) {
+			w = ss[i+1].Time - s.Time
+		}
+		b := min(n-1, int((s.Time-t0)/width))
+		sum[b] += s.Busy[j] * w
+		weight[b] += w
+	}
+	pts := make(plotter.XYs, 0, n)
+	for b := range n {
+		if weight[b] > 0 {
+			pts = append(pts, plotter.XY{X: (t0 + (float64(b)+0.5)*width) / 3600, Y: sum[b] / weight[b]})
+		}
+	}
+	return pts
 }
