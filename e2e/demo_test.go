@@ -80,7 +80,9 @@ func startDemo(t *testing.T) *demoRun {
 		// A failed test must not leave the demo running: stop it, then
 		// remove what it left (the harness's leak check still fails the
 		// run when something was left).
-		if d.cmd.ProcessState == nil {
+		select {
+		case <-d.done:
+		default:
 			_ = d.cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-d.done:
