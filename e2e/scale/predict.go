@@ -1,0 +1,42 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/profile"
+	"github.com/hadar-sched/hadar/planner/registry"
+	"github.com/hadar-sched/hadar/planner/sim"
+	"github.com/hadar-sched/hadar/planner/speed"
+)
+
+// Predict runs `hadar sim` (the same engine and scheduler the sidecar
+// runs) on the trace and cluster: improved fidelity, placement pack, exact
+// estimates, learning off, as the live run is configured. Times are
+// simulated seconds. prof is the throughput profile: profile.Default()
+// for the uncompressed prediction, Compressed(...) with the trace's times
+// and costs divided by the compression for the sidecar's own time frame.
+func Predict(ctx context.Context, c planner.Cluster, jobs []planner.Job, prof *profile.Profile, policy string, round, restart float64) (sim.Result, error) {
+	model := speed.Model{Profile: prof}
+	sched, err := registry.New(policy, registry.Options{Types: c.Types(), Speed: model, RestartCost: restart})
+	if err != nil {
+		return sim.Result{}, fmt.Errorf("predict %s: %w", policy, err)
+	}
+	res, err := sim.Run(ctx, sim.Config{Cluster: c, Jobs: jobs, Speed: model, Round: round, RestartCost: restart}, sched)
+	if err != nil {
+		return sim.Result{}, fmt.Errorf("predict %s: %w", policy, err)
+	}
+	return res, nil
+}
+
+// Scaled is the trace in a time frame compress times faster: arrivals
+// divided by compress (steps unchanged; the profile is Compressed).
+func Scaled(jobs []planner.Job, compress float64) []planner.Job {
+	out := make([]planner.Job, len(jobs))
+	for i, j := range jobs {
+		j.Arrival /= compress
+		out[i] = j
+	}
+	return out
+}
