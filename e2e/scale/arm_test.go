@@ -29,18 +29,6 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/agent"
 )
 
-// Simulated times of the live run, as `hadar sim` defaults them.
-const (
-	roundSim   = 360 * time.Second // Gavel's round
-	restartSim = 20 * time.Second  // restart cost of a (re)start
-	minRunSim  = 30 * time.Minute  // the sidecar's default min_run_time
-	// rendezvousSim is how long a worker waits for its unit's others
-	// (torch.distributed's default store timeout); the sidecar's gang
-	// timeout is half of it, so hadar rolls a stuck gang back before its
-	// workers give up.
-	rendezvousSim = 30 * time.Minute
-)
-
 // serverConfig is appended to the server's agent.hcl. Every simulated
 // node holds its own RPC connection from 127.0.0.1, and Nomad allows 100
 // per client address by default (the rest are closed at once).
@@ -83,6 +71,9 @@ type runConfig struct {
 	// MinutesExp bounds the jobs' durations on a V100: 10^[0] to 10^[1]
 	// minutes, log-uniform (Durations).
 	MinutesExp [2]float64
+	// NomadCompress, when > 0, is the compression of the arm of Nomad's
+	// own placement.
+	NomadCompress float64
 	// Timeout bounds one arm's workload in wall time, past the last
 	// submission.
 	Timeout time.Duration
@@ -118,6 +109,16 @@ func newRun(t *testing.T, cfg runConfig) *run {
 	r.setup = Setup{Nodes: cfg.Nodes, Racks: cfg.Racks, GPUs: c.Planner.TotalGPUs(), GPUsByType: byType, Jobs: cfg.Jobs, Load: cfg.Load,
 		RatePerHour: rate, Seed: cfg.Seed, Compression: cfg.Compress, Round: r.wall(roundSim), MinutesExp: cfg.MinutesExp}
 	return r
+}
+
+// compressed is the same run at another time compression. Times are
+// reported in simulated seconds, so arms at different compressions
+// compare; what changes is how much wall time each control-loop delay
+// costs in simulated time.
+func (r *run) compressed(c float64) *run {
+	x := *r
+	x.cfg.Compress = c
+	return &x
 }
 
 // wall converts a simulated duration to wall time.
@@ -527,7 +528,7 @@ func (r *run) submit(ctx context.Context, client *api.Client, managed bool, t0 t
 // "nomad", with Nomad's own placement; each on a fresh server and node
 // simulator.
 func (r *run) arm(t *testing.T, policy string) Result {
-	res := Result{Arm: policy}
+	res := Result{Arm: policy, Compression: r.cfg.Compress}
 	server := harness.StartAgent(t, harness.Options{Mode: harness.ModeServer, Name: "scale-" + policy, ExtraConfig: serverConfig})
 	sp := &sampler{}
 	var err error

@@ -26,9 +26,11 @@ type Setup struct {
 // placement ("nomad"). Times named Sim are in simulated seconds (wall
 // times the compression); the others are wall time.
 type Result struct {
-	Arm       string
-	Completed int
-	Stalled   int
+	Arm string
+	// Compression: simulated seconds per wall second in this arm.
+	Compression float64
+	Completed   int
+	Stalled     int
 	// Schedule, live: makespan and JCT, and the prediction of `hadar sim`
 	// on the same trace and cluster (zero for "nomad").
 	MakespanSim, AvgJCTSim, P99JCTSim float64
@@ -110,19 +112,27 @@ func Table(s Setup, rs []Result) string {
 		return fmt.Sprintf("%s / %s / %s (%d rounds)", ms(r.RoundP50), ms(r.RoundP99), ms(r.RoundMax), r.Rounds)
 	}))
 	row("any cycle (fills too) p50 / p99", sidecar(func(r Result) string { return ms(r.CycleP50) + " / " + ms(r.CycleP99) }))
-	row("submit to placed p50 / p99", func(r Result) string { return secs(r.PlacedP50) + " / " + secs(r.PlacedP99) })
+	row("submit to placed p50 / p99 (p99 in rounds)", func(r Result) string {
+		round := roundSim.Seconds() / r.Compression
+		return fmt.Sprintf("%s / %s (%.1f)", secs(r.PlacedP50), secs(r.PlacedP99), r.PlacedP99.Seconds()/round)
+	})
 	row("submit to running p50 / p99", func(r Result) string { return secs(r.RunningP50) + " / " + secs(r.RunningP99) })
 	row("job writes per round, mean / max (total)", sidecar(func(r Result) string {
 		return fmt.Sprintf("%.1f / %.0f (%.0f)", r.WritesPerRound, r.WritesPerRoundMax, r.WritesTotal)
 	}))
 	row("Nomad API requests per round", sidecar(func(r Result) string { return fmt.Sprintf("%.0f", r.RequestsPerRound) }))
+	row("mean latency: progress read / plan / register", sidecar(func(r Result) string {
+		return ms(r.ProgressLatency) + " / " + ms(r.PlanLatency) + " / " + ms(r.RegisterLatency)
+	}))
 	row("progress reads (errors)", sidecar(func(r Result) string { return fmt.Sprintf("%d (%d)", r.ProgressReads, r.ProgressErrors) }))
 	row("sidecar CPU (cores) / peak RSS / peak heap", sidecar(func(r Result) string {
 		return fmt.Sprintf("%.2f / %s / %s", r.SidecarCPU, mib(r.SidecarPeakRSS), mib(r.SidecarPeakHeap))
 	}))
 	row("Nomad server CPU (cores) / peak RSS", func(r Result) string { return fmt.Sprintf("%.2f / %s", r.ServerCPU, mib(r.ServerPeakRSS)) })
 	row("node simulator CPU (cores) / peak RSS", func(r Result) string { return fmt.Sprintf("%.2f / %s", r.NodesimCPU, mib(r.NodesimRSS)) })
-	row("wall time of the arm", func(r Result) string { return r.Wall.Round(time.Second).String() })
+	row("wall time of the arm (compression)", func(r Result) string {
+		return fmt.Sprintf("%v (%gx)", r.Wall.Round(time.Second), r.Compression)
+	})
 	return b.String()
 }
 

@@ -15,6 +15,18 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 )
 
+// Simulated times of the live run, as `hadar sim` defaults them.
+const (
+	roundSim   = 360 * time.Second // Gavel's round
+	restartSim = 20 * time.Second  // restart cost of a (re)start
+	minRunSim  = 30 * time.Minute  // the sidecar's default min_run_time
+	// rendezvousSim is how long a worker waits for its unit's others
+	// (torch.distributed's default store timeout); the sidecar's gang
+	// timeout is half of it, so hadar rolls a stuck gang back before its
+	// workers give up.
+	rendezvousSim = 30 * time.Minute
+)
+
 // Driver is the task driver of the simulated nodes (nodesim's default).
 const Driver = "nodesim"
 

@@ -197,7 +197,7 @@ func TestSummary(t *testing.T) {
 			t.Errorf("%s: %v (files %v)", want, err, files)
 		}
 	}
-	for _, want := range []string{"> 2:00 (~8:00)", "1:30", "6:40", "2 forks", "3 merges", "stopped after 2m10s"} {
+	for _, want := range []string{"> 2:00 (~8:00)", "> 2:10", "1:30", "6:40", "2 forks", "3 merges", "stopped after 2m10s"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
 		}

@@ -137,11 +137,22 @@ func (s Summary) write(w io.Writer, dir string) ([]string, error) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", j.ID, j.Kind, dur(j.HadarS), dur(j.HadarSim), nomad, dur(j.NomadSim))
 	}
+	// A column with a job cut off gives lower bounds only.
+	cut := ""
+	for _, j := range s.Jobs {
+		if j.NomadCut {
+			cut = "> "
+		}
+	}
 	for _, row := range []struct {
 		name string
 		m    map[string]float64
 	}{{"makespan", s.Makespan}, {"average JCT", s.AvgJCT}} {
-		fmt.Fprintf(tw, "%s\t\t%s\t%s\t%s\t%s\t\n", row.name, dur(row.m[colHadar]), dur(row.m[colHadarSim]), dur(row.m[colNomad]), dur(row.m[colNomadSim]))
+		nomad := dur(row.m[colNomad])
+		if nomad != "-" {
+			nomad = cut + nomad
+		}
+		fmt.Fprintf(tw, "%s\t\t%s\t%s\t%s\t%s\t\n", row.name, dur(row.m[colHadar]), dur(row.m[colHadarSim]), nomad, dur(row.m[colNomadSim]))
 	}
 	tw.Flush()
 	fmt.Fprintf(&table, "\nhadar run: %d preemptions, %d forks, %d unforks, %d merges of HadarE copies, %d resumes from a checkpoint, %d checkpoints written on a stop\n",
