@@ -9,9 +9,9 @@
 # Unmanaged: it carries no hadar.* meta, so Nomad places its children
 # itself, at once, and hadar plans around the GPUs they hold. The sidecar's
 # contract refuses parameterized jobs and the children they dispatch today
-# (docs/jobspec.md, "The job's shape"): managing dispatched children is a
-# change to the sidecar not made yet. For a run hadar should schedule,
-# submit a job of its own (single-gpu.nomad.hcl with -var steps=500).
+# (docs/jobspec.md, "Jobs launched by another": Nomad's API cannot rewrite a
+# dispatched job). For a run hadar should schedule, submit a job of its
+# own (single-gpu.nomad.hcl with -var steps=500).
 
 variable "trainer" {
   type        = string

@@ -36,6 +36,11 @@ func (a *Agent) noteRefusals(ctx context.Context, snap *watch.Snapshot) {
 		if j == nil || j.Raw == nil || iv.noted == j.JobModifyIndex || j.Stop || !jobspec.HasGate(j.Raw) {
 			continue
 		}
+		if j.Raw.ParentID != nil && *j.Raw.ParentID != "" {
+			// A launched job cannot be rewritten (jobspec.Parse, "parent"):
+			// its error is in the log and the API only.
+			continue
+		}
 		msg := "hadar: " + iv.err.Error()
 		if len(msg) > maxNote {
 			msg = msg[:maxNote-3] + "..."
@@ -57,7 +62,10 @@ func (a *Agent) noteRefusals(ctx context.Context, snap *watch.Snapshot) {
 		resp, _, err := a.client.Jobs().RegisterOpts(&job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: j.JobModifyIndex}, wo)
 		if err != nil {
 			if !strings.Contains(err.Error(), "conflicting job modify index") {
+				// Once per version of the job, not every cycle.
 				a.log.Warn("could not write the error onto the job", "job", k.String(), "error", err)
+				iv.noted = j.JobModifyIndex
+				a.invalid[k] = iv
 			}
 			continue
 		}

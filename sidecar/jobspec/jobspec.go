@@ -140,12 +140,25 @@ func (e *FieldError) Error() string {
 // shows job meta only, and the contract is job-level); on a managed job,
 // hadar.* keys there are an error in Parse.
 func IsManaged(job *api.Job) bool {
-	return job != nil && hasHadarKey(job.Meta)
+	return job != nil && hasHadarKey(job.Meta) && !IsLauncher(job)
 }
 
-// IsManagedMeta is IsManaged on a job's meta alone, e.g. a job list
-// stub's (Jobs().List with the "meta" parameter).
-func IsManagedMeta(meta map[string]string) bool { return hasHadarKey(meta) }
+// IsManagedStub is IsManaged on a job list stub (listed with the "meta"
+// parameter): hadar.* meta, and not a launcher.
+func IsManagedStub(s *api.JobListStub) bool {
+	return s != nil && hasHadarKey(s.Meta) && !s.ParameterizedJob && !s.Periodic
+}
+
+// IsLauncher reports a parameterized or periodic job: it never runs
+// itself, it launches child jobs (a dispatch, a periodic run) that are
+// copies of it. A launcher with hadar.* meta is not managed and never
+// written (an edit would reach every later child); the children it
+// launches carry its meta and are refused by Parse (see there). A
+// dispatched child is not a launcher (Nomad's IsParameterized is false
+// once Dispatched is set).
+func IsLauncher(job *api.Job) bool {
+	return job != nil && (job.IsParameterized() || job.IsPeriodic())
+}
 
 func hasHadarKey(m map[string]string) bool {
 	for k := range m {
@@ -211,14 +224,21 @@ func (p *parser) shape(job *api.Job) error {
 		}
 		return p.fail("type", shown, `want "batch": hadar plans batch training jobs only; set type = "batch" or remove the hadar.* meta keys`)
 	}
+	// hadar places a job by rewriting it, and Nomad's job API cannot
+	// rewrite a launched child: the HTTP API drops Dispatched, so the
+	// server answers "field 'Dispatched' is read-only" (verified on
+	// 1.11.3), and a periodic run written back would lose the ParentID
+	// its parent's prohibit_overlap counts on.
 	if job.ParentID != nil && *job.ParentID != "" {
-		return p.fail("parent", *job.ParentID, "want a job of its own: jobs launched by a periodic or parameterized job are not managed by hadar; submit each run as its own job")
+		return p.fail("parent", *job.ParentID, "want a job of its own: hadar places a job by rewriting it, and Nomad cannot rewrite a job launched by a parameterized or periodic job (a dispatched job's Dispatched field is read-only through the API); submit each run as its own job, e.g. nomad job run -var steps=N")
 	}
+	// A launcher is not managed (IsManaged is false); Parse says why if
+	// asked.
 	if job.IsPeriodic() {
-		return p.fail("periodic", "", "want no periodic block: hadar plans one-off training jobs; submit each run as its own job")
+		return p.fail("periodic", "", "want a job that runs: a periodic job only launches runs, which hadar cannot rewrite; submit each run as its own job")
 	}
 	if job.IsParameterized() {
-		return p.fail("parameterized", "", "want no parameterized block: hadar plans one-off training jobs; submit each run as its own job")
+		return p.fail("parameterized", "", "want a job that runs: a parameterized job only launches dispatched jobs, which hadar cannot rewrite; submit each run as its own job")
 	}
 	g, err := p.template(job)
 	if err != nil {

@@ -205,9 +205,13 @@ func TestParseShape(t *testing.T) {
 		{"no type is service", func(j *api.Job) { j.Type = nil }, "type", `want "batch"`},
 		{"system", func(j *api.Job) { j.Type = ptr("system") }, "type", `want "batch"`},
 		{"no id", func(j *api.Job) { j.ID = nil }, "id", "job ID"},
-		{"periodic child", func(j *api.Job) { j.ParentID = ptr("nightly") }, "parent", "own"},
-		{"periodic", func(j *api.Job) { j.Periodic = &api.PeriodicConfig{Enabled: ptr(true), Spec: ptr("@daily")} }, "periodic", "one-off"},
-		{"parameterized", func(j *api.Job) { j.ParameterizedJob = &api.ParameterizedJobConfig{} }, "parameterized", "one-off"},
+		{"periodic run", func(j *api.Job) { j.ParentID = ptr("nightly") }, "parent", "own job"},
+		{"dispatched job", func(j *api.Job) {
+			j.ParentID, j.Dispatched = ptr("train"), true
+			j.ParameterizedJob = &api.ParameterizedJobConfig{MetaOptional: []string{"hadar.steps"}}
+		}, "parent", "Dispatched field is read-only"},
+		{"periodic", func(j *api.Job) { j.Periodic = &api.PeriodicConfig{Enabled: ptr(true), Spec: ptr("@daily")} }, "periodic", "own job"},
+		{"parameterized", func(j *api.Job) { j.ParameterizedJob = &api.ParameterizedJobConfig{} }, "parameterized", "own job"},
 		{"two groups", func(j *api.Job) { j.AddTaskGroup(api.NewTaskGroup("b", 1)) }, "group", "exactly one task group"},
 		{"no groups", func(j *api.Job) { j.TaskGroups = nil }, "group", "exactly one task group"},
 		{"nil group", func(j *api.Job) { j.TaskGroups = []*api.TaskGroup{nil} }, "group", "exactly one task group"},
@@ -330,10 +334,45 @@ func TestIsManaged(t *testing.T) {
 			j.TaskGroups[0].Tasks[0].Meta = map[string]string{KeySteps: "1"}
 			return j
 		}(), false},
+		{"parameterized template", func() *api.Job {
+			j := validJob(baseMeta())
+			j.ParameterizedJob = &api.ParameterizedJobConfig{MetaOptional: []string{KeySteps}}
+			return j
+		}(), false},
+		{"its dispatched child", func() *api.Job {
+			j := validJob(baseMeta())
+			j.ParameterizedJob = &api.ParameterizedJobConfig{MetaOptional: []string{KeySteps}}
+			j.ParentID, j.Dispatched = ptr("train"), true
+			return j
+		}(), true},
+		{"periodic template", func() *api.Job {
+			j := validJob(baseMeta())
+			j.Periodic = &api.PeriodicConfig{Spec: ptr("@daily")}
+			return j
+		}(), false},
+		{"its run", func() *api.Job {
+			j := validJob(baseMeta())
+			j.ParentID = ptr("nightly")
+			return j
+		}(), true},
 	}
 	for _, c := range cases {
 		if got := IsManaged(c.job); got != c.want {
 			t.Errorf("%s: IsManaged = %v, want %v", c.name, got, c.want)
+		}
+	}
+	stubs := []struct {
+		stub api.JobListStub
+		want bool
+	}{
+		{api.JobListStub{Meta: baseMeta()}, true},
+		{api.JobListStub{Meta: baseMeta(), ParameterizedJob: true}, false},
+		{api.JobListStub{Meta: baseMeta(), Periodic: true}, false},
+		{api.JobListStub{Meta: map[string]string{"owner": "ana"}}, false},
+	}
+	for _, c := range stubs {
+		if got := IsManagedStub(&c.stub); got != c.want {
+			t.Errorf("stub %+v: IsManagedStub = %v, want %v", c.stub, got, c.want)
 		}
 	}
 }

@@ -190,7 +190,7 @@ func (l lister) jobs(ctx context.Context, st *state, stubs []*api.JobListStub, p
 	var read []*api.JobListStub
 	for _, s := range stubs {
 		k := jobKey(s.Namespace, s.ID)
-		if !jobspec.IsManagedMeta(s.Meta) {
+		if !jobspec.IsManagedStub(s) {
 			st.jobs[k] = convertJobStub(s)
 			continue
 		}
