@@ -192,7 +192,7 @@ func RequestKind(method, path string) string {
 	switch {
 	case len(p) >= 3 && p[1] == "job" && p[len(p)-1] == "plan":
 		return "plan"
-	case len(p) == 3 && p[1] == "job" && (method == http.MethodPut || method == http.MethodPost):
+	case (len(p) == 3 && p[1] == "job" || len(p) == 2 && p[1] == "jobs") && (method == http.MethodPut || method == http.MethodPost):
 		return "register"
 	case len(p) >= 3 && p[1] == "client" && p[2] == "fs":
 		return "progress read"
