@@ -742,6 +742,21 @@ func (r *run) predict(t *testing.T, res *Result) {
 		t.Fatal(err)
 	}
 	res.PredMakespan, res.PredAvgJCT = p.Makespan, p.AvgJCT
+	var waits []float64
+	for _, j := range p.Jobs {
+		if j.Start >= 0 {
+			waits = append(waits, j.Start-j.Arrival)
+		}
+		res.PredRestarts += j.Restarts
+	}
+	// In the live arm's wall time, to set beside its placement latency.
+	wall := func(s float64) time.Duration {
+		if math.IsNaN(s) {
+			return 0
+		}
+		return time.Duration(s / r.cfg.Compress * float64(time.Second))
+	}
+	res.PredWaitP50, res.PredWaitP99 = wall(Quantile(waits, 0.5)), wall(Quantile(waits, 0.99))
 }
 
 // requestSummary lists requests by kind, most frequent first.

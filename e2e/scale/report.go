@@ -35,7 +35,11 @@ type Result struct {
 	// on the same trace and cluster (zero for "nomad").
 	MakespanSim, AvgJCTSim, P99JCTSim float64
 	PredMakespan, PredAvgJCT          float64
-	Preemptions                       int
+	// PredWaitP50/P99: `hadar sim`'s time from arrival to a job's first
+	// start, in this arm's wall time; PredRestarts: its restarts.
+	PredWaitP50, PredWaitP99 time.Duration
+	PredRestarts             int
+	Preemptions              int
 	// RendezvousTimeouts counts workers that waited for their gang's
 	// others until they gave up (Nomad placed part of a gang).
 	RendezvousTimeouts int
@@ -107,6 +111,7 @@ func Table(s Setup, rs []Result) string {
 	row("avg JCT, `hadar sim` (h)", sidecar(func(r Result) string { return hours(r.PredAvgJCT) }))
 	row("p99 JCT, live (simulated h)", func(r Result) string { return hours(r.P99JCTSim) })
 	row("units stopped before done (preemptions, moves)", func(r Result) string { return fmt.Sprintf("%d", r.Preemptions) })
+	row("restarts in `hadar sim`", sidecar(func(r Result) string { return fmt.Sprintf("%d", r.PredRestarts) }))
 	row("workers that gave up waiting for their gang", func(r Result) string { return fmt.Sprintf("%d", r.RendezvousTimeouts) })
 	row("round latency p50 / p99 / max", sidecar(func(r Result) string {
 		return fmt.Sprintf("%s / %s / %s (%d rounds)", ms(r.RoundP50), ms(r.RoundP99), ms(r.RoundMax), r.Rounds)
@@ -116,6 +121,7 @@ func Table(s Setup, rs []Result) string {
 		round := roundSim.Seconds() / r.Compression
 		return fmt.Sprintf("%s / %s (%.1f)", secs(r.PlacedP50), secs(r.PlacedP99), r.PlacedP99.Seconds()/round)
 	})
+	row("arrival to first start, `hadar sim` p50 / p99 (wall)", sidecar(func(r Result) string { return secs(r.PredWaitP50) + " / " + secs(r.PredWaitP99) }))
 	row("submit to running p50 / p99", func(r Result) string { return secs(r.RunningP50) + " / " + secs(r.RunningP99) })
 	row("job writes per round, mean / max (total)", sidecar(func(r Result) string {
 		return fmt.Sprintf("%.1f / %.0f (%.0f)", r.WritesPerRound, r.WritesPerRoundMax, r.WritesTotal)
