@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"sort"
 	"sync"
 	"time"
 
@@ -49,8 +50,19 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 		w.target, w.fresh, w.err = a.target(mj, j, jd)
 		ws = append(ws, w)
 	}
-	// A job starting on GPUs another job leaves in this decision (a swap
-	// under time-slicing) is written once that job's workers have ended.
+	// A job starting on GPUs another job leaves, in this decision (a swap
+	// under time-slicing) or in an earlier one still stopping, is written
+	// once that job's workers have ended.
+	for k := range a.leaving {
+		if a.applier.InFlight(k) == nil {
+			delete(a.leaving, k)
+		}
+	}
+	for _, w := range ws {
+		if w.err == nil {
+			delete(a.leaving, w.job.Key) // its new decision replaces the old
+		}
+	}
 	for _, w := range ws {
 		if w.err != nil || len(w.fresh) == 0 {
 			continue
@@ -58,6 +70,11 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 		for _, x := range ws {
 			if x != w && x.err == nil && takesFrom(w.fresh, released(x.jd)) {
 				w.after = append(w.after, x.job.Key)
+			}
+		}
+		for _, k := range sortedLeaving(a.leaving) {
+			if k != w.job.Key && takesFrom(w.fresh, a.leaving[k]) {
+				w.after = append(w.after, k)
 			}
 		}
 	}
@@ -97,6 +114,9 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 			// The engine assumed the change; Nomad is the truth: the next
 			// reconcile puts the engine back where Nomad is.
 		} else {
+			if rel := released(jd); len(rel) > 0 {
+				a.leaving[w.job.Key] = rel
+			}
 			for _, u := range w.fresh {
 				mj.units = max(mj.units, u.ID+1)
 			}
@@ -131,6 +151,16 @@ func released(jd engine.JobDecision) map[gpuSlot]int {
 			delete(out, k)
 		}
 	}
+	return out
+}
+
+// sortedLeaving lists the jobs of leaving in a stable order.
+func sortedLeaving(m map[apply.Key]map[gpuSlot]int) []apply.Key {
+	out := make([]apply.Key, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out
 }
 

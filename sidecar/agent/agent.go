@@ -52,6 +52,9 @@ type Agent struct {
 	est     *engine.Estimates
 	jobs    map[watch.JobKey]*managed
 	invalid map[watch.JobKey]invalidJob
+	// leaving holds the GPUs each job with an operation in flight gives
+	// up: a later decision's start on them waits for its workers to end.
+	leaving map[apply.Key]map[gpuSlot]int
 	nodes   map[string]planner.Node // what the engine was told, by ID
 	drained map[string]bool
 	addrs   map[string]string                       // node address by ID
@@ -141,7 +144,7 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 	host, _ := os.Hostname()
 	a := &Agent{
 		id: fmt.Sprintf("%s-%d", host, os.Getpid()), cfg: cfg, log: logger, client: client, watcher: w, types: NewGPUTypes(cfg.GPUTypes),
-		clock: time.Now, jobs: map[watch.JobKey]*managed{}, invalid: map[watch.JobKey]invalidJob{},
+		clock: time.Now, jobs: map[watch.JobKey]*managed{}, invalid: map[watch.JobKey]invalidJob{}, leaving: map[apply.Key]map[gpuSlot]int{},
 		nodes: map[string]planner.Node{}, drained: map[string]bool{}, addrs: map[string]string{},
 		models: map[string]map[planner.GPUType][]string{}, ports: apply.NewPorts(cfg.PortLow, cfg.PortHigh),
 	}
