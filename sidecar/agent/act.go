@@ -107,6 +107,8 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 			ev.Result = "not applied: " + err.Error()
 			if errors.Is(err, apply.ErrConflict) {
 				a.log.Info("job changed by someone else during the round: re-reading it, not overwriting", "job", jd.Job)
+			} else if errors.Is(err, apply.ErrFinished) {
+				a.log.Info("job is completing: not rewritten, so no finished worker runs again", "job", jd.Job, "error", err)
 			} else {
 				a.log.Warn("decision not applied", "job", jd.Job, "action", jd.Action, "error", err)
 				a.backOff(mj, err)

@@ -174,6 +174,11 @@ type Outcome struct {
 	Running []jobform.Unit
 }
 
+// ErrFinished is returned (wrapped) when a worker the write keeps has
+// already finished: the job is completing, and a write would run that
+// worker again.
+var ErrFinished = errors.New("a kept worker already finished")
+
 // ErrConflict is returned (wrapped) when a person changed the job since it
 // was read: the write was refused by check-and-set.
 var ErrConflict = errors.New("the job changed since it was read")
@@ -372,6 +377,13 @@ func (a *Applier) write(ctx context.Context, j *Job, units []jobform.Unit, kind 
 		for g, du := range plan.Annotations.DesiredTGUpdates {
 			if kept[g] && du != nil && (du.DestructiveUpdate > 0 || du.Stop > 0) {
 				return fmt.Errorf("job %s: the %s write would restart running group %s (%d destructive, %d stopped): not written", j.Key, kind, g, du.DestructiveUpdate, du.Stop)
+			}
+			// A kept worker that already finished: Nomad places a batch
+			// allocation finished under an older job version again, so
+			// the write would run it a second time (the job is completing
+			// and the sidecar has not seen it yet).
+			if kept[g] && du != nil && du.Place > 0 {
+				return fmt.Errorf("job %s: %w: the %s write would run group %s again (%d to place): not written", j.Key, ErrFinished, kind, g, du.Place)
 			}
 		}
 	}

@@ -18,10 +18,11 @@ import (
 // way Nomad does for the parts apply relies on: check-and-set on
 // JobModifyIndex, and plans whose failures the test sets.
 type fakeJobs struct {
-	job       *api.Job
-	index     uint64
-	failGroup map[string]bool // PlanOpts reports these groups unplaceable
-	registers []*api.Job
+	job        *api.Job
+	index      uint64
+	failGroup  map[string]bool // PlanOpts reports these groups unplaceable
+	placeAgain map[string]bool // PlanOpts reports these groups to place (a finished batch worker)
+	registers  []*api.Job
 }
 
 func (f *fakeJobs) Info(id string, q *api.QueryOptions) (*api.Job, *api.QueryMeta, error) {
@@ -36,6 +37,9 @@ func (f *fakeJobs) PlanOpts(job *api.Job, _ *api.PlanOptions, _ *api.WriteOption
 	for _, g := range job.TaskGroups {
 		if f.failGroup[*g.Name] {
 			resp.FailedTGAllocs[*g.Name] = &api.AllocationMetric{NodesEvaluated: 3, DimensionExhausted: map[string]int{"devices: no devices available": 1}}
+		}
+		if f.placeAgain[*g.Name] {
+			resp.Annotations.DesiredTGUpdates[*g.Name] = &api.DesiredUpdates{Place: 1}
 		}
 	}
 	return resp, &api.WriteMeta{}, nil
@@ -482,5 +486,25 @@ func TestMoveWaitsForTheOtherJobToo(t *testing.T) {
 	cl.groups["x/train-hadar-u0-w0"] = Group{Ended: true}
 	if a.Step(ctx, cl); len(js["y"].registers) != 3 {
 		t.Fatalf("%d writes of y: want the new unit once x ended", len(js["y"].registers))
+	}
+}
+
+// A fork written just after the kept copy finished would make Nomad run
+// that copy again (a batch allocation finished under an older version is
+// placed anew): the plan shows it, and nothing is written.
+func TestNoWriteRunsAFinishedWorkerAgain(t *testing.T) {
+	a, f, cl, _ := setup(t)
+	ctx := context.Background()
+	u0 := unit(0, 29500, "n1")
+	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{u0}); err != nil {
+		t.Fatal(err)
+	}
+	f.placeAgain = map[string]bool{"train-hadar-u0-w0": true}
+	_, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{u0, unit(1, 29501, "n3")})
+	if !errors.Is(err, ErrFinished) || !strings.Contains(err.Error(), "train-hadar-u0-w0") {
+		t.Fatalf("err = %v, want ErrFinished naming the group", err)
+	}
+	if len(f.registers) != 1 {
+		t.Fatalf("%d writes, want only the first start", len(f.registers))
 	}
 }
