@@ -17,7 +17,7 @@ import (
 )
 
 // writers bounds the job writes made at once.
-const writers = 8
+const writers = 16
 
 // act carries out the changes of a decision: each job's units are worked
 // out in order (they take unit numbers and ports), the writes to Nomad go
@@ -269,7 +269,7 @@ func (c clusterView) Group(k apply.Key, group string) apply.Group {
 }
 
 // progressReads bounds the progress files read at once.
-const progressReads = 8
+const progressReads = 32
 
 // readProgress reads the progress of every job the engine runs, from the
 // rank 0 worker of each of its units, and reports the highest (each copy
