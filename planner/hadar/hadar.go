@@ -1010,9 +1010,13 @@ func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
 	if s.cfg.NoFluidGuide {
 		return nil
 	}
-	if !v.MidRound {
-		key := round.JobSetKey(v)
-		if key != s.fluidKey || s.fluid == nil {
+	// Mid-round the boundary's solve stands for the jobs it covered, unless
+	// the cluster changed since: its rows index the types it was solved
+	// for.
+	key := round.JobSetKey(v)
+	stale := s.fluid != nil && (!round.SameCluster(key, s.fluidKey) || !s.fluidFits(len(v.Types)))
+	if !v.MidRound || stale {
+		if key != s.fluidKey || s.fluid == nil || stale {
 			a, err := policy.Makespan{}.Allocate(round.PolicyInput(v, nil))
 			if err != nil {
 				return fmt.Errorf("hadar fluid guide: %w", err)
@@ -1039,4 +1043,15 @@ func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
 		ji.allowed = s.fluid[ji.view.ID]
 	}
 	return nil
+}
+
+// fluidFits reports whether the cached fluid rows have one entry per type
+// of a view with n types.
+func (s *Scheduler) fluidFits(n int) bool {
+	for _, row := range s.fluid {
+		if len(row) != n {
+			return false
+		}
+	}
+	return true
 }

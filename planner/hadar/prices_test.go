@@ -329,3 +329,41 @@ func TestStateRoundTripPlansAlike(t *testing.T) {
 		}
 	}
 }
+
+// A node of a new GPU type joining between a round boundary and a
+// mid-round fill changes the type indices: the fluid guide solved at the
+// boundary must not be applied to the new types (found in CI: a fill after
+// a join panicked indexing the guide's rows by the new types).
+func TestFluidGuideFollowsTypeChangesMidRound(t *testing.T) {
+	b := newBench(t, node("v0", "v100", 2), node("k0", "k80", 2))
+	b.prof["a"] = map[planner.GPUType]float64{"v100": 10, "k80": 4, "p100": 7}
+	b.prof["b"] = map[planner.GPUType]float64{"v100": 9, "k80": 5, "p100": 7}
+	s, err := New(Config{Speed: speed.Model{Profile: b.prof}, Utility: AvgJCT, Horizon: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := b.view(0, false, nil, tj{"a", 2, 360 * 10 * 50}, tj{"b", 2, 360 * 10 * 50})
+	v.Epoch = 1
+	prev := b.run(s, v)
+
+	b.cluster.Nodes = append(b.cluster.Nodes, node("p0", "p100", 2))
+	b.prof["c"] = map[planner.GPUType]float64{"v100": 3, "k80": 1, "p100": 3}
+	v = b.view(30, true, prev, tj{"a", 2, 360 * 10 * 50}, tj{"b", 2, 360 * 10 * 50}, tj{"c", 2, 360 * 10 * 50})
+	v.Epoch = 2
+	got := b.run(s, v)
+	for id, p := range got {
+		for _, u := range p.Units {
+			for _, sl := range u.Slots {
+				if b.prof[id][sl.Type] <= 0 {
+					t.Fatalf("job %s placed on %s, which it cannot run on", id, sl.Type)
+				}
+			}
+		}
+	}
+	// Fewer types than the guide was solved for: the cached rows are longer
+	// than the view's types.
+	b.cluster.Nodes = b.cluster.Nodes[:1]
+	v = b.view(60, true, got, tj{"a", 2, 360 * 10 * 50})
+	v.Epoch = 3
+	b.run(s, v)
+}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/policy"
@@ -105,6 +106,14 @@ func JobSetKey(v *View) string {
 		b = append(b, 0)
 	}
 	return string(b)
+}
+
+// SameCluster reports whether two keys of JobSetKey were taken on the same
+// cluster (the same Epoch), whatever their jobs.
+func SameCluster(a, b string) bool {
+	ea, _, _ := strings.Cut(a, "\x00")
+	eb, _, _ := strings.Cut(b, "\x00")
+	return ea == eb
 }
 
 // PolicyInput is the allocation problem of v's jobs for a policy.
