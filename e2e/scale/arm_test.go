@@ -357,8 +357,9 @@ type cycleLog struct {
 	inRound []map[string]int
 }
 
-// runSidecar is agent.Run's loop (watch, then a cycle on every change
-// and every second), with each cycle timed: the agent has no accessor for
+// runSidecar is agent.Run's loop (watch, read progress ahead of each
+// boundary, then a cycle on every change and every second), with each
+// cycle timed: the agent has no accessor for
 // how long its rounds take, so the loop is driven from here. A cycle that
 // planned a round boundary shows as a step of Health().Rounds.
 func runSidecar(ctx context.Context, a *agent.Agent, ct *CountingTransport, log *cycleLog) error {
@@ -373,6 +374,10 @@ func runSidecar(ctx context.Context, a *agent.Agent, ct *CountingTransport, log 
 		return fmt.Errorf("watcher: %w", err)
 	case <-a.Watcher().Ready():
 	}
+	// As agent.Run does: progress is read ahead of each boundary.
+	ahead := make(chan struct{})
+	defer func() { stop(); <-ahead }()
+	go func() { defer close(ahead); a.ReadAhead(wctx) }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	rounds := a.Health().Rounds

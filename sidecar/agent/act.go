@@ -268,62 +268,6 @@ func (c clusterView) Group(k apply.Key, group string) apply.Group {
 	return g
 }
 
-// progressReads bounds the progress files read at once.
-const progressReads = 32
-
-// readProgress reads the progress of every job the engine runs, from the
-// rank 0 worker of each of its units, and reports the highest (each copy
-// of a HadarE job reports the job's merged steps).
-func (a *Agent) readProgress(ctx context.Context, snap *watch.Snapshot, now float64) {
-	type read struct {
-		id    string
-		alloc *watch.Alloc
-	}
-	var reads []read
-	for _, k := range sortedKeys(a.jobs) {
-		mj := a.jobs[k]
-		if st, ok := a.eng.Job(mj.id); !ok || !st.Running {
-			continue
-		}
-		for _, al := range snap.AllocsOf(k) {
-			if _, _, rank, ok := jobform.ParseGroupName(al.TaskGroup); ok && rank == 0 && al.ClientStatus == api.AllocClientStatusRunning {
-				reads = append(reads, read{mj.id, al})
-			}
-		}
-	}
-	done := make([]float64, len(reads))
-	sem := make(chan struct{}, progressReads)
-	var wg sync.WaitGroup
-	for i, r := range reads {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			p, err := a.progress(rctx, r.alloc)
-			if err != nil {
-				done[i] = -1
-				return
-			}
-			done[i] = float64(p.StepsDone)
-		}()
-	}
-	wg.Wait()
-	best := map[string]float64{}
-	for i, r := range reads {
-		if done[i] >= 0 && done[i] > best[r.id] {
-			best[r.id] = done[i]
-		}
-	}
-	for id, d := range best {
-		if err := a.eng.Progress(id, d, now); err != nil {
-			a.log.Debug("progress", "job", id, "error", err)
-		}
-	}
-}
-
 // backOff keeps a job whose placement could not be carried out out of the
 // next plans for a while, doubling with each failure in a row (10 s up to
 // 5 min), so a placement Nomad refuses is not proposed again every second.

@@ -68,6 +68,12 @@ type Agent struct {
 	onCycle func(engine.Kind, time.Duration) // see OnCycle; under mu
 	// progress reads a job's training progress (the watcher's reader).
 	progress func(context.Context, *watch.Alloc) (*watch.Progress, error)
+	// ahead is set while ReadAhead runs: boundaries then use the progress
+	// it read instead of reading themselves; boundary wakes it after each.
+	ahead    atomic.Bool
+	boundary chan struct{}
+	// seen is the view of the cluster the engine was last synced with.
+	seen *watch.Snapshot
 
 	// State: the store, the last journal entry the saved state reflects,
 	// whether the journal is still to be re-checked after a restore, and
@@ -147,6 +153,7 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 		clock: time.Now, jobs: map[watch.JobKey]*managed{}, invalid: map[watch.JobKey]invalidJob{}, leaving: map[apply.Key]map[gpuSlot]int{},
 		nodes: map[string]planner.Node{}, drained: map[string]bool{}, addrs: map[string]string{},
 		models: map[string]map[planner.GPUType][]string{}, ports: apply.NewPorts(cfg.PortLow, cfg.PortHigh),
+		boundary: make(chan struct{}, 1),
 	}
 	a.progress = w.Progress
 	a.prof = newJobProfile(base)
@@ -282,7 +289,6 @@ func (a *Agent) plan(ctx context.Context, now float64, kind engine.Kind, acting 
 	return scratch.Plan(ctx, now, kind)
 }
 
-// now is the engine's clock: Unix seconds.
 // now is the engine time of the wall clock, never before the engine's own
 // clock: a wall clock stepped back (NTP) or a time taken before a write
 // that deferred a job must not make the engine refuse the round. Called
@@ -327,6 +333,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("watcher: %w", err)
 	case <-a.watcher.Ready():
 	}
+	ahead := make(chan struct{})
+	defer func() { stop(); <-ahead }()
+	go func() { defer close(ahead); a.ReadAhead(wctx) }()
 	a.log.Info("sidecar started", "policy", a.cfg.Policy, "placement", a.cfg.Placement, "round", a.cfg.RoundD, "dry_run", a.cfg.DryRun, "replica", a.id)
 	if a.lock != nil {
 		a.log.Info("following until it holds the leader lock", "lock", a.lock.Where())
@@ -353,9 +362,10 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // Cycle brings the engine in step with the cluster, advances the writes
-// in flight, reads progress at round boundaries, and plans: a boundary
-// when the round is due (or force), else a fill, which does nothing when
-// nothing changed.
+// in flight, and plans: a boundary when the round is due (or force), else
+// a fill, which does nothing when nothing changed. A boundary plans on the
+// progress ReadAhead read just before it, or, when nothing reads ahead,
+// reads every running job's progress first.
 func (a *Agent) Cycle(ctx context.Context, force bool) error {
 	return a.cycleOn(ctx, a.watcher.Snapshot(), force)
 }
@@ -375,14 +385,16 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	if err := a.sync(snap, now); err != nil {
 		return err
 	}
+	a.seen = snap
 	acting := a.acting()
 	if acting {
 		a.recheckJournal(ctx, snap)
 		a.noteRefusals(ctx, snap)
 	}
 	boundary := force || !a.clock().Before(a.next)
-	if boundary {
-		a.readProgress(ctx, snap, now)
+	if boundary && !a.ahead.Load() {
+		a.applyProgress(a.readProgress(ctx, a.progressReads(snap)))
+		now = a.now()
 	}
 	kind := engine.Fill
 	if boundary {
@@ -398,6 +410,10 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	if boundary {
 		a.rounds++
 		a.next = a.clock().Add(a.cfg.RoundD)
+		select {
+		case a.boundary <- struct{}{}:
+		default:
+		}
 	}
 	if d.Kind != engine.None {
 		a.last = d

@@ -66,7 +66,7 @@ func (n *recordedNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // benchState is 500 nodes (8 GPUs each, three models, 20 racks) and n
 // managed jobs of a Gavel-style mix, held, as the sidecar would see them.
-func benchState(b *testing.B, n int) (*watch.Snapshot, *recordedNomad) {
+func benchState(b testing.TB, n int) (*watch.Snapshot, *recordedNomad) {
 	b.Helper()
 	models := []string{"Tesla V100-SXM2-16GB", "Tesla P100-PCIE-16GB", "Tesla K80"}
 	snap := &watch.Snapshot{Index: 1, Synced: time.Now(), Nodes: map[string]*watch.Node{}, Jobs: map[watch.JobKey]*watch.Job{},
