@@ -17,7 +17,7 @@ import (
 )
 
 // writers bounds the job writes made at once.
-const writers = 16
+const writers = 48
 
 // act carries out the changes of a decision: each job's units are worked
 // out in order (they take unit numbers and ports), the writes to Nomad go

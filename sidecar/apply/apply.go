@@ -269,7 +269,7 @@ func (a *Applier) BeginAfter(ctx context.Context, j *Job, target []jobform.Unit,
 		return op, nil
 	case len(op.Removed) > 0 && len(op.Added) > 0:
 		// Phase 1 of a move: only the kept units stay.
-		if err := a.write(ctx, j, op.Keep, "stop", op); err != nil {
+		if err := a.writeRead(ctx, j, op.Keep, "stop", op); err != nil {
 			return nil, err
 		}
 		op.Phase, op.Deadline = Stopping, a.cfg.Now().Add(a.cfg.StopTimeout)
@@ -277,12 +277,12 @@ func (a *Applier) BeginAfter(ctx context.Context, j *Job, target []jobform.Unit,
 		op.Phase, op.Deadline = Waiting, a.cfg.Now().Add(a.cfg.StopTimeout)
 		a.cfg.Logger.Debug("start waits for the jobs leaving its GPUs", "job", j.Key.String(), "after", fmt.Sprint(op.After))
 	case len(op.Added) > 0:
-		if err := a.write(ctx, j, target, "start", op); err != nil {
+		if err := a.writeRead(ctx, j, target, "start", op); err != nil {
 			return nil, err
 		}
 		op.Phase, op.Deadline = Starting, a.cfg.Now().Add(a.cfg.GangTimeout)
 	default:
-		if err := a.write(ctx, j, target, "stop", op); err != nil {
+		if err := a.writeRead(ctx, j, target, "stop", op); err != nil {
 			return nil, err
 		}
 		op.Phase, op.Deadline = Stopping, a.cfg.Now().Add(a.cfg.StopTimeout)
@@ -349,7 +349,17 @@ func (a *Applier) write(ctx context.Context, j *Job, units []jobform.Unit, kind 
 	if err != nil {
 		return err
 	}
-	var job *api.Job
+	return a.writeRead(ctx, j, units, kind, op)
+}
+
+// writeRead is write on a job just read from Nomad (fresh): BeginAfter
+// reads it to work out the units and writes at once, and the
+// registration's check-and-set on its index catches any change between.
+func (a *Applier) writeRead(ctx context.Context, j *Job, units []jobform.Unit, kind string, op *Op) error {
+	var (
+		job *api.Job
+		err error
+	)
 	if len(units) == 0 {
 		job, err = jobform.Held(j.Raw, j.Spec)
 	} else {

@@ -23,9 +23,11 @@ type fakeJobs struct {
 	failGroup  map[string]bool // PlanOpts reports these groups unplaceable
 	placeAgain map[string]bool // PlanOpts reports these groups to place (a finished batch worker)
 	registers  []*api.Job
+	reads      int
 }
 
 func (f *fakeJobs) Info(id string, q *api.QueryOptions) (*api.Job, *api.QueryMeta, error) {
+	f.reads++
 	c := *f.job // apply clones before it changes anything
 	idx := f.index
 	c.JobModifyIndex = &idx
@@ -118,6 +120,11 @@ func TestGangStartSucceedsWhenEveryWorkerRuns(t *testing.T) {
 	}
 	if op.Phase != Starting || len(f.registers) != 1 || len(op.Added) != 2 {
 		t.Fatalf("phase %s, %d writes, added %v", op.Phase, len(f.registers), op.Added)
+	}
+	// One read of the job before the write, no more: at 500 nodes a round
+	// writes dozens of jobs, each request a round trip to the server.
+	if f.reads != 1 {
+		t.Fatalf("the start read the job %d times", f.reads)
 	}
 	// One worker runs, the other not yet: still starting.
 	cl.groups["train-hadar-u0-w0"] = Group{Running: true}
