@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -19,24 +18,48 @@ import (
 // writers bounds the job writes made at once.
 const writers = 48
 
+// pendingWrite is one job's change of a decision, written to Nomad in the
+// background.
+type pendingWrite struct {
+	mj     *managed
+	jd     engine.JobDecision
+	job    *apply.Job
+	target []jobform.Unit
+	fresh  []jobform.Unit
+	after  []apply.Key
+	ev     Event
+	err    error
+	leaves bool          // it set a.leaving for its job
+	done   chan struct{} // closed once the write returned
+}
+
 // act carries out the changes of a decision: each job's units are worked
-// out in order (they take unit numbers and ports), the writes to Nomad go
-// out concurrently, and the outcomes are recorded in order.
+// out in order (they take unit numbers and ports), and the writes go out
+// to Nomad in the background, so that a round does not wait on dozens of
+// round trips to the server: collectWrites records how each went, in the
+// next cycle (Run cycles as soon as one returns). Until then the job's
+// operation shows in flight (apply's Reserve): Nomad's view of it is not
+// taken for the truth, and starts on the GPUs it gives up wait for it.
 func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision) {
 	byID := map[string]*managed{}
 	for _, mj := range a.jobs {
 		byID[mj.id] = mj
 	}
-	type write struct {
-		mj     *managed
-		jd     engine.JobDecision
-		job    *apply.Job
-		target []jobform.Unit
-		fresh  []jobform.Unit
-		after  []apply.Key
-		err    error
+	// A job whose previous write is still going out: that write returns
+	// first, so its units and ports are known before new ones are chosen.
+	waited := false
+	for _, jd := range d.Changes() {
+		if mj := byID[jd.Job]; mj != nil {
+			if pw := a.writing[apply.Key(mj.key)]; pw != nil {
+				<-pw.done
+				waited = true
+			}
+		}
 	}
-	var ws []*write
+	if waited {
+		a.collectWrites()
+	}
+	var ws []*pendingWrite
 	for _, jd := range d.Changes() {
 		mj := byID[jd.Job]
 		if mj == nil {
@@ -46,7 +69,9 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 		if j == nil || j.Raw == nil || j.Spec == nil {
 			continue
 		}
-		w := &write{mj: mj, jd: jd, job: &apply.Job{Key: apply.Key(mj.key), Raw: j.Raw, Spec: *j.Spec, JobModifyIndex: j.JobModifyIndex}}
+		w := &pendingWrite{mj: mj, jd: jd, job: &apply.Job{Key: apply.Key(mj.key), Raw: j.Raw, Spec: *j.Spec, JobModifyIndex: j.JobModifyIndex},
+			ev: Event{Time: a.clock(), Job: jd.Job, Action: jd.Action, Why: jd.Reason.Why, Kind: d.Kind, Reason: jd.Reason}, done: make(chan struct{})}
+		w.ev.To = append(w.ev.To, jd.To.Units...)
 		w.target, w.fresh, w.err = a.target(mj, j, jd)
 		ws = append(ws, w)
 	}
@@ -78,54 +103,99 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 			}
 		}
 	}
-	sem := make(chan struct{}, writers)
-	var wg sync.WaitGroup
+	// The journal records the index each write was planned on, whichever
+	// cycle it returns in.
+	wctx := context.WithValue(ctx, plannedKey{}, snap.Index)
 	for _, w := range ws {
 		if w.err != nil {
+			close(w.done)
+			a.finishWrite(w)
 			continue
 		}
-		a.applier.Cancel(w.job.Key)
-		wg.Add(1)
+		k := w.job.Key
+		r := a.applier.Reserve(k) // replaces any operation of the job
+		// Until the write returns, the GPUs it gives up count as leaving:
+		// a later start on them waits for it.
+		if rel := released(w.jd); len(rel) > 0 {
+			a.leaving[k], w.leaves = rel, true
+		}
+		for _, u := range w.fresh {
+			w.mj.units = max(w.mj.units, u.ID+1)
+		}
+		a.writing[k] = w
+		a.writes.Add(1)
 		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			_, w.err = a.applier.BeginAfter(ctx, w.job, w.target, w.after)
+			defer a.writes.Done()
+			a.writeSem <- struct{}{}
+			_, w.err = a.applier.BeginReserved(wctx, r, w.job, w.target, w.after)
+			<-a.writeSem
+			a.wmu.Lock()
+			a.written = append(a.written, w)
+			a.wmu.Unlock()
+			close(w.done)
+			select {
+			case a.wrote <- struct{}{}:
+			default:
+			}
 		}()
 	}
-	wg.Wait()
+}
+
+// plannedKey carries, in a background write's context, the Nomad index
+// its decision was planned on (the journal's PlannedIndex).
+type plannedKey struct{}
+
+// collectWrites records how the writes that returned went. Called under
+// a.mu.
+func (a *Agent) collectWrites() {
+	a.wmu.Lock()
+	ws := a.written
+	a.written = nil
+	a.wmu.Unlock()
 	for _, w := range ws {
-		jd, mj := w.jd, w.mj
-		ev := Event{Time: a.clock(), Job: jd.Job, Action: jd.Action, Why: jd.Reason.Why, Kind: d.Kind, Reason: jd.Reason}
-		ev.To = append(ev.To, jd.To.Units...)
-		if err := w.err; err != nil {
-			// Nothing was written: the new units' numbers and ports stay
-			// free.
-			for _, u := range w.fresh {
-				a.ports.Give(u.Workers[0].Addr, u.Port)
-			}
-			ev.Result = "not applied: " + err.Error()
-			if errors.Is(err, apply.ErrConflict) {
-				a.log.Info("job changed by someone else during the round: re-reading it, not overwriting", "job", jd.Job)
-			} else if errors.Is(err, apply.ErrFinished) {
-				a.log.Info("job is completing: not rewritten, so no finished worker runs again", "job", jd.Job, "error", err)
-			} else {
-				a.log.Warn("decision not applied", "job", jd.Job, "action", jd.Action, "error", err)
-				a.backOff(mj, err)
-			}
-			// The engine assumed the change; Nomad is the truth: the next
-			// reconcile puts the engine back where Nomad is.
-		} else {
-			if rel := released(jd); len(rel) > 0 {
-				a.leaving[w.job.Key] = rel
-			}
-			for _, u := range w.fresh {
-				mj.units = max(mj.units, u.ID+1)
-			}
-			a.log.Info("decision", "job", jd.Job, "action", jd.Action, "why", jd.Reason.Why)
+		if a.writing[w.job.Key] == w {
+			delete(a.writing, w.job.Key)
 		}
-		a.note(ev)
+		a.finishWrite(w)
 	}
+}
+
+// settleWrites waits for every write in the background and records how
+// each went (shutdown, tests). Called without a.mu.
+func (a *Agent) settleWrites() {
+	a.writes.Wait()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.collectWrites()
+}
+
+// finishWrite records how one job's write went. Called under a.mu.
+func (a *Agent) finishWrite(w *pendingWrite) {
+	jd, mj, ev := w.jd, w.mj, w.ev
+	if err := w.err; err != nil {
+		// Nothing was written: the new units' ports are free again (their
+		// numbers are skipped), and its GPUs are not leaving.
+		for _, u := range w.fresh {
+			a.ports.Give(u.Workers[0].Addr, u.Port)
+		}
+		if w.leaves {
+			delete(a.leaving, w.job.Key)
+		}
+		ev.Result = "not applied: " + err.Error()
+		if errors.Is(err, apply.ErrConflict) {
+			a.log.Info("job changed by someone else during the round: re-reading it, not overwriting", "job", jd.Job)
+		} else if errors.Is(err, apply.ErrFinished) {
+			a.log.Info("job is completing: not rewritten, so no finished worker runs again", "job", jd.Job, "error", err)
+		} else {
+			a.log.Warn("decision not applied", "job", jd.Job, "action", jd.Action, "error", err)
+			a.backOff(mj, err)
+		}
+		// The engine assumed the change; Nomad is the truth: the next
+		// reconcile puts the engine back where Nomad is.
+	} else {
+		a.log.Info("decision", "job", jd.Job, "action", jd.Action, "why", jd.Reason.Why)
+	}
+	a.note(ev)
 }
 
 // gpuSlot is a GPU type on a node.

@@ -74,6 +74,15 @@ type Agent struct {
 	boundary chan struct{}
 	// seen is the view of the cluster the engine was last synced with.
 	seen *watch.Snapshot
+	// writing are the jobs whose write goes out in the background (act),
+	// written those that returned, for collectWrites (under wmu); writes
+	// counts the goroutines, writeSem bounds them, wrote wakes Run.
+	writing  map[apply.Key]*pendingWrite
+	wmu      sync.Mutex
+	written  []*pendingWrite
+	writes   sync.WaitGroup
+	writeSem chan struct{}
+	wrote    chan struct{}
 
 	// State: the store, the last journal entry the saved state reflects,
 	// whether the journal is still to be re-checked after a restore, and
@@ -87,7 +96,7 @@ type Agent struct {
 
 	// Election: the lock (nil without one) and the lease while leading.
 	lock  leader.Lock
-	lease *leader.Lease
+	lease atomic.Pointer[leader.Lease]
 }
 
 // managed is a job admitted to the engine.
@@ -154,6 +163,7 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 		nodes: map[string]planner.Node{}, drained: map[string]bool{}, addrs: map[string]string{},
 		models: map[string]map[planner.GPUType][]string{}, ports: apply.NewPorts(cfg.PortLow, cfg.PortHigh),
 		boundary: make(chan struct{}, 1),
+		writing:  map[apply.Key]*pendingWrite{}, writeSem: make(chan struct{}, writers), wrote: make(chan struct{}, 1),
 	}
 	a.progress = w.Progress
 	a.prof = newJobProfile(base)
@@ -184,7 +194,7 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 // fence is called before and after every write: a replica that is not the
 // leader makes none, and every write is journaled.
 func (a *Agent) fence(ctx context.Context, w apply.Write) error {
-	if !w.Applied && a.lock != nil && (a.lease == nil || !a.lease.Valid()) {
+	if l := a.lease.Load(); !w.Applied && a.lock != nil && (l == nil || !l.Valid()) {
 		return errNotLeader
 	}
 	if a.store == nil {
@@ -206,6 +216,9 @@ func openStore(cfg Settings, client *api.Client) (state.Store, error) {
 
 // Close saves the state one last time and closes the store.
 func (a *Agent) Close() error {
+	// The writes still going out return first (their context ended with
+	// Run's), so the state saved says how each went.
+	a.settleWrites()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.store == nil {
@@ -232,7 +245,7 @@ func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 // the journal (without an election: its ID, generation 0).
 func (a *Agent) leaderID() string { return a.id }
 func (a *Agent) generation() uint64 {
-	if l := a.lease; l != nil {
+	if l := a.lease.Load(); l != nil {
 		return l.Generation
 	}
 	return 0
@@ -356,6 +369,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case err := <-werr:
 			return fmt.Errorf("watcher: %w", err)
 		case <-a.watcher.Changes():
+		case <-a.wrote:
 		case <-tick.C:
 		}
 	}
@@ -376,6 +390,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	defer a.mu.Unlock()
 	start := a.clock()
 	a.planIndex.Store(snap.Index)
+	a.collectWrites()
 	stepped := a.applier.Step(ctx, clusterView{a, snap})
 	for _, o := range stepped {
 		a.outcome(o)

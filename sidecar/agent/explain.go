@@ -264,7 +264,7 @@ func (a *Agent) Health() Health {
 	defer a.mu.Unlock()
 	h := Health{Synced: snap.Synced, Index: st.Index, LastPlan: time.Unix(0, int64(a.last.Time*1e9)), Rounds: a.rounds,
 		Jobs: len(a.jobs), Refused: len(a.invalid), InFlight: len(a.applier.Ops()), Writes: a.applier.Writes(), DryRun: a.cfg.DryRun,
-		Leader: a.lock == nil || (a.lease != nil && a.lease.Valid()), Replica: a.id, Generation: a.generation()}
+		Leader: a.leading(), Replica: a.id, Generation: a.generation()}
 	switch {
 	case snap.Synced.IsZero():
 		h.Problem = "not yet synced with Nomad"

@@ -38,19 +38,19 @@ func newLock(cfg Settings, client *api.Client, id string, a *Agent) (leader.Lock
 // acting reports whether this replica may write to Nomad now: not a dry
 // run, and the leader (or no election configured). Called under a.mu.
 func (a *Agent) acting() bool {
-	if a.cfg.DryRun {
-		return false
-	}
-	return a.lock == nil || (a.lease != nil && a.lease.Valid())
+	return !a.cfg.DryRun && a.leading()
+}
+
+// leading reports whether this replica holds the lease (always true
+// without an election).
+func (a *Agent) leading() bool {
+	l := a.lease.Load()
+	return a.lock == nil || (l != nil && l.Valid())
 }
 
 // Leading reports whether this replica leads (always true without an
 // election), for status.
-func (a *Agent) Leading() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.lock == nil || (a.lease != nil && a.lease.Valid())
-}
+func (a *Agent) Leading() bool { return a.leading() }
 
 // campaign holds the lock whenever it can: while it does, this replica
 // acts; when the lease is lost it stops acting at once, drops its writes
@@ -61,6 +61,9 @@ func (a *Agent) campaign(ctx context.Context) {
 		if err != nil {
 			return
 		}
+		// Writes of an earlier lease still going out (refused by the
+		// fence) end before the state is reloaded under them.
+		a.writes.Wait()
 		a.mu.Lock()
 		// The previous leader's state is the latest (a shared store);
 		// restore it before acting on it.
@@ -74,7 +77,7 @@ func (a *Agent) campaign(ctx context.Context) {
 			}
 			continue
 		}
-		a.lease = l
+		a.lease.Store(l)
 		a.next = a.clock() // plan a round boundary at once
 		a.mu.Unlock()
 		a.log.Info("leading", "replica", a.id, "generation", l.Generation)
@@ -83,7 +86,7 @@ func (a *Agent) campaign(ctx context.Context) {
 		case <-l.Lost():
 		}
 		a.mu.Lock()
-		a.lease = nil
+		a.lease.Store(nil)
 		a.applier.CancelAll()
 		a.mu.Unlock()
 		if ctx.Err() != nil {

@@ -118,7 +118,11 @@ func (a *Agent) save(ctx context.Context, index uint64) error {
 
 // journal records a write in the store's journal (apply.Config.Journal).
 func (a *Agent) journal(ctx context.Context, w apply.Write) error {
-	e := state.Entry{Time: a.clock(), Job: w.Job.String(), Kind: w.Kind, PlannedIndex: a.planIndex.Load(), ReadIndex: w.ReadIndex,
+	planned := a.planIndex.Load()
+	if idx, ok := ctx.Value(plannedKey{}).(uint64); ok {
+		planned = idx // a write that went out in the background
+	}
+	e := state.Entry{Time: a.clock(), Job: w.Job.String(), Kind: w.Kind, PlannedIndex: planned, ReadIndex: w.ReadIndex,
 		Applied: w.Applied, JobModifyIndex: w.JobModifyIndex, Leader: a.leaderID(), Generation: a.generation()}
 	for _, u := range w.Units {
 		e.Units = append(e.Units, u.Planner())

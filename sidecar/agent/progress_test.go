@@ -54,6 +54,7 @@ func TestBoundaryPlansOnProgressReadAhead(t *testing.T) {
 	if err := a.cycleOn(ctx, snap, true); err != nil {
 		t.Fatal(err)
 	}
+	a.settleWrites()
 	// Nomad runs them; a fill cycle sees it.
 	snap = observed(snap, rec)
 	if err := a.cycleOn(ctx, snap, false); err != nil {

@@ -135,6 +135,9 @@ const (
 	// the same GPUs, and a start written while the leaving job's workers
 	// still checkpoint finds the GPUs held: Nomad would refuse it.
 	Waiting Phase = "awaiting-gpus"
+	// Writing: the operation's first write is going out (Reserve, then
+	// BeginAfter on another goroutine).
+	Writing Phase = "writing"
 	// Starting: new units were added; waiting for all their workers to run.
 	Starting Phase = "starting"
 	Done     Phase = "done"
@@ -239,6 +242,38 @@ func (a *Applier) Begin(ctx context.Context, j *Job, target []jobform.Unit) (*Op
 // StopTimeout passed (then the start is tried anyway, and Nomad's plan
 // says whether it fits).
 func (a *Applier) BeginAfter(ctx context.Context, j *Job, target []jobform.Unit, after []Key) (*Op, error) {
+	return a.BeginReserved(ctx, a.Reserve(j.Key), j, target, after)
+}
+
+// Reserve marks the job's operation as being written, so that it shows
+// in flight, and other jobs' starts wait on it, before BeginReserved runs
+// (on another goroutine): it replaces any operation of the job.
+func (a *Applier) Reserve(k Key) *Op {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	op := &Op{Key: k, Phase: Writing, Started: a.cfg.Now()}
+	a.ops[k] = op
+	return op
+}
+
+// BeginReserved is BeginAfter on the reservation r of job j. If r was
+// cancelled meanwhile (a lost lease), the write may still be made but the
+// operation is not followed: Nomad is the truth.
+func (a *Applier) BeginReserved(ctx context.Context, r *Op, j *Job, target []jobform.Unit, after []Key) (*Op, error) {
+	op, err := a.begin(ctx, j, target, after)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ops[j.Key] == r {
+		if err != nil || op.Phase == Done {
+			delete(a.ops, j.Key)
+		} else {
+			a.ops[j.Key] = op
+		}
+	}
+	return op, err
+}
+
+func (a *Applier) begin(ctx context.Context, j *Job, target []jobform.Unit, after []Key) (*Op, error) {
 	j, err := a.fresh(ctx, j)
 	if err != nil {
 		return nil, err
@@ -287,9 +322,6 @@ func (a *Applier) BeginAfter(ctx context.Context, j *Job, target []jobform.Unit,
 		}
 		op.Phase, op.Deadline = Stopping, a.cfg.Now().Add(a.cfg.StopTimeout)
 	}
-	a.mu.Lock()
-	a.ops[j.Key] = op
-	a.mu.Unlock()
 	return op, nil
 }
 
@@ -480,6 +512,9 @@ func (a *Applier) Step(ctx context.Context, c Cluster) []Outcome {
 }
 
 func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
+	if op.Phase == Writing {
+		return Outcome{}, false // BeginAfter is writing it
+	}
 	j := c.Job(op.Key)
 	if j == nil {
 		return Outcome{Key: op.Key, Phase: Failed, Err: fmt.Errorf("job %s is gone", op.Key)}, true
@@ -557,12 +592,13 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 }
 
 // waits says whether op's new units must wait on: one of the jobs it
-// comes after is still stopping, and op's deadline has not passed.
+// comes after is still stopping (or its first write still going out),
+// and op's deadline has not passed.
 func (a *Applier) waits(op *Op, now time.Time) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, k := range op.After {
-		if o := a.ops[k]; o != nil && o.Phase == Stopping && !o.stopped {
+		if o := a.ops[k]; o != nil && (o.Phase == Stopping && !o.stopped || o.Phase == Writing) {
 			if now.Before(op.Deadline) {
 				return true
 			}

@@ -336,6 +336,9 @@ func TestPorts(t *testing.T) {
 type twoJobs map[string]*fakeJobs
 
 func (t twoJobs) Info(id string, q *api.QueryOptions) (*api.Job, *api.QueryMeta, error) {
+	if t[id] == nil {
+		return nil, nil, fmt.Errorf("Unexpected response code: 404 (job not found)")
+	}
 	return t[id].Info(id, q)
 }
 
@@ -513,5 +516,69 @@ func TestNoWriteRunsAFinishedWorkerAgain(t *testing.T) {
 	}
 	if len(f.registers) != 1 {
 		t.Fatalf("%d writes, want only the first start", len(f.registers))
+	}
+}
+
+// A reservation (the agent's write going out in the background) shows the
+// job in flight at once, is not stepped, and holds back a start that comes
+// after it until its write returned; a failed write leaves nothing in
+// flight; a reservation cancelled meanwhile (a lost lease) is not revived.
+func TestReservedWriteIsInFlightUntilItReturns(t *testing.T) {
+	a, js, cl, c := setupTwo(t)
+	ctx := context.Background()
+	x, y := Key{"default", "x"}, Key{"default", "y"}
+	if _, err := a.Begin(ctx, cl.Job(x), []jobform.Unit{unit(0, 29500, "n1")}); err != nil {
+		t.Fatal(err)
+	}
+	cl.groups["x/train-hadar-u0-w0"] = Group{Running: true}
+	if out := a.Step(ctx, cl); len(out) != 1 || out[0].Phase != Done {
+		t.Fatalf("x's start: %+v", out)
+	}
+	// x's stop is reserved, not yet written; y's start comes after it.
+	rx := a.Reserve(x)
+	if got := a.InFlight(x); got == nil || got.Phase != Writing {
+		t.Fatalf("x in flight: %+v, want writing", got)
+	}
+	op, err := a.BeginAfter(ctx, cl.Job(y), []jobform.Unit{unit(0, 29501, "n1")}, []Key{x})
+	if err != nil || op.Phase != Waiting {
+		t.Fatalf("y's start: %+v, %v", op, err)
+	}
+	c.t = c.t.Add(time.Second)
+	if out := a.Step(ctx, cl); len(out) != 0 || len(js["y"].registers) != 0 {
+		t.Fatalf("y written while x's stop was still being written: %+v, %d writes", out, len(js["y"].registers))
+	}
+	// x's stop returns: x is stopping, y still waits for its worker.
+	if op, err := a.BeginReserved(ctx, rx, cl.Job(x), nil, nil); err != nil || op.Phase != Stopping {
+		t.Fatalf("x's stop: %+v, %v", op, err)
+	}
+	if got := a.InFlight(x); got == nil || got.Phase != Stopping {
+		t.Fatalf("x in flight: %+v, want stopping", got)
+	}
+	if out := a.Step(ctx, cl); len(out) != 0 || len(js["y"].registers) != 0 {
+		t.Fatalf("y written before x's worker ended: %+v", out)
+	}
+	cl.groups["x/train-hadar-u0-w0"] = Group{Ended: true}
+	a.Step(ctx, cl)
+	if len(js["y"].registers) != 1 {
+		t.Fatalf("%d writes of y once x ended, want its start", len(js["y"].registers))
+	}
+
+	// A failed write leaves nothing in flight.
+	z := Key{"default", "gone"}
+	rz := a.Reserve(z)
+	if _, err := a.BeginReserved(ctx, rz, &Job{Key: z, Raw: js["x"].job, Spec: spec(js["x"].job)}, nil, nil); err == nil {
+		t.Fatal("a write of a job Nomad does not have succeeded")
+	}
+	if got := a.InFlight(z); got != nil {
+		t.Fatalf("a failed write left %+v in flight", got)
+	}
+	// Cancelled while writing: the returning write does not revive it.
+	rx = a.Reserve(x)
+	a.CancelAll()
+	if _, err := a.BeginReserved(ctx, rx, cl.Job(x), []jobform.Unit{unit(1, 29502, "n1")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.InFlight(x); got != nil {
+		t.Fatalf("an operation cancelled while its write went out is in flight again: %+v", got)
 	}
 }

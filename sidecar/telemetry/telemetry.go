@@ -283,7 +283,7 @@ func (t *Telemetry) Sample() {
 
 func (t *Telemetry) sampleJobs(obs agent.Observation) {
 	pending := map[string]int{StatusHeld: 0, StatusNoCapacity: 0}
-	states := map[string]int{"running": 0, "starting": 0, "stopping": 0, "waiting": 0}
+	states := map[string]int{"running": 0, "writing": 0, "starting": 0, "stopping": 0, "awaiting-gpus": 0, "waiting": 0}
 	copies := 0
 	for _, j := range obs.Jobs {
 		states[j.State]++
