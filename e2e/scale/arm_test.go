@@ -27,6 +27,7 @@ import (
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/apply"
 )
 
 // serverConfig is appended to the server's agent.hcl. Every simulated
@@ -355,6 +356,38 @@ type cycleLog struct {
 	writes, requests []int
 	// inRound are the requests each boundary cycle made itself, by kind.
 	inRound []map[string]int
+	// bursts: how long each stretch with writes going out in the
+	// background lasted, from the first reserved to the last returned.
+	bursts []time.Duration
+}
+
+// sampleWrites records, every 20 ms until ctx ends, the stretches during
+// which the sidecar has writes going out in the background (operations in
+// the writing phase): a round's writes are out when its stretch ends.
+func sampleWrites(ctx context.Context, a *agent.Agent, log *cycleLog) {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	var since time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		writing := false
+		for _, op := range a.Applier().Ops() {
+			writing = writing || op.Phase == apply.Writing
+		}
+		switch {
+		case writing && since.IsZero():
+			since = time.Now()
+		case !writing && !since.IsZero():
+			log.mu.Lock()
+			log.bursts = append(log.bursts, time.Since(since))
+			log.mu.Unlock()
+			since = time.Time{}
+		}
+	}
 }
 
 // runSidecar is agent.Run's loop (watch, read progress ahead of each
@@ -378,6 +411,9 @@ func runSidecar(ctx context.Context, a *agent.Agent, ct *CountingTransport, log 
 	ahead := make(chan struct{})
 	defer func() { stop(); <-ahead }()
 	go func() { defer close(ahead); a.ReadAhead(wctx) }()
+	sampled := make(chan struct{})
+	defer func() { stop(); <-sampled }()
+	go func() { defer close(sampled); sampleWrites(wctx, a, log) }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	rounds := a.Health().Rounds
@@ -717,6 +753,7 @@ func (r *run) loop(res *Result, cl *cycleLog) {
 	res.Rounds = len(cl.rounds)
 	res.RoundP50, res.RoundP99, res.RoundMax = q(cl.rounds, 0.5), q(cl.rounds, 0.99), q(cl.rounds, 1)
 	res.CycleP50, res.CycleP99 = q(cl.cycles, 0.5), q(cl.cycles, 0.99)
+	res.WritesOutP50, res.WritesOutP99, res.WritesOutMax = q(cl.bursts, 0.5), q(cl.bursts, 0.99), q(cl.bursts, 1)
 	slow := -1
 	for i, d := range cl.rounds {
 		if slow < 0 || d > cl.rounds[slow] {

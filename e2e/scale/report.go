@@ -43,11 +43,14 @@ type Result struct {
 	// RendezvousTimeouts counts workers that waited for their gang's
 	// others until they gave up (Nomad placed part of a gang).
 	RendezvousTimeouts int
-	// Control loop (sidecar arms). Round: boundary cycles (sync, progress
-	// reads, plan, writes); Cycle: every cycle, fills included.
-	Rounds                       int
-	RoundP50, RoundP99, RoundMax time.Duration
-	CycleP50, CycleP99           time.Duration
+	// Control loop (sidecar arms). Round: boundary cycles (sync, plan,
+	// writes handed to the background; progress is read ahead); Cycle:
+	// every cycle, fills included. WritesOut: how long the writes going
+	// out in the background took to return, per stretch of them.
+	Rounds                                   int
+	RoundP50, RoundP99, RoundMax             time.Duration
+	CycleP50, CycleP99                       time.Duration
+	WritesOutP50, WritesOutP99, WritesOutMax time.Duration
 	// SlowestRound: the longest round and the requests it made.
 	SlowestRound string
 	// Mean time to a response of progress reads, registrations and plans.
@@ -117,6 +120,9 @@ func Table(s Setup, rs []Result) string {
 		return fmt.Sprintf("%s / %s / %s (%d rounds)", ms(r.RoundP50), ms(r.RoundP99), ms(r.RoundMax), r.Rounds)
 	}))
 	row("any cycle (fills too) p50 / p99", sidecar(func(r Result) string { return ms(r.CycleP50) + " / " + ms(r.CycleP99) }))
+	row("writes going out in the background p50 / p99 / max", sidecar(func(r Result) string {
+		return ms(r.WritesOutP50) + " / " + ms(r.WritesOutP99) + " / " + ms(r.WritesOutMax)
+	}))
 	row("submit to placed p50 / p99 (p99 in rounds)", func(r Result) string {
 		round := roundSim.Seconds() / r.Compression
 		return fmt.Sprintf("%s / %s (%.1f)", secs(r.PlacedP50), secs(r.PlacedP99), r.PlacedP99.Seconds()/round)
