@@ -2,7 +2,8 @@ package agent
 
 import (
 	"context"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,7 +79,7 @@ func (a *Agent) readProgress(ctx context.Context, reads []progressRead) map[stri
 // file was listed is skipped. Called under a.mu.
 func (a *Agent) applyProgress(best map[string]float64) {
 	now := a.now()
-	for _, id := range sortedIDs(best) {
+	for _, id := range slices.Sorted(maps.Keys(best)) {
 		if st, ok := a.eng.Job(id); !ok || !st.Running {
 			continue
 		}
@@ -146,14 +147,4 @@ func (a *Agent) ReadAhead(ctx context.Context) {
 			a.mu.Unlock()
 		}
 	}
-}
-
-// sortedIDs lists a map's keys sorted.
-func sortedIDs[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
