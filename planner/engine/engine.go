@@ -738,18 +738,83 @@ func (e *Engine) Plan(ctx context.Context, now float64, kind Kind) (Decision, er
 		v.Jobs[i] = &j.view
 	}
 	ps, err := e.sched.Schedule(v)
-	if err != nil {
-		return Decision{}, fmt.Errorf("engine: t=%.0fs: scheduler %s: %w", now, e.sched.Name(), err)
-	}
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	if err := e.validate(v, pool, ps); err != nil {
-		return Decision{}, err
+	var repairs []Repair
+	if err == nil && len(ps) != len(v.Jobs) {
+		err = fmt.Errorf("returned %d placements for %d jobs", len(ps), len(v.Jobs))
 	}
+	if err != nil {
+		// One failing solve must not stall every job: running jobs keep
+		// their GPUs and waiting ones are placed first come, first served
+		// on what is free, until the scheduler plans again.
+		why := fmt.Sprintf("scheduler %s failed (%v): fell back to keeping running jobs and placing waiting ones first come, first served", e.sched.Name(), err)
+		ps = e.fallback(v, pool)
+		repairs = append(repairs, Repair{Why: why})
+		for i := range v.Reasons {
+			v.Reasons[i] = round.Reason{Why: why}
+		}
+	}
+	repairs = append(repairs, e.repair(v, pool, ps)...)
 	d := e.apply(v, planned, ps, kind)
+	d.Repairs = repairs
 	e.dirty = false
 	return d, nil
+}
+
+// fallback keeps every running job where it is (at a boundary, where its
+// GPUs are still offered) and places waiting jobs in arrival order, each on
+// the free type it runs fastest on, packed (round.Pool.Pack).
+func (e *Engine) fallback(v *round.View, offered *round.Pool) []planner.Placement {
+	free := offered.Clone()
+	ps := make([]planner.Placement, len(v.Jobs))
+	for i, jb := range v.Jobs {
+		if !jb.Running || v.MidRound {
+			continue
+		}
+		if fits(free, jb.Placement) {
+			ps[i] = clonePlacement(jb.Placement)
+			for _, u := range jb.Placement.Units {
+				free.Take(u)
+			}
+		}
+	}
+	for i, jb := range v.Jobs {
+		if jb.Running {
+			continue
+		}
+		best, bestRate := planner.Unit{}, 0.0
+		for k, t := range v.Types {
+			if k >= len(jb.Throughput) || !(jb.Throughput[k] > bestRate) {
+				continue
+			}
+			if u, ok := free.Pack(t, jb.ScaleFactor); ok {
+				best, bestRate = u, jb.Throughput[k]
+			}
+		}
+		if bestRate > 0 {
+			ps[i] = planner.Placement{Units: []planner.Unit{best}}
+			free.Take(best)
+		}
+	}
+	return ps
+}
+
+func fits(pool *round.Pool, p planner.Placement) bool {
+	check := pool.Clone()
+	for _, u := range p.Units {
+		for _, sl := range u.Slots {
+			if !check.Has(sl.Node) {
+				return false
+			}
+		}
+		if !check.Fits(u) {
+			return false
+		}
+		check.Take(u)
+	}
+	return true
 }
 
 // refreshThroughputs recomputes the jobs' per-type throughputs when the
@@ -805,40 +870,65 @@ func takeKnown(pool *round.Pool, p planner.Placement) {
 	}
 }
 
-// validate checks the scheduler's placements against the pool offered:
-// one per job, on free GPUs of schedulable nodes, of valid widths, where
-// the job runs.
-func (e *Engine) validate(v *round.View, offered *round.Pool, ps []planner.Placement) error {
-	name := e.sched.Name()
-	if len(ps) != len(v.Jobs) {
-		return fmt.Errorf("engine: scheduler %s returned %d placements for %d jobs", name, len(ps), len(v.Jobs))
-	}
+// repair checks the scheduler's placements against the pool offered, in
+// job order: on free GPUs of schedulable nodes, of valid widths, where the
+// job runs. A placement that fails is replaced, so one bad answer never
+// stalls the other jobs: a running job keeps its GPUs when they are still
+// offered and free, anything else waits. Each replacement is returned with
+// the reason, and becomes the job's reason too.
+func (e *Engine) repair(v *round.View, offered *round.Pool, ps []planner.Placement) []Repair {
 	check := offered.Clone()
+	var out []Repair
 	for i, jb := range v.Jobs {
 		if v.MidRound && jb.Running {
 			continue
 		}
-		p := ps[i]
-		if err := ValidPlacement(jb.Job, p); err != nil {
-			return fmt.Errorf("engine: t=%.0fs: scheduler %s: %w", v.Now, name, err)
+		err := e.check(v, check, jb, ps[i])
+		if err == nil {
+			for _, u := range ps[i].Units {
+				check.Take(u)
+			}
+			continue
 		}
-		for _, u := range p.Units {
-			for _, sl := range u.Slots {
-				if !check.Has(sl.Node) || sl.Count <= 0 {
-					return fmt.Errorf("engine: t=%.0fs: scheduler %s placed job %s on %v: not a schedulable node", v.Now, name, jb.ID, sl)
-				}
+		ps[i] = planner.Placement{}
+		what := "it waits"
+		if jb.Running && !v.MidRound && e.check(v, check, jb, jb.Placement) == nil {
+			ps[i] = clonePlacement(jb.Placement)
+			for _, u := range ps[i].Units {
+				check.Take(u)
 			}
-			if !check.Fits(u) {
-				return fmt.Errorf("engine: t=%.0fs: scheduler %s placed job %s on GPUs that are not free (%v)", v.Now, name, jb.ID, u.Slots)
+			what = "it keeps its GPUs"
+		}
+		why := fmt.Sprintf("plan repaired: scheduler %s %v; %s", e.sched.Name(), err, what)
+		out = append(out, Repair{Job: jb.ID, Why: why})
+		v.Explain(i, round.Reason{Why: why})
+	}
+	return out
+}
+
+// check reports why placement p of job jb cannot run on the free GPUs of
+// pool (nil when it can).
+func (e *Engine) check(v *round.View, pool *round.Pool, jb *round.JobView, p planner.Placement) error {
+	if err := ValidPlacement(jb.Job, p); err != nil {
+		return err
+	}
+	check := pool.Clone()
+	for _, u := range p.Units {
+		for _, sl := range u.Slots {
+			if !check.Has(sl.Node) || sl.Count <= 0 {
+				return fmt.Errorf("placed job %s on %v: not a schedulable node", jb.ID, sl)
 			}
-			check.Take(u)
-			r, err := e.cfg.Speed.UnitRate(jb.Job, u, v.Now)
-			if err != nil {
-				return fmt.Errorf("engine: t=%.0fs: scheduler %s: %w", v.Now, name, err)
-			}
-			if !(r > 0) {
-				return fmt.Errorf("engine: t=%.0fs: scheduler %s placed job %s where it cannot run (speed 0 on %v)", v.Now, name, jb.ID, u.Slots)
-			}
+		}
+		if !check.Fits(u) {
+			return fmt.Errorf("placed job %s on GPUs that are not free (%v)", jb.ID, u.Slots)
+		}
+		check.Take(u)
+		r, err := e.cfg.Speed.UnitRate(jb.Job, u, v.Now)
+		if err != nil {
+			return err
+		}
+		if !(r > 0) {
+			return fmt.Errorf("placed job %s where it cannot run (speed 0 on %v)", jb.ID, u.Slots)
 		}
 	}
 	return nil
@@ -1000,6 +1090,17 @@ type Decision struct {
 	// Jobs has one entry per active job, in arrival order (empty for a
 	// decision of Kind None).
 	Jobs []JobDecision `json:"jobs"`
+	// Repairs lists what the engine changed in the scheduler's answer so
+	// that it could run: a placement that was invalid or on GPUs not
+	// offered (Job set), or a failed solve replaced by the fallback (Job
+	// empty). Callers log and count them.
+	Repairs []Repair `json:"repairs,omitempty"`
+}
+
+// Repair is one change the engine made to a scheduler's answer.
+type Repair struct {
+	Job string `json:"job,omitempty"`
+	Why string `json:"why"`
 }
 
 // Changes returns the job decisions that need anything done on the

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"reflect"
 	"slices"
@@ -193,48 +194,147 @@ func TestFillRunsOnlyWhenSomethingChanged(t *testing.T) {
 	}
 }
 
-func TestInvalidPlacementIsRefusedAndStateUnchanged(t *testing.T) {
-	s := &scripted{}
-	e := newEngine(t, s, engine.Config{})
+func TestInvalidPlacementsAreRepairedNotFatal(t *testing.T) {
 	ctx := context.Background()
 	big := planner.Job{ID: "z", Model: "ResNet-50 (batch size 128)", ScaleFactor: 2, TotalSteps: 1e6, Weight: 1}
-	for _, jb := range []planner.Job{job("x", 2, 1e6), job("y", 4, 1e6), big} {
+	for _, tc := range []struct {
+		name string
+		next map[string]planner.Placement
+		bad  string // the job repaired
+		want string // in its reason
+		act  engine.Action
+	}{
+		{"double booking", map[string]planner.Placement{"x": place(unit(slot("a", "v100", 2))), "y": place(unit(slot("a", "v100", 4)))}, "y", "not free", engine.Wait},
+		{"unknown node", map[string]planner.Placement{"x": place(unit(slot("a", "v100", 2))), "y": place(unit(slot("zz", "v100", 4)))}, "y", "not a schedulable node", engine.Wait},
+		{"wrong width", map[string]planner.Placement{"x": place(unit(slot("a", "v100", 2))), "y": place(unit(slot("b", "v100", 2)))}, "y", "want its scale factor", engine.Wait},
+		{"too wide a copy", map[string]planner.Placement{"x": place(unit(slot("a", "v100", 2))), "y": place(unit(slot("b", "v100", 4)), unit(slot("c", "k80", 5)))}, "y", "exceeds its scale factor", engine.Wait},
+		{"where it cannot run", map[string]planner.Placement{"x": place(unit(slot("a", "v100", 2))), "z": place(unit(slot("c", "k80", 2)))}, "z", "cannot run", engine.Wait},
+		{"a running job moved nowhere keeps its own", map[string]planner.Placement{"y": place(unit(slot("b", "v100", 4))), "x": place(unit(slot("zz", "v100", 2)))}, "x", "keeps its GPUs", engine.Keep},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &scripted{}
+			e := newEngine(t, s, engine.Config{})
+			for _, jb := range []planner.Job{job("x", 2, 1e6), job("y", 4, 1e6), big} {
+				if err := e.Admit(jb, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.next = map[string]planner.Placement{"x": place(unit(slot("a", "v100", 2)))}
+			if _, err := e.Plan(ctx, 0, engine.Boundary); err != nil {
+				t.Fatal(err)
+			}
+			s.next = tc.next
+			d, err := e.Plan(ctx, 100, engine.Boundary)
+			if err != nil {
+				t.Fatalf("a bad placement failed the whole plan: %v", err)
+			}
+			if len(d.Repairs) != 1 || d.Repairs[0].Job != tc.bad || !strings.Contains(d.Repairs[0].Why, tc.want) {
+				t.Fatalf("repairs %+v, want one for %s saying %q", d.Repairs, tc.bad, tc.want)
+			}
+			got := actions(d)
+			if got[tc.bad] != tc.act {
+				t.Fatalf("%s: %s, want %s", tc.bad, got[tc.bad], tc.act)
+			}
+			for id, p := range tc.next {
+				if id == tc.bad {
+					continue
+				}
+				js, _ := e.Job(id)
+				if !reflect.DeepEqual(js.Placement, p) {
+					t.Fatalf("%s runs on %v, want the scheduler's %v: one bad answer changed another job's", id, js.Placement, p)
+				}
+			}
+			for _, jd := range d.Jobs {
+				if jd.Job == tc.bad && !strings.Contains(jd.Reason.Why, "plan repaired") {
+					t.Fatalf("reason of %s: %q", tc.bad, jd.Reason.Why)
+				}
+			}
+		})
+	}
+}
+
+// failing is a scheduler whose solve fails.
+type failing struct{}
+
+func (failing) Name() string { return "failing" }
+func (failing) Schedule(*round.View) ([]planner.Placement, error) {
+	return nil, errors.New("solver diverged")
+}
+
+func TestAFailingSchedulerFallsBackInsteadOfStalling(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t, failing{}, engine.Config{})
+	for _, jb := range []planner.Job{job("x", 4, 1e6), job("y", 4, 1e6), job("w", 8, 1e6)} {
 		if err := e.Admit(jb, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s.next = map[string]planner.Placement{"x": place(unit(slot("a", "v100", 2)))}
-	if _, err := e.Plan(ctx, 0, engine.Boundary); err != nil {
+	d, err := e.Plan(ctx, 0, engine.Boundary)
+	if err != nil {
 		t.Fatal(err)
 	}
-	before := e.Jobs()
-	for _, tc := range []struct {
-		name string
-		next map[string]planner.Placement
-		want string
-	}{
-		{"double booking", map[string]planner.Placement{"x": place(unit(slot("a", "v100", 2))), "y": place(unit(slot("a", "v100", 4)))}, "not free"},
-		{"unknown node", map[string]planner.Placement{"y": place(unit(slot("zz", "v100", 4)))}, "not a schedulable node"},
-		{"wrong width", map[string]planner.Placement{"y": place(unit(slot("b", "v100", 2)))}, "want its scale factor"},
-		{"too wide a copy", map[string]planner.Placement{"y": place(unit(slot("b", "v100", 4)), unit(slot("c", "k80", 5)))}, "exceeds its scale factor"},
-		{"where it cannot run", map[string]planner.Placement{"z": place(unit(slot("c", "k80", 2)))}, "cannot run"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s.next = tc.next
-			_, err := e.Plan(ctx, 100, engine.Boundary)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("err = %v, want %q", err, tc.want)
-			}
-			// The clock moved to 100, which charges received time; the
-			// rest is as it was.
-			after := e.Jobs()
-			for i := range after {
-				after[i].Received, before[i].Received = nil, nil
-			}
-			if !reflect.DeepEqual(before, after) {
-				t.Fatalf("a refused plan changed the engine's jobs:\nbefore %+v\nafter  %+v", before, after)
-			}
-		})
+	if len(d.Repairs) != 1 || d.Repairs[0].Job != "" || !strings.Contains(d.Repairs[0].Why, "solver diverged") {
+		t.Fatalf("repairs %+v", d.Repairs)
+	}
+	a := actions(d)
+	if a["x"] != engine.Start || a["y"] != engine.Start || a["w"] != engine.Wait {
+		t.Fatalf("fallback: %v (want x and y started on the free GPUs first come first served)", a)
+	}
+	d, err = e.Plan(ctx, 360, engine.Boundary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := actions(d); a["x"] != engine.Keep || a["y"] != engine.Keep {
+		t.Fatalf("a second fallback moved running jobs: %v", a)
+	}
+}
+
+func TestHadarNeverPlansOnHeldGPUs(t *testing.T) {
+	// A job hadar does not manage holds GPUs: at every boundary and fill,
+	// Hadar's answer must fit what the engine offers, on every node the
+	// held GPUs could sit on (the bug: its calendar took each node's
+	// capacity from the whole cluster and the engine refused every plan).
+	ctx := context.Background()
+	for _, n := range []string{"a", "b"} {
+		for _, policy := range []string{"hadar", "hadare", "hadar-jct"} {
+			t.Run(policy+"/held on "+n, func(t *testing.T) {
+				sched, err := registry.New(policy, registry.Options{Speed: speed.Model{Profile: profile.Default()}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := newEngine(t, sched, engine.Config{})
+				if err := e.SetHeld(map[string]map[planner.GPUType]int{n: {"v100": 1}}, 0); err != nil {
+					t.Fatal(err)
+				}
+				jobs := []planner.Job{job("x", 2, 1e6), job("y", 4, 1e6), job("z", 1, 1e5)}
+				for k, jb := range jobs {
+					if err := e.Admit(jb, float64(k)); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := e.Plan(ctx, float64(k), engine.Fill); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for r := 1; r <= 4; r++ {
+					d, err := e.Plan(ctx, float64(360*r), engine.Boundary)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(d.Repairs) > 0 {
+						t.Fatalf("round %d: the engine had to repair the plan: %+v", r, d.Repairs)
+					}
+				}
+				for _, js := range e.Jobs() {
+					for _, u := range js.Placement.Units {
+						for _, sl := range u.Slots {
+							if sl.Node == n && sl.Type == "v100" && sl.Count > 3 {
+								t.Fatalf("%s placed on %v: more than the 3 GPUs not held", js.Job.ID, sl)
+							}
+						}
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -552,8 +652,8 @@ func TestHeldGPUsAreNeverOfferedButStayCapacity(t *testing.T) {
 		t.Fatalf("free on a %d (want 1), v100 capacity %v (want 8: held GPUs stay capacity)", v.Pool.Free("a", "v100"), v.Capacity)
 	}
 	s.next["x"] = place(unit(slot("a", "v100", 4)))
-	if _, err := e.Plan(context.Background(), 10, engine.Boundary); err == nil || !strings.Contains(err.Error(), "not free") {
-		t.Fatalf("placing on held GPUs: err = %v", err)
+	if d, err := e.Plan(context.Background(), 10, engine.Boundary); err != nil || len(d.Repairs) != 1 || !strings.Contains(d.Repairs[0].Why, "not free") || actions(d)["x"] != engine.Wait {
+		t.Fatalf("placing on held GPUs: repairs %+v, actions %v, err %v", d.Repairs, actions(d), err)
 	}
 	// Freed: a fill is due and the GPUs are offered again.
 	if err := e.SetHeld(nil, 20); err != nil {

@@ -96,14 +96,21 @@ func (s *Scheduler) newGrid(v *round.View, horizon int) *grid {
 	for k, t := range v.Types {
 		g.typeIdx[t] = k
 	}
-	full := round.NewPool(v.Cluster)
+	// A node's capacity is what the pool offers plus, mid-round, what the
+	// running jobs hold: GPUs held by work hadar does not plan (v.Pool
+	// never offers them) are in no slot of the horizon, since nothing says
+	// when that work ends; the engine plans again when it does.
+	running := round.NewPool(planner.Cluster{})
+	if v.MidRound {
+		running = busyPool(v)
+	}
 	for _, n := range v.Pool.Nodes() {
 		g.nodeIdx[n] = len(g.nodes)
 		g.nodes = append(g.nodes, n)
 		g.racks = append(g.racks, v.Pool.Rack(n))
 		row := make([]int, len(v.Types))
 		for k, t := range v.Types {
-			row[k] = full.Free(n, t)
+			row[k] = v.Pool.Free(n, t) + running.Free(n, t)
 		}
 		g.capacity = append(g.capacity, row)
 	}
@@ -127,13 +134,37 @@ func (s *Scheduler) newGrid(v *round.View, horizon int) *grid {
 		// GPUs of running jobs (committed or backfilled) are busy.
 		for n, name := range g.nodes {
 			for k, ty := range v.Types {
-				b := g.capacity[n][k] - v.Pool.Free(name, ty)
+				b := running.Free(name, ty)
 				g.used[0][n][k] = b
 				g.typeUsed[0][k] += b
 			}
 		}
 	}
 	return g
+}
+
+// busyPool counts, as a pool's free GPUs, the GPUs the view's running jobs
+// hold on the nodes of the pool.
+func busyPool(v *round.View) *round.Pool {
+	c := planner.Cluster{}
+	at := map[string]int{}
+	for _, n := range v.Pool.Nodes() {
+		at[n] = len(c.Nodes)
+		c.Nodes = append(c.Nodes, planner.Node{ID: n, Rack: v.Pool.Rack(n), GPUs: map[planner.GPUType]int{}})
+	}
+	for _, jb := range v.Jobs {
+		if !jb.Running {
+			continue
+		}
+		for _, u := range jb.Placement.Units {
+			for _, sl := range u.Slots {
+				if i, ok := at[sl.Node]; ok {
+					c.Nodes[i].GPUs[sl.Type] += sl.Count
+				}
+			}
+		}
+	}
+	return round.NewPool(c)
 }
 
 func (g *grid) horizon() int { return len(g.used) }

@@ -490,6 +490,11 @@ func (s *simulation) plan(ctx context.Context, kind engine.Kind) error {
 	if err != nil {
 		return err
 	}
+	// The live sidecar goes on without a repaired part; the simulator
+	// is where scheduler bugs are found, so it stops at the first.
+	if len(d.Repairs) > 0 {
+		return fmt.Errorf("engine: t=%.0fs: the scheduler's answer needed repair: %s", s.now, d.Repairs[0].Why)
+	}
 	if d.Kind == engine.None {
 		return nil
 	}

@@ -62,6 +62,9 @@ type Agent struct {
 	last    engine.Decision
 	history []Event
 	rounds  int
+	// repairs counts plans the engine had to mend, by kind (placement: a
+	// job's placement replaced; fallback: a failed solve replaced).
+	repairs map[string]int
 	next    time.Time // next round boundary
 	ports   *apply.Ports
 	warned  map[string]time.Time
@@ -430,6 +433,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 		default:
 		}
 	}
+	a.noteRepairs(d, acting)
 	if d.Kind != engine.None {
 		a.last = d
 		if acting {
@@ -448,6 +452,31 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	}
 	return nil
 }
+
+// noteRepairs logs and counts what the engine mended in the scheduler's
+// answer: the plan went ahead without those parts.
+func (a *Agent) noteRepairs(d engine.Decision, acting bool) {
+	if !acting {
+		return
+	}
+	for _, r := range d.Repairs {
+		kind := RepairPlacement
+		if r.Job == "" {
+			kind = RepairFallback
+		}
+		if a.repairs == nil {
+			a.repairs = map[string]int{}
+		}
+		a.repairs[kind]++
+		a.log.Warn("the scheduler's plan was repaired; the other jobs go ahead", "policy", a.cfg.Policy, "kind", kind, "job", r.Job, "why", r.Why)
+	}
+}
+
+// Kinds of plan repairs (Health.Repairs, hadar_plan_repairs_total).
+const (
+	RepairPlacement = "placement"
+	RepairFallback  = "fallback"
+)
 
 // outcome records how an operation ended.
 func (a *Agent) outcome(o apply.Outcome) {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -247,7 +248,10 @@ type Health struct {
 	Refused  int            `json:"refused"`
 	InFlight int            `json:"in_flight"`
 	Writes   map[string]int `json:"writes"`
-	DryRun   bool           `json:"dry_run"`
+	// Repairs counts the plans' parts the engine replaced so the rest
+	// could go ahead, by kind (RepairPlacement, RepairFallback).
+	Repairs map[string]int `json:"repairs,omitempty"`
+	DryRun  bool           `json:"dry_run"`
 	// Leader: this replica acts (always, without an election); Replica
 	// names it and Generation is its lock generation.
 	Leader     bool   `json:"leader"`
@@ -263,7 +267,7 @@ func (a *Agent) Health() Health {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h := Health{Synced: snap.Synced, Index: st.Index, LastPlan: time.Unix(0, int64(a.last.Time*1e9)), Rounds: a.rounds,
-		Jobs: len(a.jobs), Refused: len(a.invalid), InFlight: len(a.applier.Ops()), Writes: a.applier.Writes(), DryRun: a.cfg.DryRun,
+		Jobs: len(a.jobs), Refused: len(a.invalid), InFlight: len(a.applier.Ops()), Writes: a.applier.Writes(), Repairs: maps.Clone(a.repairs), DryRun: a.cfg.DryRun,
 		Leader: a.leading(), Replica: a.id, Generation: a.generation()}
 	switch {
 	case snap.Synced.IsZero():

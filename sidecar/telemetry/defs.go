@@ -59,6 +59,8 @@ var Defs = []Def{
 		"GPUs of schedulable nodes that nothing holds (GPUs of draining or ineligible nodes are neither idle nor allocated)."},
 	{"hadar_fork_copies", "gauge", []string{"policy"},
 		"HadarE copies running beyond each job's first unit."},
+	{"hadar_plan_repairs_total", "counter", []string{"policy", "kind"},
+		"Parts of the scheduler's answers the engine replaced so the rest of the plan could go ahead: kind=placement (a job placed where it cannot run or on GPUs not offered: it keeps its GPUs or waits), fallback (the solve failed: running jobs kept, waiting ones placed first come, first served). Each is logged with its reason; a steady rate is a scheduler bug to report."},
 	{"hadar_rewrite_conflicts_total", "counter", []string{"policy"},
 		"Writes refused by check-and-set because someone changed the job since hadar read it; hadar re-reads it and decides anew, never overwriting."},
 	{"hadar_nomad_api_errors_total", "counter", []string{"policy", "source"},

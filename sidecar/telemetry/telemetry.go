@@ -91,11 +91,13 @@ type Telemetry struct {
 	lastRounds int
 	lastWatch  watch.Stats
 	lastWrites map[string]int
-	cursor     cursor
-	prev       map[string]memo      // jobs at the previous sample, by ID
-	explained  map[string]time.Time // jobs whose last stop a decision explains
-	counters   map[string]counterKey
-	util       utilRing
+	// lastRepairs is Health.Repairs at the previous sample.
+	lastRepairs map[string]int
+	cursor      cursor
+	prev        map[string]memo      // jobs at the previous sample, by ID
+	explained   map[string]time.Time // jobs whose last stop a decision explains
+	counters    map[string]counterKey
+	util        utilRing
 }
 
 // memo is what a sample remembers of a job for the next one.
@@ -116,7 +118,7 @@ type counterKey struct {
 func New(src Source, opts Options) (*Telemetry, error) {
 	opts = opts.withDefaults()
 	t := &Telemetry{src: src, opts: opts, log: opts.Logger, reg: prometheus.NewRegistry(), policy: metrics.Label{Name: "policy", Value: opts.Policy},
-		prev: map[string]memo{}, explained: map[string]time.Time{}, counters: map[string]counterKey{}, lastWrites: map[string]int{},
+		prev: map[string]memo{}, explained: map[string]time.Time{}, counters: map[string]counterKey{}, lastWrites: map[string]int{}, lastRepairs: map[string]int{},
 		util: utilRing{max: opts.UtilPoints, step: opts.UtilStep}}
 	// The sink registers itself on a registry of its own: /metrics
 	// gathers through t.gather, which gives each family its help text
@@ -173,6 +175,10 @@ func New(src Source, opts Options) (*Telemetry, error) {
 	}
 	for _, r := range []string{"complete", "failed"} {
 		t.inc("hadar_jobs_finished_total", 0, lbl("result", r))
+	}
+	for _, k := range []string{agent.RepairPlacement, agent.RepairFallback} {
+		t.inc("hadar_plan_repairs_total", 0, lbl("kind", k))
+		t.lastRepairs[k] = h.Repairs[k]
 	}
 	for _, n := range []string{"hadar_rounds_total", "hadar_rewrite_conflicts_total", "hadar_nomad_reconnects_total", "hadar_nomad_relists_total"} {
 		t.inc(n, 0)
@@ -385,6 +391,10 @@ func (t *Telemetry) sampleCounts(h agent.Health, ws watch.Stats) {
 			t.inc("hadar_evictions_total", d, lbl("reason", ReasonRolledBack))
 		}
 		t.lastWrites[kind] = n
+	}
+	for kind, n := range h.Repairs {
+		t.inc("hadar_plan_repairs_total", n-t.lastRepairs[kind], lbl("kind", kind))
+		t.lastRepairs[kind] = n
 	}
 }
 
