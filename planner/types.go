@@ -11,6 +11,18 @@ import (
 // planner never compares against a fixed list.
 type GPUType string
 
+// ValidName reports whether t is a GPU type name every part of hadar
+// accepts (a job's hadar.throughput, the sidecar's gpu_types, profiles
+// written by hand): lowercase letters, digits, '-' and '_'.
+func (t GPUType) ValidName() bool {
+	for _, r := range t {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return t != ""
+}
+
 // Node is one server: GPUs of one or more types, and where it sits.
 type Node struct {
 	ID   string

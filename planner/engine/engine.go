@@ -16,6 +16,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -119,8 +120,13 @@ type job struct {
 	// lastAt/lastDone: the previous progress report while running on the
 	// current placement (learning); lastAt < 0 when none.
 	lastAt, lastDone float64
-	reason           round.Reason
-	waitingSince     float64
+	// reportedAt is when Progress last accepted a report (0: none);
+	// trustedDone and trustedAt the last report taken as written, or the
+	// job's admission (the bound on reports grows from there).
+	reportedAt             float64
+	trustedDone, trustedAt float64
+	reason                 round.Reason
+	waitingSince           float64
 	// deferUntil keeps a waiting job out of plans until then (Defer);
 	// deferWhy says why.
 	deferUntil float64
@@ -245,7 +251,7 @@ func (e *Engine) Admit(jb planner.Job, now float64) error {
 	if _, ok := e.byID[jb.ID]; ok {
 		return fmt.Errorf("engine: job %s is already active", jb.ID)
 	}
-	j := &job{view: round.JobView{Job: jb, Remaining: jb.TotalSteps, Received: make([]float64, len(e.types))}, rem: jb.TotalSteps, lastAt: -1, waitingSince: now}
+	j := &job{view: round.JobView{Job: jb, Remaining: jb.TotalSteps, Received: make([]float64, len(e.types))}, rem: jb.TotalSteps, lastAt: -1, waitingSince: now, trustedAt: now}
 	if err := e.throughputs(j); err != nil {
 		return err
 	}
@@ -297,6 +303,15 @@ func (e *Engine) job(id string) (*job, error) {
 // Progress reports that job id has done `done` steps in all (as measured:
 // from its progress file, or the simulator's truth). Progress may go back
 // when a job restarts from an older checkpoint.
+//
+// The count comes from the job's own progress file, so it is not trusted:
+// it is capped at the job's declared steps; it may go back only when the
+// job stopped or (re)started since the last report (back to its
+// checkpoint), else the report is ignored; and it may not grow faster than MaxFactor
+// twice over the job's fastest estimated speed (per unit, for a forked job)
+// allows since the last report, else it is cut to that. A report changed or
+// ignored returns an error wrapping ErrImplausible after taking what it
+// could.
 func (e *Engine) Progress(id string, done, now float64) error {
 	j, err := e.job(id)
 	if err != nil {
@@ -305,7 +320,59 @@ func (e *Engine) Progress(id string, done, now float64) error {
 	if math.IsNaN(done) || math.IsInf(done, 0) || done < 0 {
 		return fmt.Errorf("engine: job %s: steps done %v: want a finite number >= 0", id, done)
 	}
-	return e.addProgress(j, done-j.done, done, now)
+	// Past its declared steps a job is shown as needing Overrun more
+	// (JobState.Remaining): the count beyond them changes nothing.
+	done = min(done, j.view.TotalSteps)
+	restarted := !j.view.Running || j.placedAt >= j.reportedAt
+	if done < j.done && !restarted {
+		if err := e.advance(now); err != nil {
+			return err
+		}
+		return fmt.Errorf("engine: job %s: %w: steps done went back from %.0f to %.0f without a restart: ignored", id, ErrImplausible, j.done, done)
+	}
+	var why string
+	if limit, ok := e.progressLimit(j, now); ok && done > limit {
+		why = fmt.Sprintf("%.0f steps done is more than its fastest speed allows since the last report: counted as %.0f", done, limit)
+		done = limit
+	}
+	if err := e.addProgress(j, done-j.done, done, now); err != nil {
+		return err
+	}
+	j.reportedAt = now
+	if why == "" {
+		// A cut report does not move the anchor: the bound keeps growing
+		// with time, so a job that really is that far catches up.
+		j.trustedDone, j.trustedAt = done, now
+	}
+	if why != "" {
+		return fmt.Errorf("engine: job %s: %w: %s", id, ErrImplausible, why)
+	}
+	return nil
+}
+
+// ErrImplausible marks a progress report the engine did not take as is.
+var ErrImplausible = errors.New("implausible progress report")
+
+// progressGrace is added to the time a report's bound allows: clocks of
+// the job's node and the sidecar differ, and a first report may come
+// right after a start.
+const progressGrace = 60.0
+
+// progressLimit is the most steps done a report at now may claim: the
+// steps of the last report taken as written (or 0 at admission) plus
+// MaxFactor twice the job's fastest estimated rate (per unit, for a forked
+// job) over the time since it, and progressGrace. ok is false when the job
+// has no estimated speed to bound it by.
+func (e *Engine) progressLimit(j *job, now float64) (float64, bool) {
+	best := 0.0
+	for _, tp := range j.view.Throughput {
+		best = max(best, tp)
+	}
+	if !(best > 0) {
+		return 0, false
+	}
+	units := max(1, len(j.view.Placement.Units))
+	return j.trustedDone + 2*MaxFactor*best*float64(units)*(max(0, now-j.trustedAt)+progressGrace), true
 }
 
 // AddProgress reports that job id made `steps` more steps (negative: it
@@ -354,7 +421,7 @@ func (e *Engine) learn(j *job, now float64) {
 		return
 	}
 	dt := now - j.lastAt
-	e.est.observe(estKey{j.view.Model, j.view.ScaleFactor, units[0].Slots[0].Type}, j.done-j.lastDone, pred*dt, dt)
+	e.est.observe(estKey{j.view.Model, j.view.ScaleFactor, units[0].Slots[0].Type}, j.view.ID, j.done-j.lastDone, pred*dt, dt)
 }
 
 // Adopt records that job id runs on p, as observed outside a decision: a

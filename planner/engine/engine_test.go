@@ -551,6 +551,103 @@ func TestLearningFindsTheTrueSpeed(t *testing.T) {
 	}
 }
 
+// A job's progress file is its own: the engine takes its count only as
+// far as it is plausible.
+func TestProgressReportsAreBoundedAndMonotone(t *testing.T) {
+	s := &scripted{next: map[string]planner.Placement{"x": place(unit(slot("a", "v100", 1)))}}
+	e := newEngine(t, s, engine.Config{})
+	if err := e.Admit(job("x", 1, 1e6), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Plan(context.Background(), 0, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	rate := e.Jobs()[0].Throughput["v100"]
+	if err := e.Progress("x", 100, 10); err != nil {
+		t.Fatal(err)
+	}
+	// Back, while it ran on the same GPUs throughout: ignored.
+	if err := e.Progress("x", 50, 20); !errors.Is(err, engine.ErrImplausible) {
+		t.Fatalf("a count going back without a restart: %v", err)
+	}
+	if st, _ := e.Job("x"); st.Done != 100 {
+		t.Fatalf("done %v after an ignored report, want 100", st.Done)
+	}
+	// Far faster than any GPU it could run on: cut to the bound.
+	err := e.Progress("x", 1e6, 30)
+	st, _ := e.Job("x")
+	if !errors.Is(err, engine.ErrImplausible) || st.Done >= 1e6 || st.Done > 100+2*engine.MaxFactor*rate*(20+60)+1e-6 {
+		t.Fatalf("a jump to the end in 10 s: err %v, done %v (speed %v steps/s)", err, st.Done, rate)
+	}
+	// After a stop, back to the checkpoint is the truth.
+	s.next = map[string]planner.Placement{}
+	if _, err := e.Plan(context.Background(), 360, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Progress("x", 80, 370); err != nil {
+		t.Fatalf("back to the checkpoint after a stop: %v", err)
+	}
+	if st, _ := e.Job("x"); st.Done != 80 {
+		t.Fatalf("done %v, want 80", st.Done)
+	}
+	// A job that really is far ahead (reports lost for a while) catches up
+	// as time passes: the bound grows from the last report taken as is.
+	s.next = map[string]planner.Placement{"x": place(unit(slot("a", "v100", 1)))}
+	if _, err := e.Plan(context.Background(), 720, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	far := 80 + 2*engine.MaxFactor*rate*500
+	if err := e.Progress("x", far, 730); !errors.Is(err, engine.ErrImplausible) {
+		t.Fatalf("%v steps 360 s after the last report: %v", far, err)
+	}
+	if err := e.Progress("x", far+rate*10, 3730); err != nil {
+		t.Fatalf("the same count, later: %v", err)
+	}
+}
+
+// One job's reports (a bug, or a file written to skew the estimates) move
+// the estimate of its model by a bounded amount, and not at all once other
+// jobs of the model have shown otherwise.
+func TestOneJobMovesItsModelsEstimateBoundedly(t *testing.T) {
+	prof := profile.Default()
+	truth, _ := prof.Throughput(model, 1, "v100", false)
+	est, err := engine.NewEstimates(prof, engine.LearnConfig{On: true, Warmup: 30, MinEvidence: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &scripted{next: map[string]planner.Placement{}}
+	e := newEngine(t, s, engine.Config{Speed: speed.Model{Profile: est}})
+	ids := []string{"liar", "a", "b"}
+	for _, id := range ids {
+		if err := e.Admit(job(id, 1, 1e9), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.next = map[string]planner.Placement{"liar": place(unit(slot("a", "v100", 1))), "a": place(unit(slot("b", "v100", 1))), "b": place(unit(slot("a", "v100", 1)))}
+	if _, err := e.Plan(context.Background(), 0, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	// The liar alone first: it claims 100 times the true speed.
+	for now := 10.0; now <= 600; now += 10 {
+		_ = e.Progress("liar", 100*truth*now, now)
+	}
+	if f := est.Factor(model, 1, "v100"); f > engine.MaxFactor {
+		t.Fatalf("one job alone set the factor to %v, above the bound %v", f, engine.MaxFactor)
+	}
+	// Two honest jobs of the model: the liar no longer moves it.
+	for now := 610.0; now <= 1500; now += 10 {
+		for _, id := range []string{"a", "b"} {
+			if err := e.Progress(id, truth*(now-40), now); err != nil && !errors.Is(err, engine.ErrImplausible) {
+				t.Fatal(err)
+			}
+		}
+		_ = e.Progress("liar", 100*truth*now, now)
+	}
+	if f := est.Factor(model, 1, "v100"); math.Abs(f-1) > 0.05 {
+		t.Fatalf("factor %v with two honest jobs against one liar, want about 1", f)
+	}
+}
+
 type scaled struct {
 	p speed.Profile
 	f float64

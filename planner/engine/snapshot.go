@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -89,6 +90,9 @@ type jobV1 struct {
 	Received     []float64         `json:"received"`
 	PlacedAt     float64           `json:"placed_at"`
 	LastAt       float64           `json:"last_at"`
+	ReportedAt   float64           `json:"reported_at,omitempty"`
+	TrustedDone  float64           `json:"trusted_done,omitempty"`
+	TrustedAt    float64           `json:"trusted_at,omitempty"`
 	LastDone     float64           `json:"last_done"`
 	Reason       round.Reason      `json:"reason"`
 	WaitingSince float64           `json:"waiting_since"`
@@ -103,12 +107,16 @@ type estimatesV1 struct {
 }
 
 type correctionV1 struct {
-	Model     string          `json:"model"`
-	SF        int             `json:"sf"`
-	Type      planner.GPUType `json:"type"`
-	Observed  float64         `json:"observed_steps"`
-	Predicted float64         `json:"predicted_steps"`
-	Seconds   float64         `json:"seconds"`
+	Model string          `json:"model"`
+	SF    int             `json:"sf"`
+	Type  planner.GPUType `json:"type"`
+	// Job is the job whose ledger this is ("" for ledgers folded
+	// together, and in snapshots written before ledgers were per job).
+	Job       string  `json:"job,omitempty"`
+	Seq       uint64  `json:"seq,omitempty"`
+	Observed  float64 `json:"observed_steps"`
+	Predicted float64 `json:"predicted_steps"`
+	Seconds   float64 `json:"seconds"`
 }
 
 type schedulerV1 struct {
@@ -128,14 +136,18 @@ func (e *Engine) Snapshot() ([]byte, error) {
 	}
 	for _, j := range e.jobs {
 		st.Jobs = append(st.Jobs, jobV1{Job: j.view.Job, Remaining: j.rem, Done: j.done, Running: j.view.Running, Placement: j.view.Placement,
-			Received: j.view.Received, PlacedAt: j.placedAt, LastAt: j.lastAt, LastDone: j.lastDone, Reason: j.reason, WaitingSince: j.waitingSince,
+			Received: j.view.Received, PlacedAt: j.placedAt, LastAt: j.lastAt, ReportedAt: j.reportedAt, TrustedDone: j.trustedDone, TrustedAt: j.trustedAt, LastDone: j.lastDone, Reason: j.reason, WaitingSince: j.waitingSince,
 			DeferUntil: j.deferUntil, DeferWhy: j.deferWhy})
 	}
 	if e.est != nil {
 		es := &estimatesV1{Learn: e.est.learn, Gen: e.est.gen}
 		for _, l := range e.est.Learned() {
-			c := e.est.corr[estKey{l.Model, l.SF, l.Type}]
-			es.Corr = append(es.Corr, correctionV1{Model: l.Model, SF: l.SF, Type: l.Type, Observed: c.Observed, Predicted: c.Predicted, Seconds: c.Seconds})
+			ls := e.est.corr[estKey{l.Model, l.SF, l.Type}]
+			for _, job := range slices.Sorted(maps.Keys(ls)) {
+				c := ls[job]
+				es.Corr = append(es.Corr, correctionV1{Model: l.Model, SF: l.SF, Type: l.Type, Job: job, Seq: c.Seq,
+					Observed: c.Observed, Predicted: c.Predicted, Seconds: c.Seconds})
+			}
 		}
 		st.Estimates = es
 	}
@@ -221,7 +233,7 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		if len(js.Received) != len(e.types) {
 			return nil, fmt.Errorf("engine snapshot: job %s: %d received times for %d GPU types", js.Job.ID, len(js.Received), len(e.types))
 		}
-		for _, x := range append(slices.Clone(js.Received), js.Remaining, js.Done, js.PlacedAt, js.LastAt, js.LastDone, js.WaitingSince, js.DeferUntil) {
+		for _, x := range append(slices.Clone(js.Received), js.Remaining, js.Done, js.PlacedAt, js.LastAt, js.ReportedAt, js.TrustedDone, js.TrustedAt, js.LastDone, js.WaitingSince, js.DeferUntil) {
 			if err := finite("job "+js.Job.ID, x); err != nil {
 				return nil, err
 			}
@@ -237,12 +249,12 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 			return nil, fmt.Errorf("engine snapshot: job %s: running=%v with %d units", js.Job.ID, js.Running, len(js.Placement.Units))
 		}
 		j := &job{view: round.JobView{Job: js.Job, Remaining: js.Remaining, Received: slices.Clone(js.Received), Placement: clonePlacement(js.Placement), Running: js.Running},
-			rem: js.Remaining, done: js.Done, placedAt: js.PlacedAt, lastAt: js.LastAt, lastDone: js.LastDone, reason: js.Reason, waitingSince: js.WaitingSince,
+			rem: js.Remaining, done: js.Done, placedAt: js.PlacedAt, lastAt: js.LastAt, reportedAt: js.ReportedAt, trustedDone: js.TrustedDone, trustedAt: js.TrustedAt, lastDone: js.LastDone, reason: js.Reason, waitingSince: js.WaitingSince,
 			deferUntil: js.DeferUntil, deferWhy: js.DeferWhy}
 		e.jobs = append(e.jobs, j)
 		e.byID[js.Job.ID] = j
 	}
-	var corr map[estKey]*correction
+	var corr map[estKey]map[string]*correction
 	switch {
 	case st.Estimates != nil && e.est == nil:
 		return nil, fmt.Errorf("engine snapshot: it carries learned estimates, but the speed model's profile is not an *engine.Estimates")
@@ -250,14 +262,24 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		if st.Estimates.Learn != e.est.learn {
 			return nil, fmt.Errorf("engine snapshot: learning %+v, the estimates here %+v", st.Estimates.Learn, e.est.learn)
 		}
-		corr = map[estKey]*correction{}
+		corr = map[estKey]map[string]*correction{}
 		for _, c := range st.Estimates.Corr {
 			for _, x := range []float64{c.Observed, c.Predicted, c.Seconds} {
 				if err := finite("estimates", x); err != nil {
 					return nil, err
 				}
+				if x < 0 {
+					return nil, fmt.Errorf("engine snapshot: estimates: %v below 0", x)
+				}
 			}
-			corr[estKey{c.Model, c.SF, c.Type}] = &correction{Observed: c.Observed, Predicted: c.Predicted, Seconds: c.Seconds}
+			k := estKey{c.Model, c.SF, c.Type}
+			if corr[k] == nil {
+				corr[k] = map[string]*correction{}
+			}
+			if _, dup := corr[k][c.Job]; dup {
+				return nil, fmt.Errorf("engine snapshot: estimates: two ledgers of job %q for %s/%d/%s", c.Job, c.Model, c.SF, c.Type)
+			}
+			corr[k][c.Job] = &correction{Observed: c.Observed, Predicted: c.Predicted, Seconds: c.Seconds, Seq: c.Seq}
 		}
 	}
 	stateful, isStateful := sched.(round.Stateful)
@@ -274,7 +296,11 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		}
 	}
 	if corr != nil {
-		e.est.corr, e.est.gen = corr, st.Estimates.Gen
+		e.est.corr, e.est.factor = corr, map[estKey]float64{}
+		for k := range corr {
+			e.est.refactor(k)
+		}
+		e.est.gen = st.Estimates.Gen
 	}
 	// Throughputs are a pure function of the cluster and the estimates:
 	// recompute them.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -104,8 +105,18 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 		}
 	}
 	// The journal records the index each write was planned on, whichever
-	// cycle it returns in.
-	wctx := context.WithValue(ctx, plannedKey{}, snap.Index)
+	// cycle it returns in; each write runs under the lease it was decided
+	// under and ends with it.
+	wctx, cancelWrites, leading := a.underLease(context.WithValue(ctx, plannedKey{}, snap.Index))
+	if !leading {
+		for _, w := range ws {
+			w.err = errNotLeader
+		}
+	}
+	var inFlight sync.WaitGroup
+	defer func() {
+		go func() { inFlight.Wait(); cancelWrites() }()
+	}()
 	for _, w := range ws {
 		if w.err != nil {
 			close(w.done)
@@ -124,8 +135,10 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 		}
 		a.writing[k] = w
 		a.writes.Add(1)
+		inFlight.Add(1)
 		go func() {
 			defer a.writes.Done()
+			defer inFlight.Done()
 			a.writeSem <- struct{}{}
 			_, w.err = a.applier.BeginReserved(wctx, r, w.job, w.target, w.after)
 			<-a.writeSem
@@ -183,7 +196,9 @@ func (a *Agent) finishWrite(w *pendingWrite) {
 		}
 		ev.Result = "not applied: " + err.Error()
 		if errors.Is(err, apply.ErrConflict) {
-			a.log.Info("job changed by someone else during the round: re-reading it, not overwriting", "job", jd.Job)
+			a.log.Info("job changed by someone else during the round: re-reading it, not overwriting", "job", jd.Job, "error", err)
+		} else if errors.Is(err, apply.ErrNotManaged) {
+			a.log.Info("job taken over (no longer managed): hadar's decision not written", "job", jd.Job)
 		} else if errors.Is(err, apply.ErrFinished) {
 			a.log.Info("job is completing: not rewritten, so no finished worker runs again", "job", jd.Job, "error", err)
 		} else {

@@ -189,21 +189,63 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 	if a.lock, err = newLock(cfg, client, a.id, a); err != nil {
 		return nil, err
 	}
-	acfg := apply.Config{GangTimeout: cfg.GangTimeoutD, StopTimeout: cfg.StopTimeoutD, DryRun: cfg.DryRun, Logger: logger.Named("apply"), Journal: a.fence}
+	acfg := apply.Config{GangTimeout: cfg.GangTimeoutD, StopTimeout: cfg.StopTimeoutD, DryRun: cfg.DryRun, Logger: logger.Named("apply"), Journal: a.fence, Guard: a.guard}
 	a.applier = apply.New(client.Jobs(), acfg)
 	return a, nil
 }
 
 // fence is called before and after every write: a replica that is not the
-// leader makes none, and every write is journaled.
+// leader makes none, and every write is journaled with the generation of
+// the lease it was decided under.
 func (a *Agent) fence(ctx context.Context, w apply.Write) error {
-	if l := a.lease.Load(); !w.Applied && a.lock != nil && (l == nil || !l.Valid()) {
-		return errNotLeader
+	if !w.Applied {
+		if err := a.guard(ctx); err != nil {
+			return err
+		}
 	}
 	if a.store == nil {
 		return nil
 	}
 	return a.journal(ctx, w)
+}
+
+// guard is the fence's check, asked again right before each registration
+// (apply.Config.Guard): without an election every write may go; with one,
+// only under the lease the write was decided under, while it is valid and
+// still this replica's current one.
+func (a *Agent) guard(ctx context.Context) error {
+	if a.lock == nil {
+		return nil
+	}
+	l := leaseOf(ctx)
+	if l == nil || !l.Valid() || a.lease.Load() != l {
+		return errNotLeader
+	}
+	return nil
+}
+
+// leaseKey carries, in a write's context, the lease it was decided under.
+type leaseKey struct{}
+
+func leaseOf(ctx context.Context) *leader.Lease {
+	l, _ := ctx.Value(leaseKey{}).(*leader.Lease)
+	return l
+}
+
+// underLease returns the context a write decided now runs in: with an
+// election, one that ends when the current lease is lost or lapses and
+// that names that lease (ok false when this replica holds none); without,
+// ctx itself.
+func (a *Agent) underLease(ctx context.Context) (context.Context, context.CancelFunc, bool) {
+	if a.lock == nil {
+		return ctx, func() {}, true
+	}
+	l := a.lease.Load()
+	if l == nil {
+		return ctx, func() {}, false
+	}
+	lctx, cancel := l.Context(ctx)
+	return context.WithValue(lctx, leaseKey{}, l), cancel, true
 }
 
 // openStore opens the configured state store (nil for "none").
@@ -394,7 +436,11 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	start := a.clock()
 	a.planIndex.Store(snap.Index)
 	a.collectWrites()
-	stepped := a.applier.Step(ctx, clusterView{a, snap})
+	var stepped []apply.Outcome
+	if sctx, cancel, ok := a.underLease(ctx); ok {
+		stepped = a.applier.Step(sctx, clusterView{a, snap})
+		cancel()
+	}
 	for _, o := range stepped {
 		a.outcome(o)
 	}
@@ -483,8 +529,14 @@ func (a *Agent) outcome(o apply.Outcome) {
 	mj := a.jobs[watch.JobKey(o.Key)]
 	switch o.Phase {
 	case apply.Failed:
-		a.log.Warn("placement change failed", "job", o.Key.String(), "error", o.Err)
 		a.note(Event{Time: a.clock(), Job: o.Key.String(), Result: "failed: " + o.Err.Error()})
+		if errors.Is(o.Err, apply.ErrConflict) || errors.Is(o.Err, apply.ErrNotManaged) {
+			// Someone else changed the job: decided anew on what they
+			// wrote, no back-off.
+			a.log.Info("placement change stopped: the job changed under it", "job", o.Key.String(), "error", o.Err)
+			break
+		}
+		a.log.Warn("placement change failed", "job", o.Key.String(), "error", o.Err)
 		if mj != nil {
 			a.backOff(mj, o.Err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2/hclsimple"
 
+	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/registry"
 )
@@ -273,8 +274,8 @@ func (c Config) Resolve() (Settings, error) {
 	}
 	s.PortLow, s.PortHigh = l, h
 	for model, t := range s.GPUTypes {
-		if strings.TrimSpace(model) == "" || !validType(t) {
-			return s, fmt.Errorf("sidecar config: gpu_types[%q] = %q: want a device model mapped to a lowercase GPU type name such as \"v100\"", model, t)
+		if strings.TrimSpace(model) == "" || !planner.GPUType(t).ValidName() {
+			return s, fmt.Errorf("sidecar config: gpu_types[%q] = %q: want a device model mapped to a GPU type name of lowercase letters, digits, '-' and '_' such as \"v100\" (what hadar.throughput names)", model, t)
 		}
 	}
 	if s.HTTP.Address == "" {
@@ -286,7 +287,16 @@ func (c Config) Resolve() (Settings, error) {
 		if s.DryRun {
 			s.State.Store = "none" // a dry run changes nothing, its own state included
 		}
-	case "file", "nomad", "none":
+		if s.Leader.Enabled {
+			// Replicas share one state: each taking over must read the
+			// last leader's, which a local file is not.
+			s.State.Store = "nomad"
+		}
+	case "file":
+		if s.Leader.Enabled {
+			return s, fmt.Errorf("sidecar config: state.store = \"file\" with leader.enabled: each replica would take over from its own stale file; want state { store = \"nomad\" } (Nomad Variables, shared by the replicas) or \"none\"")
+		}
+	case "nomad", "none":
 	default:
 		return s, fmt.Errorf("sidecar config: state.store = %q: want \"file\" (a local file), \"nomad\" (Nomad Variables) or \"none\"", s.State.Store)
 	}
@@ -323,16 +333,4 @@ func (c Config) Resolve() (Settings, error) {
 		return s, fmt.Errorf("sidecar config: log_level = %q: want trace, debug, info, warn or error", s.LogLevel)
 	}
 	return s, nil
-}
-
-func validType(t string) bool {
-	if t == "" || t != strings.ToLower(t) {
-		return false
-	}
-	for _, r := range t {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return false
-		}
-	}
-	return true
 }

@@ -39,6 +39,12 @@ state {
 	if s, err = c.Resolve(); err != nil || s.Policy != DefaultPolicy || s.State.Store != "file" || s.PortLow != 29500 {
 		t.Fatalf("defaults %+v, %v", s, err)
 	}
+	// With an election and no store named, the replicas share Nomad
+	// Variables.
+	c, _ = ParseConfig("ha.hcl", []byte("leader {\n  enabled = true\n}\n"))
+	if s, err = c.Resolve(); err != nil || s.State.Store != "nomad" {
+		t.Fatalf("leader without a store: %q, %v; want the shared \"nomad\" store", s.State.Store, err)
+	}
 }
 
 func TestConfigErrorsNameTheField(t *testing.T) {
@@ -54,6 +60,11 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`log_level = "loud"`, "log_level"},
 		{"state {\n  store = \"s3\"\n}", "state.store"},
 		{"leader {\n  ttl = \"1s\"\n}", "leader.ttl"},
+		// A type name hadar.throughput would refuse.
+		{`gpu_types = { "NVIDIA A100" = "a100.80g" }`, "gpu_types"},
+		// Replicas each with a file of their own would take over from a
+		// stale state.
+		{"leader {\n  enabled = true\n}\nstate {\n  store = \"file\"\n}", "leader.enabled"},
 		{`unknown_field = 1`, "unknown_field"},
 		{`policy = `, "s.hcl"},
 	} {

@@ -123,7 +123,7 @@ func (a *Agent) journal(ctx context.Context, w apply.Write) error {
 		planned = idx // a write that went out in the background
 	}
 	e := state.Entry{Time: a.clock(), Job: w.Job.String(), Kind: w.Kind, PlannedIndex: planned, ReadIndex: w.ReadIndex,
-		Applied: w.Applied, JobModifyIndex: w.JobModifyIndex, Leader: a.leaderID(), Generation: a.generation()}
+		Applied: w.Applied, JobModifyIndex: w.JobModifyIndex, Leader: a.leaderID(), Generation: generationOf(ctx)}
 	for _, u := range w.Units {
 		e.Units = append(e.Units, u.Planner())
 	}
@@ -135,6 +135,15 @@ func (a *Agent) journal(ctx context.Context, w apply.Write) error {
 	a.journalSeq = max(a.journalSeq, seq)
 	a.journalMu.Unlock()
 	return nil
+}
+
+// generationOf is the generation of the lease a write was decided under (0
+// without an election).
+func generationOf(ctx context.Context) uint64 {
+	if l := leaseOf(ctx); l != nil {
+		return l.Generation
+	}
+	return 0
 }
 
 // recheckJournal compares the writes journaled after the restored state

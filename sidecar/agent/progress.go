@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
@@ -84,6 +86,11 @@ func (a *Agent) applyProgress(best map[string]float64) {
 			continue
 		}
 		if err := a.eng.Progress(id, best[id], now); err != nil {
+			if errors.Is(err, engine.ErrImplausible) {
+				// Once per job: its file keeps saying it every read.
+				a.warnOnce("progress:"+id, "a job's progress report was not taken as written (its progress file is the job's own)", "job", id, "error", err)
+				continue
+			}
 			a.log.Debug("progress", "job", id, "error", err)
 		}
 	}

@@ -29,7 +29,7 @@ func (a *Agent) sync(snap *watch.Snapshot, now float64) error {
 	a.syncJobs(snap, now)
 	a.reconcile(snap, now)
 	a.ports.Reset(a.usedPorts(snap), a.clock())
-	return nil
+	return a.eng.SetHeld(a.heldGPUs(snap), now)
 }
 
 // plannerNode is the engine's view of a Nomad node: its healthy GPUs per
@@ -116,24 +116,34 @@ func (a *Agent) syncNodes(snap *watch.Snapshot, now float64) error {
 			a.drained[id] = d
 		}
 	}
-	return a.eng.SetHeld(a.unmanagedGPUs(snap), now)
+	return nil
 }
 
-// unmanagedGPUs counts, per node and planner type, the GPUs that live
-// allocations of jobs hadar does not manage hold: never offered to the
-// planner, though still the cluster's capacity.
-func (a *Agent) unmanagedGPUs(snap *watch.Snapshot) map[string]map[planner.GPUType]int {
+// heldGPUs counts, per node and planner type, the GPUs held by live
+// allocations of work the engine does not plan: jobs hadar does not manage,
+// and managed jobs it does not plan (a spec it refuses, an admission it
+// refused). Never offered to the planner, though still the cluster's
+// capacity. Called after syncJobs, so a.jobs is current.
+func (a *Agent) heldGPUs(snap *watch.Snapshot) map[string]map[planner.GPUType]int {
 	out := map[string]map[planner.GPUType]int{}
-	for _, h := range snap.Unmanaged {
-		for model, n := range h.GPUs {
+	add := func(node string, gpus map[string]int) {
+		for model, n := range gpus {
 			t := a.types.Type(model)
 			if t == "" {
 				continue
 			}
-			if out[h.NodeID] == nil {
-				out[h.NodeID] = map[planner.GPUType]int{}
+			if out[node] == nil {
+				out[node] = map[planner.GPUType]int{}
 			}
-			out[h.NodeID][t] += n
+			out[node][t] += n
+		}
+	}
+	for _, h := range snap.Unmanaged {
+		add(h.NodeID, h.GPUs)
+	}
+	for _, al := range snap.Allocs {
+		if _, planned := a.jobs[al.Job()]; !planned && !al.Terminal() {
+			add(al.NodeID, al.GPUs)
 		}
 	}
 	return out

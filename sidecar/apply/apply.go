@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -86,6 +87,10 @@ type Config struct {
 	// false) and after it succeeded (applied true, with the job's new
 	// index). A write whose intent cannot be recorded is not made.
 	Journal func(ctx context.Context, w Write) error
+	// Guard, when set, is asked right before each registration goes out
+	// (after the plan and the journal, which may take a while): a write
+	// it refuses is not made. The sidecar's checks its leader lease here.
+	Guard func(ctx context.Context) error
 }
 
 // Write is one registration, as the journal records it.
@@ -109,6 +114,10 @@ type Applier struct {
 	ops  map[Key]*Op
 	// Writes counts registrations made (dry runs included), by kind.
 	writes map[string]int
+	// own is, per job, the JobModifyIndex of hadar's last write: a
+	// decision planned on a view from before that write still stands on
+	// it (the engine assumed the write).
+	own map[Key]uint64
 }
 
 // New returns an Applier writing through jobs.
@@ -119,7 +128,7 @@ func New(jobs Jobs, cfg Config) *Applier {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Applier{jobs: jobs, cfg: cfg, ops: map[Key]*Op{}, writes: map[string]int{}}
+	return &Applier{jobs: jobs, cfg: cfg, ops: map[Key]*Op{}, writes: map[string]int{}, own: map[Key]uint64{}}
 }
 
 // Phase of an operation.
@@ -165,6 +174,12 @@ type Op struct {
 	// stopped: the removed workers have ended (a move may still wait on
 	// other jobs before it starts its new units).
 	stopped bool
+	// index is the job version the operation stands on: the one its
+	// decision was planned on, then the one its own last write made. A
+	// later write finding any other version is not made (ErrConflict).
+	index uint64
+	// spec is the job's spec the decision was planned on.
+	spec jobspec.Spec
 }
 
 // Outcome is an operation that ended, reported by Step.
@@ -182,9 +197,15 @@ type Outcome struct {
 // worker again.
 var ErrFinished = errors.New("a kept worker already finished")
 
-// ErrConflict is returned (wrapped) when a person changed the job since it
-// was read: the write was refused by check-and-set.
+// ErrConflict is returned (wrapped) when someone else changed the job since
+// the decision was planned (or since it was read): the write was not made,
+// or Nomad's check-and-set refused it.
 var ErrConflict = errors.New("the job changed since it was read")
+
+// ErrNotManaged is returned (wrapped) when the job is no longer hadar's to
+// write: its hadar.* meta was removed (a person took it over) or it became
+// a launcher. The write is not made.
+var ErrNotManaged = errors.New("the job is no longer managed by hadar")
 
 func (a *Applier) count(kind string) {
 	a.mu.Lock()
@@ -274,7 +295,13 @@ func (a *Applier) BeginReserved(ctx context.Context, r *Op, j *Job, target []job
 }
 
 func (a *Applier) begin(ctx context.Context, j *Job, target []jobform.Unit, after []Key) (*Op, error) {
-	j, err := a.fresh(ctx, j)
+	planned := []uint64{j.JobModifyIndex}
+	a.mu.Lock()
+	if own := a.own[j.Key]; own > j.JobModifyIndex {
+		planned = append(planned, own)
+	}
+	a.mu.Unlock()
+	j, err := a.fresh(ctx, j, j.Spec, planned...)
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +309,8 @@ func (a *Applier) begin(ctx context.Context, j *Job, target []jobform.Unit, afte
 	if err != nil {
 		return nil, err
 	}
-	op := &Op{Key: j.Key, Target: target, Started: a.cfg.Now(), After: slices.DeleteFunc(slices.Clone(after), func(k Key) bool { return k == j.Key })}
+	op := &Op{Key: j.Key, Target: target, Started: a.cfg.Now(), After: slices.DeleteFunc(slices.Clone(after), func(k Key) bool { return k == j.Key }),
+		index: j.JobModifyIndex, spec: j.Spec}
 	for _, u := range target {
 		if c := find(current, u.ID); c != nil && sameUnit(*c, u) {
 			op.Keep = append(op.Keep, u)
@@ -354,10 +382,13 @@ func groups(tmpl string, u jobform.Unit) []string {
 	return out
 }
 
-// fresh re-reads the job: a write goes against the job as it is now, so a
-// person's edit made since the snapshot is kept, and one made after this
-// read is caught by check-and-set.
-func (a *Applier) fresh(ctx context.Context, j *Job) (*Job, error) {
+// fresh re-reads the job before a write and refuses to write on any
+// version other than one of want (the version the decision was planned on,
+// or the one hadar's own last write made): a person's edit made since is
+// kept (ErrConflict), one made after this read is caught by check-and-set.
+// The job read is parsed again: it must still be managed (ErrNotManaged)
+// with the spec the decision was planned on (ErrConflict).
+func (a *Applier) fresh(ctx context.Context, j *Job, spec jobspec.Spec, want ...uint64) (*Job, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -371,13 +402,43 @@ func (a *Applier) fresh(ctx context.Context, j *Job) (*Job, error) {
 	if raw.Stop != nil && *raw.Stop {
 		return nil, fmt.Errorf("job %s was stopped by its owner: not written", j.Key)
 	}
-	return &Job{Key: j.Key, Raw: raw, Spec: j.Spec, JobModifyIndex: *raw.JobModifyIndex}, nil
+	if !jobspec.IsManaged(raw) {
+		return nil, fmt.Errorf("job %s: %w (no hadar.* job meta, or a launcher): not written", j.Key, ErrNotManaged)
+	}
+	index := deref(raw.JobModifyIndex)
+	if !slices.Contains(want, index) {
+		return nil, fmt.Errorf("job %s: %w: the decision was planned on version index %v, Nomad has %d: not written, decided anew", j.Key, ErrConflict, want, index)
+	}
+	now, err := jobspec.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w: its spec no longer parses (%v): not written", j.Key, ErrConflict, err)
+	}
+	if !SameSpec(now, spec) {
+		return nil, fmt.Errorf("job %s: %w: its spec changed since the decision was planned: not written, decided anew", j.Key, ErrConflict)
+	}
+	return &Job{Key: j.Key, Raw: raw, Spec: now, JobModifyIndex: index}, nil
 }
 
-// write registers the job with exactly the given units, after Nomad's plan
-// agrees: groups of kept units untouched, new groups placeable.
+// SameSpec reports whether two parses of a job describe the same managed
+// job; where the gate sits does not count (hadar's own placement moves it
+// from the job to the template group).
+func SameSpec(a, b jobspec.Spec) bool {
+	a.Gates, b.Gates = nil, nil
+	return reflect.DeepEqual(a, b)
+}
+
+func deref(p *uint64) uint64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// write registers the job with exactly the given units, on the version op
+// stands on, after Nomad's plan agrees: groups of kept units untouched,
+// new groups placeable.
 func (a *Applier) write(ctx context.Context, j *Job, units []jobform.Unit, kind string, op *Op) error {
-	j, err := a.fresh(ctx, j)
+	j, err := a.fresh(ctx, j, op.spec, op.index)
 	if err != nil {
 		return err
 	}
@@ -444,14 +505,26 @@ func (a *Applier) writeRead(ctx context.Context, j *Job, units []jobform.Unit, k
 			return fmt.Errorf("job %s: journaling the %s write: %w: not written", j.Key, kind, err)
 		}
 	}
+	if a.cfg.Guard != nil {
+		if err := a.cfg.Guard(ctx); err != nil {
+			return fmt.Errorf("job %s: the %s write: %w: not written", j.Key, kind, err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("job %s: the %s write: %w: not written", j.Key, kind, context.Cause(ctx))
+	}
 	resp, _, err := a.jobs.RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: j.JobModifyIndex}, wo)
 	if err != nil {
-		if strings.Contains(err.Error(), "conflicting job modify index") {
+		if IsIndexConflict(err) {
 			return fmt.Errorf("job %s: %w (%v)", j.Key, ErrConflict, err)
 		}
 		return fmt.Errorf("job %s: registering the %s write: %w", j.Key, kind, err)
 	}
 	a.count(kind)
+	a.mu.Lock()
+	a.own[j.Key] = resp.JobModifyIndex
+	a.mu.Unlock()
+	op.index = resp.JobModifyIndex
 	if a.cfg.Journal != nil {
 		if err := a.cfg.Journal(ctx, Write{Job: j.Key, Kind: kind, Units: units, ReadIndex: j.JobModifyIndex, Applied: true, JobModifyIndex: resp.JobModifyIndex}); err != nil {
 			a.cfg.Logger.Warn("write made but not journaled: a restart recognises it from Nomad", "job", j.Key.String(), "error", err)
@@ -460,6 +533,13 @@ func (a *Applier) writeRead(ctx context.Context, j *Job, units []jobform.Unit, k
 	j.JobModifyIndex = resp.JobModifyIndex
 	a.cfg.Logger.Debug("job written", "job", j.Key.String(), "kind", kind, "units", len(units), "eval", resp.EvalID, "index", resp.JobModifyIndex)
 	return nil
+}
+
+// IsIndexConflict reports a registration Nomad refused by check-and-set:
+// the job's modify index was not the one given (its message is the only
+// mark: Nomad answers 500).
+func IsIndexConflict(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "conflicting job modify index")
 }
 
 // Explain renders Nomad's reason for a failed placement in one line.
@@ -582,7 +662,7 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 		if failed != "" {
 			reason = fmt.Errorf("gang start of job %s rolled back: Nomad cannot place %s", op.Key, failed)
 		}
-		rb := &Op{Key: op.Key, Keep: op.Keep, Removed: op.Added}
+		rb := &Op{Key: op.Key, Keep: op.Keep, Removed: op.Added, index: op.index, spec: op.spec}
 		if err := a.write(ctx, j, op.Keep, "rollback", rb); err != nil {
 			reason = fmt.Errorf("%w; the rollback write failed too: %v", reason, err)
 		}

@@ -74,8 +74,16 @@ func (c *fakeCluster) Group(_ Key, g string) Group {
 	return Group{Ended: true}
 }
 
+// spec parses j as the watcher does (the template job when j is nil).
 func spec(j *api.Job) jobspec.Spec {
-	return jobspec.Spec{JobID: "j", Namespace: "default", Group: "train", Task: "t", Device: "nvidia/gpu", Steps: 100, Workers: 2}
+	if j == nil {
+		j = newJob()
+	}
+	s, err := jobspec.Parse(j)
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
 
 func newJob() *api.Job {
@@ -580,5 +588,129 @@ func TestReservedWriteIsInFlightUntilItReturns(t *testing.T) {
 	}
 	if got := a.InFlight(x); got != nil {
 		t.Fatalf("an operation cancelled while its write went out is in flight again: %+v", got)
+	}
+}
+
+// A person takes the job over between the snapshot the decision was
+// planned on and the write (every hadar.* key and the gate removed, to run
+// it themselves): hadar's old decision is not written over it.
+func TestATakeoverAfterThePlanIsNeverWrittenOver(t *testing.T) {
+	a, f, cl, _ := setup(t)
+	planned := cl.Job(key)
+	taken := newJob()
+	taken.Meta = map[string]string{"owner": "alice"}
+	taken.Constraints = nil
+	f.job, f.index = taken, f.index+1
+	for _, target := range [][]jobform.Unit{{unit(0, 29500, "n1", "n2")}, nil} {
+		_, err := a.Begin(context.Background(), planned, target)
+		if !errors.Is(err, ErrNotManaged) {
+			t.Fatalf("target %v: err = %v, want ErrNotManaged", target, err)
+		}
+	}
+	if len(f.registers) != 0 {
+		t.Fatalf("%d writes on a job a person took over", len(f.registers))
+	}
+}
+
+// An edit that keeps the job managed but lands after the snapshot: the
+// decision was planned on another version, so it is not written, even
+// though the fresh read would pass check-and-set.
+func TestADecisionIsNeverWrittenOnAVersionItWasNotPlannedOn(t *testing.T) {
+	a, f, cl, _ := setup(t)
+	planned := cl.Job(key)
+	f.job.Meta["hadar.steps"] = "500"
+	f.index++
+	_, err := a.Begin(context.Background(), planned, []jobform.Unit{unit(0, 29500, "n1", "n2")})
+	if !errors.Is(err, ErrConflict) || len(f.registers) != 0 {
+		t.Fatalf("err = %v, %d writes; want ErrConflict and none", err, len(f.registers))
+	}
+	// The same version read again (the next cycle) is written.
+	if _, err := a.Begin(context.Background(), cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")}); err != nil || len(f.registers) != 1 {
+		t.Fatalf("replanned on the new version: %v, %d writes", err, len(f.registers))
+	}
+}
+
+// A move's second write (the new units) goes out cycles after its first:
+// an edit in between is not written over, even though the snapshot the
+// step reads already shows the edited version.
+func TestAMovesSecondWriteStandsOnItsFirst(t *testing.T) {
+	a, f, cl, _ := setup(t)
+	ctx := context.Background()
+	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")}); err != nil {
+		t.Fatal(err)
+	}
+	cl.groups["train-hadar-u0-w0"] = Group{Running: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Running: true}
+	a.Step(ctx, cl)
+	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(1, 29501, "n3", "n4")}); err != nil {
+		t.Fatal(err)
+	}
+	writes := len(f.registers)
+	// A person edits the job while the old workers checkpoint.
+	edited := *f.job
+	edited.Meta = map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "100", "hadar.workers": "2", "owner": "bob"}
+	f.job, f.index = &edited, f.index+1
+	cl.groups["train-hadar-u0-w0"] = Group{Ended: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Ended: true}
+	out := a.Step(ctx, cl)
+	if len(out) != 1 || out[0].Phase != Failed || !errors.Is(out[0].Err, ErrConflict) {
+		t.Fatalf("outcome %+v, want a conflict", out)
+	}
+	if len(f.registers) != writes || f.job.Meta["owner"] != "bob" {
+		t.Fatalf("the edit was written over (%d writes after the edit)", len(f.registers)-writes)
+	}
+}
+
+// A decision planned on a view that predates hadar's own last write of
+// the job still stands: the engine assumed that write.
+func TestAPlanOnAViewBeforeHadarsOwnWriteStands(t *testing.T) {
+	a, f, cl, _ := setup(t)
+	ctx := context.Background()
+	stale := cl.Job(key)
+	u0 := unit(0, 29500, "n1", "n2")
+	if _, err := a.Begin(ctx, stale, []jobform.Unit{u0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Begin(ctx, stale, []jobform.Unit{u0, unit(1, 29501, "n3")}); err != nil {
+		t.Fatalf("a fork planned on the view before hadar's own start: %v", err)
+	}
+	if len(f.registers) != 2 {
+		t.Fatalf("%d writes, want 2", len(f.registers))
+	}
+}
+
+// The guard is asked after the plan and the journal, right before the
+// registration: a lease lost while those ran stops the write.
+func TestTheGuardIsAskedRightBeforeTheRegistration(t *testing.T) {
+	a, f, cl, _ := setup(t)
+	var order []string
+	lost := false
+	a.cfg.Journal = func(_ context.Context, w Write) error {
+		if !w.Applied {
+			order = append(order, "journal")
+			lost = true // the lease lapses while the journal entry is written
+		}
+		return nil
+	}
+	a.cfg.Guard = func(context.Context) error {
+		order = append(order, "guard")
+		if lost {
+			return errors.New("not the leader")
+		}
+		return nil
+	}
+	_, err := a.Begin(context.Background(), cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")})
+	if err == nil || !strings.Contains(err.Error(), "not the leader") || len(f.registers) != 0 {
+		t.Fatalf("err %v, %d writes; want the guard's refusal and none", err, len(f.registers))
+	}
+	if strings.Join(order, ",") != "journal,guard" {
+		t.Fatalf("order %v: the guard must come after the journal", order)
+	}
+	// A write whose context already ended is not made either.
+	lost = false
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("lease lost"))
+	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")}); err == nil || len(f.registers) != 0 {
+		t.Fatalf("ended context: err %v, %d writes", err, len(f.registers))
 	}
 }

@@ -121,6 +121,23 @@ func clone[T any](v T) (T, error) {
 	return out, err
 }
 
+// ErrorAttribute is the attribute of the constraint that carries hadar's
+// error onto a job it refuses (the sidecar's refusal note): no node has
+// it, so Nomad shows the error as the reason the job waits. Every form
+// jobform writes drops it.
+const ErrorAttribute = "${meta.hadar.error}"
+
+// WithoutNotes returns cs without refusal notes (ErrorAttribute).
+func WithoutNotes(cs []*api.Constraint) []*api.Constraint {
+	var out []*api.Constraint
+	for _, c := range cs {
+		if c == nil || c.LTarget != ErrorAttribute {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 func withoutGate(cs []*api.Constraint) []*api.Constraint {
 	var out []*api.Constraint
 	for _, c := range cs {
@@ -162,6 +179,7 @@ func Held(job *api.Job, spec jobspec.Spec) (*api.Job, error) {
 		}
 	}
 	out.TaskGroups = keep
+	out.Constraints = WithoutNotes(out.Constraints)
 	t, err := template(out, spec)
 	if err != nil {
 		return nil, err
@@ -205,6 +223,7 @@ func Placed(job *api.Job, spec jobspec.Spec, units []Unit) (*api.Job, error) {
 	if slices.ContainsFunc(out.Constraints, jobspec.IsGate) {
 		out.Constraints = withoutGate(out.Constraints)
 	}
+	out.Constraints = WithoutNotes(out.Constraints)
 	t.Constraints = withGate(t.Constraints)
 	zero := 0
 	t.Count = &zero

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/planner"
 )
 
 // FuzzParse feeds Parse jobs decoded from JSON (the shape Nomad's API
@@ -61,7 +63,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted spec without model or throughput: %+v", s)
 		}
 		for typ, x := range s.Throughput {
-			if !validTypeName(typ) || !(x > 0) || math.IsInf(x, 0) {
+			if !planner.GPUType(typ).ValidName() || !(x > 0) || math.IsInf(x, 0) {
 				t.Fatalf("accepted throughput %q=%v", typ, x)
 			}
 		}

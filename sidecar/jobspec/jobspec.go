@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/planner"
 )
 
 // MetaPrefix starts every meta key hadar reads. A job with at least one
@@ -540,7 +542,7 @@ func (p *parser) throughput(v string) (map[string]float64, error) {
 		if !ok || typ == "" || rate == "" {
 			return nil, p.fail(KeyThroughput, v, fmt.Sprintf("entry %q: want TYPE=STEPS_PER_SEC entries separated by commas, %s", item, example))
 		}
-		if !validTypeName(typ) {
+		if !planner.GPUType(typ).ValidName() {
 			return nil, p.fail(KeyThroughput, v, fmt.Sprintf("GPU type %q: want a planner GPU type name of letters, digits, '-' and '_' (e.g. v100), %s", typ, example))
 		}
 		x, err := strconv.ParseFloat(rate, 64)
@@ -553,13 +555,4 @@ func (p *parser) throughput(v string) (map[string]float64, error) {
 		out[typ] = x
 	}
 	return out, nil
-}
-
-func validTypeName(s string) bool {
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return s != ""
 }

@@ -81,17 +81,7 @@ func (c *Consul) try(ctx context.Context) (*Lease, error) {
 		c.client.Session().Destroy(sid, nil)
 		return nil, fmt.Errorf("read back %s after acquiring it: %v", c.key, err)
 	}
-	lctx, stop := context.WithCancel(context.Background())
-	l := &Lease{Generation: kv.ModifyIndex, cfg: c.cfg, renewed: c.cfg.Now(), lost: make(chan struct{}), stop: stop, done: make(chan struct{})}
-	l.release = func(ctx context.Context) error {
-		w := (&consul.WriteOptions{}).WithContext(ctx)
-		_, _, err := c.client.KV().Release(&consul.KVPair{Key: c.key, Session: sid}, w)
-		if _, derr := c.client.Session().Destroy(sid, w); err == nil {
-			err = derr
-		}
-		return err
-	}
-	go l.keep(lctx, func(ctx context.Context) error {
+	l := newLease(kv.ModifyIndex, c.cfg, func(ctx context.Context) error {
 		entry, _, err := c.client.Session().Renew(sid, (&consul.WriteOptions{}).WithContext(ctx))
 		if err != nil {
 			return err
@@ -100,7 +90,15 @@ func (c *Consul) try(ctx context.Context) (*Lease, error) {
 			return fmt.Errorf("%w: session %s is gone", errNotHeld, sid)
 		}
 		return nil
+	}, func(ctx context.Context) error {
+		w := (&consul.WriteOptions{}).WithContext(ctx)
+		_, _, err := c.client.KV().Release(&consul.KVPair{Key: c.key, Session: sid}, w)
+		if _, derr := c.client.Session().Destroy(sid, w); err == nil {
+			err = derr
+		}
+		return err
 	})
+	l.start()
 	c.cfg.Logger.Info("leader lock acquired", "lock", c.Where(), "generation", l.Generation, "ttl", c.cfg.TTL)
 	return l, nil
 }

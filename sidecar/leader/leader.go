@@ -17,7 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"net/http"
 	"sync"
 	"time"
 
@@ -94,8 +94,22 @@ type Lease struct {
 	lost       chan struct{}
 	lostOnce   sync.Once
 	release    func(context.Context) error
+	renew      func(context.Context) error
 	stop       context.CancelFunc
 	done       chan struct{}
+}
+
+// newLease returns a lease just acquired (renewed now) that renew keeps
+// and release gives up; start runs its renew loop.
+func newLease(gen uint64, cfg Config, renew, release func(context.Context) error) *Lease {
+	return &Lease{Generation: gen, cfg: cfg, renewed: cfg.Now(), lost: make(chan struct{}), done: make(chan struct{}), renew: renew, release: release}
+}
+
+// start runs the renew loop in the background.
+func (l *Lease) start() {
+	ctx, stop := context.WithCancel(context.Background())
+	l.stop = stop
+	go l.keep(ctx)
 }
 
 // Valid reports whether the leader may act now: the lease was renewed
@@ -115,10 +129,30 @@ func (l *Lease) Valid() bool {
 // or the lock is held by another) or released.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
+// Context returns a context derived from parent that ends when the lease
+// is lost or lapses (within Margin/4 of TTL - Margin, before another
+// replica can hold the lock): what a write made under the lease runs in.
+func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	go func() {
+		select {
+		case <-l.lost:
+			cancel(ErrLeaseLost)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// ErrLeaseLost is the cause of a lease context's end.
+var ErrLeaseLost = errors.New("leader lease lost")
+
 // Release gives the lock up.
 func (l *Lease) Release(ctx context.Context) error {
-	l.stop()
-	<-l.done
+	if l.stop != nil {
+		l.stop()
+		<-l.done
+	}
 	l.markLost()
 	return l.release(ctx)
 }
@@ -127,7 +161,7 @@ func (l *Lease) markLost() { l.lostOnce.Do(func() { close(l.lost) }) }
 
 // keep renews the lease every TTL/3 until ctx ends; a lease that could not
 // be renewed within TTL - Margin is lost.
-func (l *Lease) keep(ctx context.Context, renew func(context.Context) error) {
+func (l *Lease) keep(ctx context.Context) {
 	defer close(l.done)
 	tick := time.NewTicker(l.cfg.TTL / 3)
 	defer tick.Stop()
@@ -138,29 +172,47 @@ func (l *Lease) keep(ctx context.Context, renew func(context.Context) error) {
 		case <-ctx.Done():
 			return
 		case <-check.C:
-			if !l.Valid() {
-				l.cfg.Logger.Warn("leader lease lapsed: stopped acting", "generation", l.Generation)
-				l.markLost()
+			if !l.check() {
 				return
 			}
 		case <-tick.C:
-			rctx, cancel := context.WithTimeout(ctx, l.cfg.Margin/2)
-			err := renew(rctx)
-			cancel()
-			switch {
-			case err == nil:
-				l.mu.Lock()
-				l.renewed = l.cfg.Now()
-				l.mu.Unlock()
-			case errors.Is(err, errNotHeld):
-				l.cfg.Logger.Warn("leader lock no longer ours: stopped acting", "generation", l.Generation, "error", err)
-				l.markLost()
+			if !l.renewOnce(ctx) {
 				return
-			default:
-				l.cfg.Logger.Warn("leader lease renew failed", "generation", l.Generation, "error", err)
 			}
 		}
 	}
+}
+
+// check marks the lease lost once it lapsed; false when it is lost.
+func (l *Lease) check() bool {
+	if l.Valid() {
+		return true
+	}
+	l.cfg.Logger.Warn("leader lease lapsed: stopped acting", "generation", l.Generation)
+	l.markLost()
+	return false
+}
+
+// renewOnce renews the lease once: a renew the lock refuses (not ours any
+// more) loses it at once; any other failure is retried at the next tick,
+// and the lease lapses if none succeeds in time. False when it is lost.
+func (l *Lease) renewOnce(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, l.cfg.Margin/2)
+	err := l.renew(rctx)
+	cancel()
+	switch {
+	case err == nil:
+		l.mu.Lock()
+		l.renewed = l.cfg.Now()
+		l.mu.Unlock()
+	case errors.Is(err, errNotHeld):
+		l.cfg.Logger.Warn("leader lock no longer ours: stopped acting", "generation", l.Generation, "error", err)
+		l.markLost()
+		return false
+	default:
+		l.cfg.Logger.Warn("leader lease renew failed; retrying", "generation", l.Generation, "error", err)
+	}
+	return l.check()
 }
 
 // errNotHeld is a renew refused because the lock is not ours any more.
@@ -209,19 +261,14 @@ func (n *Nomad) Acquire(ctx context.Context) (*Lease, error) {
 		got, _, err := n.vars.AcquireLock(v, wo(ctx))
 		if err == nil && got != nil && got.Lock != nil {
 			held := got.Copy()
-			lctx, stop := context.WithCancel(context.Background())
-			l := &Lease{Generation: got.ModifyIndex, cfg: n.cfg, renewed: n.cfg.Now(), lost: make(chan struct{}), stop: stop, done: make(chan struct{})}
-			l.release = func(ctx context.Context) error {
+			l := newLease(got.ModifyIndex, n.cfg, func(ctx context.Context) error {
+				_, _, err := n.vars.RenewLock(held, wo(ctx))
+				return classifyRenew(err)
+			}, func(ctx context.Context) error {
 				_, _, err := n.vars.ReleaseLock(held, wo(ctx))
 				return err
-			}
-			go l.keep(lctx, func(ctx context.Context) error {
-				_, _, err := n.vars.RenewLock(held, wo(ctx))
-				if err != nil && (strings.Contains(err.Error(), "409") || strings.Contains(err.Error(), "lock")) {
-					return fmt.Errorf("%w: %v", errNotHeld, err)
-				}
-				return err
 			})
+			l.start()
 			n.cfg.Logger.Info("leader lock acquired", "lock", n.Where(), "generation", l.Generation, "ttl", n.cfg.TTL)
 			return l, nil
 		}
@@ -236,8 +283,34 @@ func (n *Nomad) Acquire(ctx context.Context) (*Lease, error) {
 	}
 }
 
-// isConflict: the lock is held by another replica (Nomad answers 409).
-func isConflict(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "409") || strings.Contains(s, "conflict") || strings.Contains(s, "already held")
+// statusCode is the HTTP status of a Nomad API error (0 when the request
+// got no answer: a transport error, a timeout).
+func statusCode(err error) int {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) && ue.HasStatusCode() {
+		return ue.StatusCode()
+	}
+	var uep *api.UnexpectedResponseError
+	if errors.As(err, &uep) && uep != nil && uep.HasStatusCode() {
+		return uep.StatusCode()
+	}
+	return 0
 }
+
+// classifyRenew tells a renew Nomad refused because the lock is not ours
+// (409: another holds it or it expired; 404: the variable is gone) from
+// one that may succeed when tried again (no answer, 5xx, a timeout): by
+// status code, never by the text (every renew URL contains "lock").
+func classifyRenew(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch statusCode(err) {
+	case http.StatusConflict, http.StatusNotFound:
+		return fmt.Errorf("%w: %v", errNotHeld, err)
+	}
+	return err
+}
+
+// isConflict: the lock is held by another replica (Nomad answers 409).
+func isConflict(err error) bool { return statusCode(err) == http.StatusConflict }

@@ -3,75 +3,150 @@ package leader
 import (
 	"context"
 	"errors"
-	"sync/atomic"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
 )
 
-func lease(ttl time.Duration) *Lease {
-	cfg := Config{TTL: ttl, Margin: ttl / 3, Logger: hclog.NewNullLogger(), Now: time.Now}
-	_, stop := context.WithCancel(context.Background())
-	return &Lease{cfg: cfg, renewed: time.Now(), lost: make(chan struct{}), stop: stop, done: make(chan struct{}), release: func(context.Context) error { return nil }}
+// fakeClock is a clock the test moves.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// testLease is a lease on a fake clock whose renews answer err().
+func testLease(ttl time.Duration, err func() error) (*Lease, *fakeClock) {
+	c := &fakeClock{t: time.Unix(1000, 0)}
+	cfg := Config{TTL: ttl, Margin: ttl / 3, Logger: hclog.NewNullLogger(), Now: c.now}
+	return newLease(1, cfg, func(context.Context) error { return err() }, func(context.Context) error { return nil }), c
 }
 
 // A leader whose renews fail stops acting before its TTL runs out: by then
-// Nomad (or Consul) may give the lock to another replica.
+// Nomad (or Consul) may give the lock to another replica. Driven step by
+// step on a fake clock, as the renew loop does every TTL/3.
 func TestLeaseStopsActingBeforeTheTTLWhenRenewsFail(t *testing.T) {
-	ttl := 600 * time.Millisecond
-	l := lease(ttl)
-	start := time.Now()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go l.keep(ctx, func(context.Context) error { return errors.New("network down") })
+	ttl := 15 * time.Second
+	l, c := testLease(ttl, func() error { return errors.New("network down") })
+	ctx := context.Background()
 	if !l.Valid() {
 		t.Fatal("a fresh lease is not valid")
 	}
+	c.add(ttl / 3)
+	if !l.renewOnce(ctx) || !l.Valid() {
+		t.Fatal("one failed renew (5 s into a 15 s lease) ended it: a transient error must be retried")
+	}
+	c.add(ttl / 3)
+	if l.renewOnce(ctx) || l.Valid() {
+		t.Fatal("after 10 s without a renew (TTL 15 s, margin 5 s) the lease is still valid")
+	}
 	select {
 	case <-l.Lost():
-	case <-time.After(ttl):
-		t.Fatal("the lease was not lost within its TTL")
-	}
-	if took := time.Since(start); took >= ttl {
-		t.Fatalf("stopped acting after %v, not before the TTL %v", took, ttl)
-	}
-	if l.Valid() {
-		t.Fatal("a lost lease is valid")
+	default:
+		t.Fatal("Lost not closed")
 	}
 }
 
 // Renewals keep it valid well past its TTL.
 func TestLeaseRenewalsKeepItValid(t *testing.T) {
-	ttl := 300 * time.Millisecond
-	l := lease(ttl)
-	var renews atomic.Int32
-	ctx, cancel := context.WithCancel(context.Background())
-	go l.keep(ctx, func(context.Context) error { renews.Add(1); return nil })
-	time.Sleep(3 * ttl)
-	if !l.Valid() {
-		t.Fatalf("lease invalid after %d renews", renews.Load())
+	ttl := 15 * time.Second
+	renews := 0
+	l, c := testLease(ttl, func() error { renews++; return nil })
+	for range 10 {
+		c.add(ttl / 3)
+		if !l.renewOnce(context.Background()) {
+			t.Fatalf("lease lost after %d renews", renews)
+		}
 	}
-	select {
-	case <-l.Lost():
-		t.Fatal("a renewed lease was lost")
-	default:
+	if !l.Valid() || !l.check() {
+		t.Fatalf("lease invalid after %d renews over %v", renews, 10*ttl/3)
 	}
-	cancel()
-	<-l.done
 }
 
 // A renew the lock refuses (held by another) ends the lease at once.
 func TestLeaseEndsWhenTheLockIsNotOurs(t *testing.T) {
-	ttl := 3 * time.Second
-	l := lease(ttl)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go l.keep(ctx, func(context.Context) error { return errNotHeld })
-	select {
-	case <-l.Lost():
-	case <-time.After(ttl / 2):
+	l, _ := testLease(15*time.Second, func() error { return errNotHeld })
+	if l.renewOnce(context.Background()) || l.Valid() {
 		t.Fatal("a refused renew did not end the lease")
+	}
+}
+
+// The real loop, on the real clock: a lease whose lock refuses the renew
+// is lost, and a write's context made from it ends with ErrLeaseLost.
+func TestLeaseContextEndsWithTheLease(t *testing.T) {
+	cfg := Config{TTL: 10 * time.Second, Margin: 3 * time.Second, Logger: hclog.NewNullLogger(), Now: time.Now}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLease(1, cfg, func(context.Context) error { return errNotHeld }, func(context.Context) error { return nil })
+	ctx, cancel := l.Context(context.Background())
+	defer cancel()
+	select {
+	case <-ctx.Done():
+		t.Fatal("the context ended while the lease holds")
+	default:
+	}
+	l.renewOnce(context.Background())
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write context outlived the lease")
+	}
+	if !errors.Is(context.Cause(ctx), ErrLeaseLost) {
+		t.Fatalf("cause %v, want ErrLeaseLost", context.Cause(ctx))
+	}
+}
+
+// Renew errors are told apart by status code, not by their text: a
+// transport error's text names the URL, which contains "lock".
+func TestRenewErrorsByStatusCode(t *testing.T) {
+	codes := make(chan int, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(<-codes)
+		fmt.Fprint(w, "no")
+	}))
+	defer srv.Close()
+	client, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := &api.Variable{Path: "hadar/leader", Lock: &api.VariableLock{ID: "x"}}
+	for _, tc := range []struct {
+		code    int
+		notHeld bool
+	}{{409, true}, {404, true}, {500, false}, {503, false}, {403, false}} {
+		codes <- tc.code
+		_, _, err := client.Variables().RenewLock(held, nil)
+		got := classifyRenew(err)
+		if errors.Is(got, errNotHeld) != tc.notHeld {
+			t.Errorf("HTTP %d: %v: not held = %v, want %v", tc.code, got, errors.Is(got, errNotHeld), tc.notHeld)
+		}
+	}
+	// No answer at all: the URL has "lock" in it, the lease must not end.
+	dead, err := api.NewClient(&api.Config{Address: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = dead.Variables().RenewLock(held, nil)
+	if err == nil || !strings.Contains(err.Error(), "lock") {
+		t.Fatalf("transport error %v: the test needs its text to contain \"lock\"", err)
+	}
+	if got := classifyRenew(err); errors.Is(got, errNotHeld) {
+		t.Fatalf("a transport error (%v) was taken for a lost lock", got)
 	}
 }
 

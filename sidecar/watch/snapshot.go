@@ -52,28 +52,41 @@ type Held struct {
 // terminal or holds none. One told to stop still holds its GPUs until its
 // client reports it stopped.
 func heldBy(a *api.Allocation) *Held {
-	if a == nil || a.AllocatedResources == nil {
+	if a == nil {
 		return nil
 	}
 	switch a.ClientStatus {
 	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
 		return nil
 	}
-	h := &Held{AllocID: a.ID, NodeID: a.NodeID, Job: JobKey{namespace(a.Namespace), a.JobID}, GPUs: map[string]int{}}
-	for _, t := range a.AllocatedResources.Tasks {
+	gpus := gpusOf(a.AllocatedResources)
+	if len(gpus) == 0 {
+		return nil
+	}
+	return &Held{AllocID: a.ID, NodeID: a.NodeID, Job: JobKey{namespace(a.Namespace), a.JobID}, GPUs: gpus}
+}
+
+// gpusOf counts the NVIDIA GPUs of allocated resources by device model
+// (nil when none).
+func gpusOf(ar *api.AllocatedResources) map[string]int {
+	if ar == nil {
+		return nil
+	}
+	var out map[string]int
+	for _, t := range ar.Tasks {
 		if t == nil {
 			continue
 		}
 		for _, d := range t.Devices {
-			if d != nil && d.Vendor == "nvidia" && d.Type == "gpu" {
-				h.GPUs[d.Name] += len(d.DeviceIDs)
+			if d != nil && d.Vendor == "nvidia" && d.Type == "gpu" && len(d.DeviceIDs) > 0 {
+				if out == nil {
+					out = map[string]int{}
+				}
+				out[d.Name] += len(d.DeviceIDs)
 			}
 		}
 	}
-	if len(h.GPUs) == 0 {
-		return nil
-	}
-	return h
+	return out
 }
 
 // JobKey identifies a job: Nomad job IDs are unique per namespace.
@@ -205,6 +218,9 @@ type Alloc struct {
 	CreateTime         time.Time
 	ModifyTime         time.Time
 	ModifyIndex        uint64
+	// GPUs are the NVIDIA GPUs Nomad gave it, by device model (nil when
+	// none): what it holds while it is not terminal.
+	GPUs map[string]int
 }
 
 // Job returns the key of the allocation's job.
@@ -479,7 +495,7 @@ func convertAlloc(a *api.AllocationListStub, task string, events int) *Alloc {
 		DesiredStatus: a.DesiredStatus, DesiredDescription: a.DesiredDescription,
 		ClientStatus: a.ClientStatus, ClientDescription: a.ClientDescription,
 		JobVersion: a.JobVersion, CreateTime: time.Unix(0, a.CreateTime), ModifyTime: time.Unix(0, a.ModifyTime),
-		ModifyIndex: a.ModifyIndex,
+		ModifyIndex: a.ModifyIndex, GPUs: gpusOf(a.AllocatedResources),
 	}
 	out.Namespace = namespace(out.Namespace)
 	if len(a.TaskStates) > 0 {
@@ -502,6 +518,7 @@ func allocStub(a *api.Allocation, version uint64) *api.AllocationListStub {
 		DesiredStatus: a.DesiredStatus, DesiredDescription: a.DesiredDescription,
 		ClientStatus: a.ClientStatus, ClientDescription: a.ClientDescription, TaskStates: a.TaskStates,
 		ModifyIndex: a.ModifyIndex, CreateTime: a.CreateTime, ModifyTime: a.ModifyTime,
+		AllocatedResources: a.AllocatedResources,
 	}
 }
 
