@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/nomad/api"
-
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/state"
@@ -213,5 +211,4 @@ state {
 	if len(byGen) < 2 {
 		t.Fatalf("journal shows one leader only (%v): the standby wrote nothing", gens)
 	}
-	_ = api.DefaultNamespace
 }

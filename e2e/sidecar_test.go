@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -261,6 +260,32 @@ func (c *sidecarCluster) waitFor(what string, timeout time.Duration, f func() er
 	}
 }
 
+// waitCycles waits until the sidecar ran n more cycles (each syncs with
+// Nomad, plans and acts): what a negative assertion waits for, instead of
+// a fixed time a loaded machine may not give it.
+func (c *sidecarCluster) waitCycles(a *agent.Agent, n int) {
+	c.t.Helper()
+	start := a.Health().Cycles
+	c.waitFor(fmt.Sprintf("%d sidecar cycles", n), 2*time.Minute, func() error {
+		if got := a.Health().Cycles - start; got < n {
+			return fmt.Errorf("%d cycles", got)
+		}
+		return nil
+	})
+}
+
+// waitRounds waits until the sidecar planned n more round boundaries.
+func (c *sidecarCluster) waitRounds(a *agent.Agent, n int) {
+	c.t.Helper()
+	start := a.Health().Rounds
+	c.waitFor(fmt.Sprintf("%d round boundaries", n), 3*time.Minute, func() error {
+		if got := a.Health().Rounds - start; got < n {
+			return fmt.Errorf("%d rounds", got)
+		}
+		return nil
+	})
+}
+
 // running returns the nodes (by name) and groups of a job's running
 // allocations.
 func (c *sidecarCluster) running(id string) map[string]string {
@@ -332,28 +357,32 @@ func TestSidecarPlacesManagedJobs(t *testing.T) {
 	for _, m := range []scJob{{id: "a", steps: 400, gated: true}, {id: "b", steps: 300, gated: true}} {
 		c.submit(m)
 	}
-	time.Sleep(8 * time.Second)
+	// Once Nomad evaluated them (its reason names the gate), neither
+	// may have an allocation.
 	for _, id := range []string{"a", "b"} {
+		c.waitFor("Nomad names the gate as why job "+id+" waits", time.Minute, func() error {
+			evals, _, err := c.api.Jobs().Evaluations(id, nil)
+			if err != nil {
+				return err
+			}
+			why := ""
+			for _, ev := range evals {
+				for _, m := range ev.FailedTGAllocs {
+					for cons := range m.ConstraintFiltered {
+						why += cons
+					}
+				}
+			}
+			if !strings.Contains(why, jobspec.GateAttribute) {
+				return fmt.Errorf("Nomad's reason %q does not name the gate", why)
+			}
+			return nil
+		})
 		if n := len(c.allocs(id)); n != 0 {
 			t.Fatalf("job %s has %d allocations before the sidecar ran", id, n)
 		}
 		if st := c.jobStatus(id); st != "pending" {
 			t.Fatalf("job %s is %s before the sidecar ran, want pending", id, st)
-		}
-		evals, _, err := c.api.Jobs().Evaluations(id, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		why := ""
-		for _, ev := range evals {
-			for _, m := range ev.FailedTGAllocs {
-				for cons := range m.ConstraintFiltered {
-					why += cons
-				}
-			}
-		}
-		if !strings.Contains(why, jobspec.GateAttribute) {
-			t.Fatalf("job %s: Nomad's reason %q does not name the gate", id, why)
 		}
 	}
 
@@ -404,7 +433,6 @@ func TestSidecarPlacesManagedJobs(t *testing.T) {
 	if w := a.Applier().Writes(); w["stop"] != 0 || w["rollback"] != 0 {
 		t.Fatalf("writes %v: no stop or rollback expected", w)
 	}
-	_ = os.Getenv
 }
 
 // plainGPUJob registers a plain Nomad job (no hadar meta) holding n GPUs of
@@ -514,7 +542,7 @@ func TestSidecarRefusesAndRespects(t *testing.T) {
 		}
 		return errNotYet
 	})
-	time.Sleep(10 * time.Second) // several cycles: no second write
+	c.waitCycles(a, 5) // several cycles: no second write
 	if v := *c.job("bad").Version; v != badVersion+1 {
 		t.Fatalf("the bad job's version went %d -> %d: want exactly one write (the error note)", badVersion, v)
 	}
@@ -544,7 +572,7 @@ func TestSidecarRefusesAndRespects(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(5 * time.Second)
+	c.waitCycles(a, 3)
 	if n := len(c.allocs("gang")); n != 0 {
 		t.Fatalf("the gang has %d allocations: a worker started without its peer", n)
 	}
@@ -671,7 +699,7 @@ func TestSidecarKeepsSensitiveJobsInARack(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(5 * time.Second)
+	c.waitCycles(a, 3)
 	if n := len(c.allocs("tight")); n != 0 {
 		t.Fatalf("the sensitive job has %d allocations while its rack is short", n)
 	}
@@ -739,7 +767,7 @@ func TestSidecarSurvivesServerRestart(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(12 * time.Second) // two rounds
+	c.waitRounds(a, 2)
 	if w := a.Applier().Writes(); fmt.Sprint(w) != fmt.Sprint(writes) {
 		t.Fatalf("writes %v after the restart, %v before: a duplicate action", w, writes)
 	}
@@ -778,7 +806,7 @@ func TestSidecarRestartRestoresItsState(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(6 * time.Second) // a round boundary: progress read, state saved
+	c.waitRounds(a, 1) // a round boundary: progress read, state saved
 	before, _, ok := a.Job("default/long")
 	if !ok {
 		t.Fatal("job not in the plan")

@@ -176,7 +176,9 @@ func TestStatusMetricsOnALiveCluster(t *testing.T) {
 	c.plainGPUJob("busy", "v100-a", "Tesla V100-SXM2-16GB", 2)
 	c.plainGPUJob("k80hold", "k80-a", "Tesla K80", 2)
 	const policy = "gavel-maxmin"
-	a := c.startSidecar(agent.Config{Policy: policy, Placement: "delay", Nomad: agent.NomadConfig{Token: statusToken}})
+	// An eight-worker gang can take over a minute to start on a loaded
+	// two-core machine: a rollback is not what this test is about.
+	a := c.startSidecar(agent.Config{Policy: policy, Placement: "delay", GangTimeout: "4m", Nomad: agent.NomadConfig{Token: statusToken}})
 	s := c.startStatus(t, a, policy)
 	p := func(name string, kv ...string) string {
 		return series(name, append([]string{"policy", policy}, kv...)...)
@@ -292,14 +294,17 @@ func TestStatusMetricsOnALiveCluster(t *testing.T) {
 		return nil
 	})
 	runs := time.Now()
+	// A start rolled back all the same (slower than even that timeout)
+	// is one more start and one more admission wait: count them in.
+	rollbacks := s.metrics(t)[p("hadar_nomad_writes_total", "kind", "rollback")]
 	c.waitFor("the metrics show tight's start", 30*time.Second, func() error {
 		return expect(s.metrics(t), map[string]float64{
 			p("hadar_pending_jobs", "status", "held"):                          0,
 			p("hadar_pending_jobs", "status", "no_capacity"):                   1,
 			p("hadar_gpus_allocated", "gpu_type", "v100", "rack", "r1"):        8,
 			p("hadar_gpus_unmanaged", "gpu_type", "v100", "rack", "r1"):        0,
-			p("hadar_decisions_total", "action", "start", "result", "applied"): 2,
-			p("hadar_admission_wait_time_seconds_count", "gpu_type", "v100"):   1,
+			p("hadar_decisions_total", "action", "start", "result", "applied"): 2 + rollbacks,
+			p("hadar_admission_wait_time_seconds_count", "gpu_type", "v100"):   1 + rollbacks,
 		})
 	})
 	m = s.metrics(t)
@@ -307,7 +312,7 @@ func TestStatusMetricsOnALiveCluster(t *testing.T) {
 	// submission) until its start (after busy left, before its workers
 	// ran).
 	waited := m[p("hadar_admission_wait_time_seconds_sum", "gpu_type", "v100")]
-	if least, most := released.Sub(submitted).Seconds()-3, runs.Sub(submitted).Seconds()+1; waited < least || waited > most {
+	if least, most := released.Sub(submitted).Seconds()-3, runs.Sub(submitted).Seconds()+1; rollbacks == 0 && (waited < least || waited > most) {
 		t.Errorf("tight waited %.1f s by the metrics; want %.1f to %.1f s", waited, least, most)
 	}
 	tight = s.job(t, "tight")

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -134,6 +135,10 @@ type Job struct {
 	// MaxCopies bounds the units a forking scheduler (HadarE) may run the
 	// job as: 0 leaves it to the scheduler, 1 never forks it.
 	MaxCopies int `json:",omitempty"`
+	// MinRunTime is the least time in seconds the job runs on its GPUs
+	// before it may be preempted (stopped, moved, or lose copies); 0
+	// leaves it to the engine's configured default.
+	MinRunTime float64 `json:",omitempty"`
 }
 
 // Validate reports the first field of j that cannot be scheduled.
@@ -153,6 +158,8 @@ func (j Job) Validate() error {
 		return fmt.Errorf("job %s: arrival %v: want seconds >= 0", j.ID, j.Arrival)
 	case j.SLO < 0:
 		return fmt.Errorf("job %s: SLO %v: want seconds >= 0 (0 = none)", j.ID, j.SLO)
+	case !(j.MinRunTime >= 0) || math.IsInf(j.MinRunTime, 0):
+		return fmt.Errorf("job %s: min run time %v s: want seconds >= 0 (0 = the default)", j.ID, j.MinRunTime)
 	case j.MaxCopies < 0:
 		return fmt.Errorf("job %s: max copies %d: want >= 0 (0 = the scheduler's default, 1 = never forked)", j.ID, j.MaxCopies)
 	}

@@ -97,7 +97,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Float64Var(&f.delayScale, "delay-scale", placement.DefaultScale, "delay: timer scale (wait scale*(slowdown-1)*remaining time before accepting a looser level); delay-autotune starts here")
 	fs.DurationVar(&f.maxWait, "max-wait", time.Duration(placement.DefaultMaxWait)*time.Second, "delay: cap on any delay timer")
 	fs.IntVar(&f.maxPreempt, "max-preemptions", placement.DefaultMaxPreemptions, "delay: preemptions per job for network-sensitive jobs (negative = none)")
-	fs.DurationVar(&f.minRun, "min-run-time", time.Duration(placement.DefaultMinRunTime)*time.Second, "delay: least run time on its GPUs before a job may be preempted")
+	fs.DurationVar(&f.minRun, "min-run-time", time.Duration(placement.DefaultMinRunTime)*time.Second, "least run time on its GPUs before a job may be preempted (stopped, moved, its copies removed) by any policy, as the sidecar's min_run_time; ignored with --fidelity gavel")
 	fs.Float64Var(&f.estError, "estimate-error", 0, "make what schedulers know wrong: profiled throughputs and declared steps off by up to this fraction (0.3 = 30 %), seeded (docs/simulator.md)")
 	fs.Float64Var(&f.profError, "profile-error", -1, "throughput error alone (default: --estimate-error)")
 	fs.Float64Var(&f.stepError, "step-error", -1, "declared-steps error alone (default: --estimate-error)")
@@ -317,7 +317,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 			cfg := sim.Config{
 				Cluster: cluster, Jobs: jobs, Speed: model, Plan: plan, Estimate: est, Events: events,
-				Round: f.round.Seconds(), RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), Fidelity: fid,
+				Round: f.round.Seconds(), RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), MinRunTime: f.minRun.Seconds(), Fidelity: fid,
 				Progress: func(now float64, done, total int) { prog.update(i, now, done, total) },
 			}
 			results[i], errs[i] = sim.Run(ctx, cfg, sched)

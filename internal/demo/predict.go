@@ -200,7 +200,7 @@ func PredictHadar(ctx context.Context, nodes []NodeSpec, jobs []JobInfo, s Sidec
 	}
 	rec := &recorder{Scheduler: sched, prev: map[string]int{}}
 	res, err := sim.Run(ctx, sim.Config{Cluster: cluster, Jobs: pjobs, Speed: truth, Plan: plan,
-		Round: s.Round.Seconds(), RestartCost: s.RestartCost.Seconds(), MergeCost: s.MergeCost.Seconds()}, rec)
+		Round: s.Round.Seconds(), RestartCost: s.RestartCost.Seconds(), MergeCost: s.MergeCost.Seconds(), MinRunTime: s.MinRunTime.Seconds()}, rec)
 	if err != nil {
 		return pred, fmt.Errorf("simulating %s: %w", s.Policy, err)
 	}

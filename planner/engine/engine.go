@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/round"
@@ -78,6 +79,12 @@ type Config struct {
 	// them is assumed still to need (default DefaultOverrun): the engine
 	// never shows a scheduler an active job with nothing left.
 	Overrun float64
+	// MinRunTime is the least time in seconds a job runs on its GPUs
+	// before a decision may take any of them (stop, move, unfork); a job's
+	// own MinRunTime overrides it. 0: none. The engine holds to it
+	// whatever the scheduler answers, so the simulator and the sidecar
+	// agree.
+	MinRunTime float64
 }
 
 // Engine is the round engine. Build one with New; feed it what happens
@@ -152,6 +159,9 @@ func New(cfg Config, sched round.Scheduler) (*Engine, error) {
 	}
 	if !(cfg.Overrun > 0) || cfg.Overrun > 1 {
 		return nil, fmt.Errorf("engine: overrun %v: want a fraction in (0, 1]", cfg.Overrun)
+	}
+	if !(cfg.MinRunTime >= 0) || math.IsInf(cfg.MinRunTime, 0) {
+		return nil, fmt.Errorf("engine: min run time %v s: want seconds >= 0", cfg.MinRunTime)
 	}
 	e := &Engine{cfg: cfg, sched: sched, drained: map[string]bool{}, byID: map[string]*job{}}
 	e.est, _ = cfg.Speed.Profile.(*Estimates)
@@ -937,34 +947,56 @@ func takeKnown(pool *round.Pool, p planner.Placement) {
 	}
 }
 
-// repair checks the scheduler's placements against the pool offered, in
-// job order: on free GPUs of schedulable nodes, of valid widths, where the
-// job runs. A placement that fails is replaced, so one bad answer never
+// repair checks the scheduler's placements against the pool offered:
+// on free GPUs of schedulable nodes, of valid widths, where the job runs.
+// A running job within its minimum run time keeps its GPUs whatever the
+// answer (it is checked first, so it keeps them); the others follow in job
+// order. A placement that fails is replaced, so one bad answer never
 // stalls the other jobs: a running job keeps its GPUs when they are still
-// offered and free, anything else waits. Each replacement is returned with
-// the reason, and becomes the job's reason too.
+// offered and free, anything else waits. Each replacement the scheduler is
+// to blame for is returned with the reason; every one becomes the job's
+// reason too.
 func (e *Engine) repair(v *round.View, offered *round.Pool, ps []planner.Placement) []Repair {
 	check := offered.Clone()
+	protected := map[int]bool{}
+	if !v.MidRound {
+		for i, jb := range v.Jobs {
+			j := e.byID[jb.ID]
+			if !jb.Running || keepsAll(jb.Placement, ps[i]) {
+				continue
+			}
+			min := e.minRunTime(j)
+			if ran := v.Now - j.placedAt; ran < min-1e-6 && e.check(v, check, jb, jb.Placement) == nil {
+				protected[i] = true
+				ps[i] = clonePlacement(jb.Placement)
+				take(check, ps[i])
+				v.Explain(i, round.Reason{Why: fmt.Sprintf("keeps its GPUs: it has run %s of its minimum run time %s", secs(ran), secs(min))})
+			}
+		}
+	}
 	var out []Repair
 	for i, jb := range v.Jobs {
-		if v.MidRound && jb.Running {
+		if v.MidRound && jb.Running || protected[i] {
 			continue
 		}
 		err := e.check(v, check, jb, ps[i])
 		if err == nil {
-			for _, u := range ps[i].Units {
-				check.Take(u)
-			}
+			take(check, ps[i])
 			continue
 		}
+		// Refused only for GPUs a job within its minimum run time keeps:
+		// the policy's choice, not a fault of the scheduler.
+		byMinRun := len(protected) > 0 && e.check(v, offered, jb, ps[i]) == nil
 		ps[i] = planner.Placement{}
 		what := "it waits"
 		if jb.Running && !v.MidRound && e.check(v, check, jb, jb.Placement) == nil {
 			ps[i] = clonePlacement(jb.Placement)
-			for _, u := range ps[i].Units {
-				check.Take(u)
-			}
+			take(check, ps[i])
 			what = "it keeps its GPUs"
+		}
+		if byMinRun {
+			v.Explain(i, round.Reason{Why: "the GPUs the policy gave it are kept by a job within its minimum run time: " + what})
+			continue
 		}
 		why := fmt.Sprintf("plan repaired: scheduler %s %v; %s", e.sched.Name(), err, what)
 		out = append(out, Repair{Job: jb.ID, Why: why})
@@ -972,6 +1004,32 @@ func (e *Engine) repair(v *round.View, offered *round.Pool, ps []planner.Placeme
 	}
 	return out
 }
+
+// minRunTime is job j's minimum run time in seconds.
+func (e *Engine) minRunTime(j *job) float64 {
+	if j.view.MinRunTime > 0 {
+		return j.view.MinRunTime
+	}
+	return e.cfg.MinRunTime
+}
+
+// keepsAll reports whether placement to keeps every unit of from.
+func keepsAll(from, to planner.Placement) bool {
+	for _, u := range from.Units {
+		if !slices.ContainsFunc(to.Units, u.Equal) {
+			return false
+		}
+	}
+	return true
+}
+
+func take(pool *round.Pool, p planner.Placement) {
+	for _, u := range p.Units {
+		pool.Take(u)
+	}
+}
+
+func secs(s float64) string { return (time.Duration(s) * time.Second).String() }
 
 // check reports why placement p of job jb cannot run on the free GPUs of
 // pool (nil when it can).

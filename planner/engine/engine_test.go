@@ -648,6 +648,68 @@ func TestOneJobMovesItsModelsEstimateBoundedly(t *testing.T) {
 	}
 }
 
+// The minimum run time holds for every preemption, whatever the policy
+// asks: a stop, a move or losing copies waits until the job ran it; a job's
+// own minimum overrides the engine's.
+func TestMinRunTimeHoldsForEveryPreemption(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		jobMin float64
+		next   planner.Placement // x's placement asked at t=360
+		want   engine.Action     // what x does at 360 under a 1800 s minimum
+	}{
+		{"stop", 0, planner.Placement{}, engine.Keep},
+		{"move", 0, place(unit(slot("b", "v100", 1))), engine.Keep},
+		{"unfork", 0, place(unit(slot("c", "k80", 1))), engine.Keep},
+		{"the job's own shorter minimum", 100, planner.Placement{}, engine.Stop},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &scripted{}
+			e := newEngine(t, s, engine.Config{MinRunTime: 1800})
+			x := job("x", 1, 1e9)
+			x.MinRunTime, x.MaxCopies = tc.jobMin, 0
+			for _, jb := range []planner.Job{x, job("y", 4, 1e9)} {
+				if err := e.Admit(jb, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first := place(unit(slot("a", "v100", 1)))
+			if tc.name == "unfork" {
+				first = place(unit(slot("a", "v100", 1)), unit(slot("c", "k80", 1)))
+			}
+			s.next = map[string]planner.Placement{"x": first}
+			if _, err := e.Plan(ctx, 0, engine.Boundary); err != nil {
+				t.Fatal(err)
+			}
+			// The policy gives node a's four V100s, x's among them, to y
+			// and does tc.next with x.
+			s.next = map[string]planner.Placement{"x": tc.next, "y": place(unit(slot("a", "v100", 4)))}
+			d, err := e.Plan(ctx, 360, engine.Boundary)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Repairs) != 0 {
+				t.Fatalf("the minimum run time showed as a repair: %+v", d.Repairs)
+			}
+			a := actions(d)
+			if a["x"] != tc.want {
+				t.Fatalf("x: %s at 360 s, want %s", a["x"], tc.want)
+			}
+			if tc.want == engine.Keep && a["y"] != engine.Wait {
+				t.Fatalf("y: %s, want it to wait for x's GPU", a["y"])
+			}
+			if tc.want == engine.Keep {
+				// Past the minimum, the policy's answer goes.
+				d, err = e.Plan(ctx, 1800, engine.Boundary)
+				if err != nil || actions(d)["x"] == engine.Keep || actions(d)["y"] != engine.Start {
+					t.Fatalf("at 1800 s: %v, %v", actions(d), err)
+				}
+			}
+		})
+	}
+}
+
 type scaled struct {
 	p speed.Profile
 	f float64

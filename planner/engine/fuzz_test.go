@@ -43,11 +43,40 @@ func FuzzRestore(f *testing.F) {
 			}
 			return
 		}
-		// A restored engine plans.
+		// A restored engine plans, and its plan fits the cluster.
 		if _, err := e.Plan(context.Background(), e.Now()+360, engine.Boundary); err != nil {
-			t.Logf("plan after restore: %v", err)
+			t.Fatalf("plan after restore: %v", err)
 		}
+		checkFits(t, e)
 	})
+}
+
+// checkFits fails when the engine's running jobs hold more GPUs of a node
+// and type than the node has.
+func checkFits(t *testing.T, e *engine.Engine) {
+	t.Helper()
+	nodes, _ := e.Nodes()
+	capacity := map[string]map[planner.GPUType]int{}
+	for _, n := range nodes {
+		capacity[n.ID] = n.GPUs
+	}
+	used := map[string]map[planner.GPUType]int{}
+	for _, js := range e.Jobs() {
+		if !js.Running {
+			continue
+		}
+		for _, u := range js.Placement.Units {
+			for _, sl := range u.Slots {
+				if used[sl.Node] == nil {
+					used[sl.Node] = map[planner.GPUType]int{}
+				}
+				used[sl.Node][sl.Type] += sl.Count
+				if used[sl.Node][sl.Type] > capacity[sl.Node][sl.Type] {
+					t.Fatalf("after a plan, running jobs hold %d %s GPUs of node %s, which has %d", used[sl.Node][sl.Type], sl.Type, sl.Node, capacity[sl.Node][sl.Type])
+				}
+			}
+		}
+	}
 }
 
 // FuzzRestoreState: fuzzed state inside a well-formed envelope (the
@@ -69,9 +98,9 @@ func FuzzRestoreState(f *testing.F) {
 			return
 		}
 		if _, err := e.Plan(context.Background(), e.Now()+1, engine.Boundary); err != nil {
-			t.Logf("plan after restore: %v", err)
+			t.Fatalf("plan after restore: %v", err)
 		}
-		e.Jobs()
+		checkFits(t, e)
 		if _, err := e.Snapshot(); err != nil {
 			t.Fatalf("a restored engine cannot snapshot: %v", err)
 		}

@@ -72,7 +72,11 @@ type Config struct {
 	// spends merging parameters at each round boundary. Ignored in Gavel
 	// fidelity.
 	MergeCost float64
-	Fidelity  Fidelity
+	// MinRunTime is the least time in seconds a job runs on its GPUs
+	// before any preemption (engine.Config.MinRunTime; a job's own
+	// MinRunTime overrides it). Ignored in Gavel fidelity.
+	MinRunTime float64
+	Fidelity   Fidelity
 	// Progress, when set, is called after every round.
 	Progress func(now float64, done, total int)
 	// MaxTime aborts a run whose simulated time passes it (0 = 10 years),
@@ -200,6 +204,11 @@ func Run(ctx context.Context, cfg Config, sched round.Scheduler) (Result, error)
 	return s.run(ctx)
 }
 
+// engineConfig is the engine's configuration for the simulation's.
+func (s *simulation) engineConfig() engine.Config {
+	return engine.Config{Round: s.cfg.Round, NoFills: s.gavel, Speed: s.cfg.Plan, MinRunTime: s.cfg.MinRunTime}
+}
+
 func newSimulation(cfg Config, sched round.Scheduler) (*simulation, error) {
 	if cfg.Round <= 0 {
 		cfg.Round = engine.DefaultRound
@@ -214,6 +223,7 @@ func newSimulation(cfg Config, sched round.Scheduler) (*simulation, error) {
 	if gavel {
 		cfg.RestartCost = 0
 		cfg.MergeCost = 0
+		cfg.MinRunTime = 0
 		cfg.Speed.IgnoreSpread = true
 	}
 	if cfg.Plan.Profile == nil {
@@ -252,7 +262,7 @@ func newSimulation(cfg Config, sched round.Scheduler) (*simulation, error) {
 		s.totalGPUs += s.capacity[t]
 	}
 	s.roundBusy = make([]float64, len(s.types))
-	s.eng, err = engine.New(engine.Config{Round: cfg.Round, NoFills: gavel, Speed: cfg.Plan}, sched)
+	s.eng, err = engine.New(s.engineConfig(), sched)
 	if err != nil {
 		return nil, fmt.Errorf("simulation: %w", err)
 	}

@@ -118,7 +118,7 @@ func (s *simulation) restore(data []byte) error {
 		}
 		active = append(active, js)
 	}
-	eng, err := engine.Restore(st.Engine, engine.Config{Round: s.cfg.Round, NoFills: s.gavel, Speed: s.cfg.Plan}, s.sched)
+	eng, err := engine.Restore(st.Engine, s.engineConfig(), s.sched)
 	if err != nil {
 		return fmt.Errorf("simulation snapshot: %w", err)
 	}

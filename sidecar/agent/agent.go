@@ -62,6 +62,8 @@ type Agent struct {
 	last    engine.Decision
 	history []Event
 	rounds  int
+	// cycles counts the cycles run (Health.Cycles).
+	cycles int
 	// repairs counts plans the engine had to mend, by kind (placement: a
 	// job's placement replaced; fallback: a failed solve replaced).
 	repairs map[string]int
@@ -320,7 +322,7 @@ func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates,
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := engine.Config{Round: a.cfg.RoundD.Seconds(), Speed: model}
+	cfg := engine.Config{Round: a.cfg.RoundD.Seconds(), Speed: model, MinRunTime: a.cfg.MinRunTimeD.Seconds()}
 	if snapshot != nil {
 		e, err := engine.Restore(snapshot, cfg, sched)
 		return e, est, err
@@ -435,6 +437,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	defer a.mu.Unlock()
 	start := a.clock()
 	a.planIndex.Store(snap.Index)
+	a.cycles++
 	a.collectWrites()
 	var stepped []apply.Outcome
 	if sctx, cancel, ok := a.underLease(ctx); ok {

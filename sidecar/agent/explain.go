@@ -242,8 +242,11 @@ type Health struct {
 	Index  uint64    `json:"index"`
 	// LastPlan is when the engine last planned; Rounds how many round
 	// boundaries it planned.
-	LastPlan time.Time      `json:"last_plan"`
-	Rounds   int            `json:"rounds"`
+	LastPlan time.Time `json:"last_plan"`
+	Rounds   int       `json:"rounds"`
+	// Cycles counts the sidecar's cycles (sync, plan, act) since it
+	// started: every second, and at once on events.
+	Cycles   int            `json:"cycles"`
 	Jobs     int            `json:"jobs"`
 	Refused  int            `json:"refused"`
 	InFlight int            `json:"in_flight"`
@@ -266,7 +269,7 @@ func (a *Agent) Health() Health {
 	snap := a.watcher.Snapshot()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	h := Health{Synced: snap.Synced, Index: st.Index, LastPlan: time.Unix(0, int64(a.last.Time*1e9)), Rounds: a.rounds,
+	h := Health{Synced: snap.Synced, Index: st.Index, LastPlan: time.Unix(0, int64(a.last.Time*1e9)), Rounds: a.rounds, Cycles: a.cycles,
 		Jobs: len(a.jobs), Refused: len(a.invalid), InFlight: len(a.applier.Ops()), Writes: a.applier.Writes(), Repairs: maps.Clone(a.repairs), DryRun: a.cfg.DryRun,
 		Leader: a.leading(), Replica: a.id, Generation: a.generation()}
 	switch {

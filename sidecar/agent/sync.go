@@ -211,7 +211,7 @@ func (a *Agent) syncJobs(snap *watch.Snapshot, now float64) {
 func sameSpec(a, b jobspec.Spec) bool {
 	return a.Model == b.Model && maps.Equal(a.Throughput, b.Throughput) && a.Steps == b.Steps && a.Workers == b.Workers &&
 		a.Weight == b.Weight && a.Forkable == b.Forkable && a.Gang == b.Gang && a.Sensitivity == b.Sensitivity &&
-		a.Group == b.Group && a.Task == b.Task
+		a.Group == b.Group && a.Task == b.Task && a.MinRunTime == b.MinRunTime
 }
 
 // admit hands a valid managed job to the engine.
@@ -223,7 +223,8 @@ func (a *Agent) admit(snap *watch.Snapshot, j *watch.Job, now float64) {
 	if j.SubmitTime.IsZero() || arrival > now {
 		arrival = now
 	}
-	jb := planner.Job{ID: engineID(k), Model: model, ScaleFactor: s.Workers, TotalSteps: float64(s.Steps), Weight: s.Weight, Arrival: arrival, MaxCopies: 1}
+	jb := planner.Job{ID: engineID(k), Model: model, ScaleFactor: s.Workers, TotalSteps: float64(s.Steps), Weight: s.Weight, Arrival: arrival, MaxCopies: 1,
+		MinRunTime: s.MinRunTime.Seconds()}
 	if s.Forkable {
 		jb.MaxCopies = 0
 	}

@@ -15,7 +15,9 @@
 //     checkpoint that is still being written.
 //   - A start is all or nothing (gang): if any worker of a new unit cannot
 //     be placed, or is not running within GangTimeout, every new worker is
-//     removed again and the operation fails.
+//     removed again and the operation fails. A job with hadar.gang =
+//     false is written even when Nomad cannot place every worker yet, and
+//     never rolled back: each worker starts when Nomad places it.
 package apply
 
 import (
@@ -492,7 +494,9 @@ func (a *Applier) writeRead(ctx context.Context, j *Job, units []jobform.Unit, k
 	}
 	var unplaceable []string
 	for g, m := range plan.FailedTGAllocs {
-		if slices.Contains(op.Added, g) && kind == "start" {
+		// A job that asked for no gang (hadar.gang = false) is written
+		// anyway: each worker starts when Nomad can place it.
+		if slices.Contains(op.Added, g) && kind == "start" && j.Spec.Gang {
 			unplaceable = append(unplaceable, fmt.Sprintf("%s: %s", g, Explain(m)))
 		}
 	}
@@ -656,6 +660,12 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 		}
 		if failed == "" && now.Before(op.Deadline) {
 			return Outcome{}, false
+		}
+		if !op.spec.Gang {
+			// No gang: the workers not running yet stay, for Nomad to
+			// place; nothing is rolled back.
+			a.cfg.Logger.Info("start without gang: some workers not running yet stay for Nomad to place", "job", op.Key.String(), "waiting", failed)
+			return Outcome{Key: op.Key, Phase: Done, Running: op.Target}, true
 		}
 		// All or nothing: the new workers go again.
 		reason := fmt.Errorf("gang start of job %s rolled back: not every worker was running within %v", op.Key, a.cfg.GangTimeout)

@@ -714,3 +714,23 @@ func TestTheGuardIsAskedRightBeforeTheRegistration(t *testing.T) {
 		t.Fatalf("ended context: err %v, %d writes", err, len(f.registers))
 	}
 }
+
+// hadar.gang = false: the start is written although Nomad cannot place a
+// worker yet, and not rolled back after the gang timeout.
+func TestWithoutGangNothingIsRolledBack(t *testing.T) {
+	a, f, cl, c := setup(t)
+	f.job.Meta["hadar.gang"] = "false"
+	f.failGroup["train-hadar-u0-w1"] = true
+	ctx := context.Background()
+	op, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")})
+	if err != nil || op.Phase != Starting || len(f.registers) != 1 {
+		t.Fatalf("no gang, one worker unplaceable: %v, %+v, %d writes; want the start written", err, op, len(f.registers))
+	}
+	cl.groups["train-hadar-u0-w0"] = Group{Running: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Failed: "devices: no devices available on 1 node"}
+	c.t = c.t.Add(2 * time.Minute)
+	out := a.Step(ctx, cl)
+	if len(out) != 1 || out[0].Phase != Done || len(f.registers) != 1 {
+		t.Fatalf("outcome %+v, %d writes: want done, no rollback", out, len(f.registers))
+	}
+}

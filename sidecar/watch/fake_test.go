@@ -95,6 +95,13 @@ func (f *fakeNomad) write(silent bool, events ...fakeEvent) uint64 {
 	return f.index
 }
 
+// indexNow is the fake's current index.
+func (f *fakeNomad) indexNow() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.index
+}
+
 func (f *fakeNomad) publish(b streamBatch) {
 	f.seq++
 	f.buffer, f.seqs = append(f.buffer, b), append(f.seqs, f.seq)

@@ -104,7 +104,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 func eventually(t *testing.T, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	// Generous: it returns as soon as cond holds, and a loaded 2-core
+	// machine can stall a goroutine for seconds.
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := cond()
 		if err == nil {
@@ -147,7 +149,7 @@ func drainChanges(w *Watcher) ChangeKind {
 func waitChange(t *testing.T, w *Watcher, want ChangeKind) {
 	t.Helper()
 	var got ChangeKind
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(30 * time.Second)
 	for got&want != want {
 		select {
 		case c := <-w.Changes():
@@ -258,12 +260,16 @@ func TestStaleObjectsIgnored(t *testing.T) {
 		f.index++
 		f.publish(streamBatch{Index: f.index, Events: []streamEvent{{Topic: api.TopicNode, Type: "NodeRegistration", Index: f.index, Payload: []byte(p)}}})
 	})
-	time.Sleep(200 * time.Millisecond)
+	// Once the watcher has taken the batch in (its index moved), the
+	// stale node must not have won.
+	eventually(t, "the stale batch is read", func() error {
+		if got, want := w.Stats().Index, f.indexNow(); got != want {
+			return fmt.Errorf("index %d, want %d", got, want)
+		}
+		return nil
+	})
 	if r := w.Snapshot().Nodes["n1"].Rack; r != "r-new" {
 		t.Fatalf("a stale event moved the node back to rack %s", r)
-	}
-	if w.Stats().Index != f.index {
-		t.Fatalf("index %d, want %d", w.Stats().Index, f.index)
 	}
 }
 
@@ -433,10 +439,20 @@ func TestPeriodicResync(t *testing.T) {
 		}
 		return nil
 	})
+	relists := w.Stats().Relists
 	f.write(true, f.nodeEvent(gpuNode("n1", "r2", true)))
-	time.Sleep(300 * time.Millisecond)
-	if w.Snapshot().Nodes["n1"].Rack != "r1" {
-		t.Fatal("saw a silent change at once")
+	// An event after the silent change, once read, shows the stream
+	// went on without it: only the resync may bring it (unless one
+	// already ran, on a slow machine).
+	f.write(false, f.jobEvent(managed("b"), true))
+	eventually(t, "job b", func() error {
+		if w.Snapshot().Jobs[JobKey{"default", "b"}] == nil {
+			return errors.New("missing")
+		}
+		return nil
+	})
+	if w.Snapshot().Nodes["n1"].Rack != "r1" && w.Stats().Relists == relists {
+		t.Fatal("saw a silent change without a resync")
 	}
 	eventually(t, "silent change after the resync", func() error {
 		if r := w.Snapshot().Nodes["n1"].Rack; r != "r2" {
