@@ -3,18 +3,15 @@
 package main
 
 import (
-	log "github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins"
-
 	"github.com/hadar-sched/hadar/driver/device"
 	"github.com/hadar-sched/hadar/driver/lifeline"
+	"github.com/hadar-sched/hadar/driver/plugin"
 )
 
 func main() {
-	plugins.Serve(func(logger log.Logger) interface{} {
-		// The agent does not always kill its plugins (it leaves them
-		// running when it fails after loading them).
-		lifeline.ExitWithParent(logger)
-		return device.New(logger)
-	})
+	logger := plugin.NewLogger()
+	// The agent does not always kill its plugins (it leaves them
+	// running when it fails after loading them).
+	lifeline.ExitWithParent(logger)
+	plugin.Serve(device.New(logger), logger)
 }

@@ -8,64 +8,64 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/hashicorp/nomad/plugins/shared/hclspec"
-
 	"github.com/hadar-sched/hadar/driver/device/nvml"
+	"github.com/hadar-sched/hadar/driver/plugin/hclspec"
 )
 
 // configSpec is the plugin block's schema (see docs/driver.md).
-var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
-	"enabled": hclspec.NewDefault(
-		hclspec.NewAttr("enabled", "bool", false),
-		hclspec.NewLiteral("true"),
+var configSpec = hclspec.Object(map[string]*hclspec.Spec{
+	"enabled": hclspec.Default(
+		hclspec.Attr("enabled", "bool", false),
+		hclspec.Literal("true"),
 	),
-	"fingerprint_period": hclspec.NewDefault(
-		hclspec.NewAttr("fingerprint_period", "string", false),
-		hclspec.NewLiteral(`"1m"`),
+	"fingerprint_period": hclspec.Default(
+		hclspec.Attr("fingerprint_period", "string", false),
+		hclspec.Literal(`"1m"`),
 	),
-	"ignored_gpu_ids": hclspec.NewDefault(
-		hclspec.NewAttr("ignored_gpu_ids", "list(string)", false),
-		hclspec.NewLiteral("[]"),
+	"ignored_gpu_ids": hclspec.Default(
+		hclspec.Attr("ignored_gpu_ids", "list(string)", false),
+		hclspec.Literal("[]"),
 	),
-	"health_file": hclspec.NewAttr("health_file", "string", false),
-	"gpu": hclspec.NewBlockList("gpu", hclspec.NewObject(map[string]*hclspec.Spec{
-		"id":                 hclspec.NewAttr("id", "string", true),
-		"model":              hclspec.NewAttr("model", "string", true),
-		"memory":             hclspec.NewAttr("memory", "string", true),
-		"compute_capability": hclspec.NewAttr("compute_capability", "string", false),
-		"pci_bus_id":         hclspec.NewAttr("pci_bus_id", "string", false),
-		"nvlink_group":       hclspec.NewAttr("nvlink_group", "string", false),
-		"pcie_switch":        hclspec.NewAttr("pcie_switch", "string", false),
-		"healthy": hclspec.NewDefault(
-			hclspec.NewAttr("healthy", "bool", false),
-			hclspec.NewLiteral("true"),
+	"health_file": hclspec.Attr("health_file", "string", false),
+	"gpu": hclspec.BlockList("gpu", hclspec.Object(map[string]*hclspec.Spec{
+		"id":                 hclspec.Attr("id", "string", true),
+		"model":              hclspec.Attr("model", "string", true),
+		"memory":             hclspec.Attr("memory", "string", true),
+		"compute_capability": hclspec.Attr("compute_capability", "string", false),
+		"pci_bus_id":         hclspec.Attr("pci_bus_id", "string", false),
+		"nvlink_group":       hclspec.Attr("nvlink_group", "string", false),
+		"pcie_switch":        hclspec.Attr("pcie_switch", "string", false),
+		"healthy": hclspec.Default(
+			hclspec.Attr("healthy", "bool", false),
+			hclspec.Literal("true"),
 		),
-		"utilization": hclspec.NewAttr("utilization", "number", false),
-		"memory_used": hclspec.NewAttr("memory_used", "string", false),
+		"utilization": hclspec.Attr("utilization", "number", false),
+		"memory_used": hclspec.Attr("memory_used", "string", false),
 	})),
 })
 
-// Config is the plugin block as Nomad hands it over (msgpack).
+// Config is the plugin block as Nomad hands it over (msgpack, decoded
+// with configSpec).
 type Config struct {
-	Enabled           bool        `codec:"enabled"`
-	FingerprintPeriod string      `codec:"fingerprint_period"`
-	IgnoredGPUIDs     []string    `codec:"ignored_gpu_ids"`
-	HealthFile        string      `codec:"health_file"`
-	GPUs              []GPUConfig `codec:"gpu"`
+	Enabled           bool        `cty:"enabled"`
+	FingerprintPeriod string      `cty:"fingerprint_period"`
+	IgnoredGPUIDs     []string    `cty:"ignored_gpu_ids"`
+	HealthFile        string      `cty:"health_file"`
+	GPUs              []GPUConfig `cty:"gpu"`
 }
 
 // GPUConfig declares one GPU of the inventory.
 type GPUConfig struct {
-	ID                string  `codec:"id"`
-	Model             string  `codec:"model"`
-	Memory            string  `codec:"memory"`
-	ComputeCapability string  `codec:"compute_capability"`
-	PCIBusID          string  `codec:"pci_bus_id"`
-	NvLinkGroup       string  `codec:"nvlink_group"`
-	PCIeSwitch        string  `codec:"pcie_switch"`
-	Healthy           bool    `codec:"healthy"`
-	Utilization       float64 `codec:"utilization"`
-	MemoryUsed        string  `codec:"memory_used"`
+	ID                string  `cty:"id"`
+	Model             string  `cty:"model"`
+	Memory            string  `cty:"memory"`
+	ComputeCapability string  `cty:"compute_capability"`
+	PCIBusID          string  `cty:"pci_bus_id"`
+	NvLinkGroup       string  `cty:"nvlink_group"`
+	PCIeSwitch        string  `cty:"pcie_switch"`
+	Healthy           bool    `cty:"healthy"`
+	Utilization       float64 `cty:"utilization"`
+	MemoryUsed        string  `cty:"memory_used"`
 }
 
 // settings is a validated Config.

@@ -1,60 +1,29 @@
 package device
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/go-viper/mapstructure/v2"
 	log "github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/hcl"
-	"github.com/hashicorp/hcl/hcl/ast"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
-	"github.com/hashicorp/nomad/plugins/base"
-	"github.com/zclconf/go-cty/cty/msgpack"
 
 	"github.com/hadar-sched/hadar/driver/device/nvml"
+	"github.com/hadar-sched/hadar/driver/plugin"
+	"github.com/hadar-sched/hadar/driver/plugin/plugintest"
 )
 
 // pluginConfig turns the body of a plugin "hadar-gpu" { config { ... } }
 // block into what the Nomad agent sends to SetConfig, the way the agent's
 // plugin loader does (HCL v1 -> map -> hcldec with our schema -> msgpack).
-func pluginConfig(body string) (*base.Config, error) {
-	root, err := hcl.Parse("config {\n" + body + "\n}")
-	if err != nil {
-		return nil, fmt.Errorf("hcl: %w", err)
-	}
-	list, ok := root.Node.(*ast.ObjectList)
-	if !ok || len(list.Items) == 0 {
-		return nil, fmt.Errorf("hcl: no config block")
-	}
-	var m map[string]interface{}
-	if err := hcl.DecodeObject(&m, list.Items[0]); err != nil {
-		return nil, fmt.Errorf("hcl decode: %w", err)
-	}
-	var m2 map[string]interface{}
-	if err := mapstructure.WeakDecode(m, &m2); err != nil {
-		return nil, fmt.Errorf("weak decode: %w", err)
-	}
-	spec, diags := hclspecutils.Convert(configSpec)
-	if diags.HasErrors() {
-		return nil, diags
-	}
-	val, diags, errs := hclutils.ParseHclInterface(m2["config"], spec, nil)
-	if len(errs) > 0 {
-		return nil, errs[0]
-	}
-	if diags.HasErrors() {
-		return nil, diags
-	}
-	b, err := msgpack.Marshal(val, val.Type())
+func pluginConfig(body string) (*plugin.Config, error) {
+	b, err := plugintest.PluginConfig(configSpec.Proto(), body)
 	if err != nil {
 		return nil, err
 	}
-	return &base.Config{PluginConfig: b}, nil
+	return &plugin.Config{PluginConfig: b, APIVersion: plugin.APIVersion}, nil
 }
 
 const mixedInventory = `
@@ -146,7 +115,7 @@ utilization = 140`), `utilization 140`},
 			p := NewWithLibrary(log.NewNullLogger(), func() nvml.Library { return nvml.Recorded{Rec: &nvml.Recording{}} })
 			cfg, err := pluginConfig(tc.body)
 			if err == nil {
-				err = p.SetConfig(cfg)
+				err = p.SetConfig(context.Background(), cfg)
 			}
 			switch {
 			case tc.want == "" && err != nil:
@@ -202,7 +171,7 @@ func FuzzSetConfig(f *testing.F) {
 			return
 		}
 		p := NewWithLibrary(log.NewNullLogger(), func() nvml.Library { return nvml.Recorded{Rec: &nvml.Recording{}} })
-		if err := p.SetConfig(cfg); err != nil {
+		if err := p.SetConfig(context.Background(), cfg); err != nil {
 			return
 		}
 		seen := map[string]bool{}

@@ -14,11 +14,10 @@ import (
 	"time"
 
 	log "github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins/base"
-	"github.com/hashicorp/nomad/plugins/device"
-	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 
 	"github.com/hadar-sched/hadar/driver/device/nvml"
+	"github.com/hadar-sched/hadar/driver/plugin"
+	"github.com/hadar-sched/hadar/driver/plugin/hclspec"
 )
 
 const (
@@ -29,7 +28,7 @@ const (
 	PluginVersion = "v0.1.0"
 
 	vendor     = "nvidia"
-	deviceType = device.DeviceTypeGPU
+	deviceType = plugin.DeviceTypeGPU
 
 	// Environment the task gets from Reserve. The reserved model lets
 	// hadar-train pick the emulated pace: Nomad does not pass allocated
@@ -40,13 +39,6 @@ const (
 	envCudaVisible   = "CUDA_VISIBLE_DEVICES"
 	envModel         = "HADAR_GPU_RESERVED_MODEL"
 )
-
-var pluginInfo = &base.PluginInfoResponse{
-	Type:              base.PluginTypeDevice,
-	PluginApiVersions: []string{device.ApiVersion010},
-	PluginVersion:     PluginVersion,
-	Name:              PluginName,
-}
 
 // Plugin is the device plugin. Create it with New.
 type Plugin struct {
@@ -70,7 +62,7 @@ type Plugin struct {
 	byIndex map[int]string
 }
 
-var _ device.DevicePlugin = (*Plugin)(nil)
+var _ plugin.DevicePlugin = (*Plugin)(nil)
 
 // New returns the plugin using the system's NVML.
 func New(logger log.Logger) *Plugin {
@@ -83,19 +75,21 @@ func NewWithLibrary(logger log.Logger, open func() nvml.Library) *Plugin {
 }
 
 // PluginInfo identifies the plugin to Nomad.
-func (p *Plugin) PluginInfo() (*base.PluginInfoResponse, error) { return pluginInfo, nil }
+func (p *Plugin) PluginInfo() plugin.Info {
+	return plugin.Info{Type: plugin.TypeDevice, Name: PluginName, Version: PluginVersion}
+}
 
 // ConfigSchema returns the plugin block's schema.
-func (p *Plugin) ConfigSchema() (*hclspec.Spec, error) { return configSpec, nil }
+func (p *Plugin) ConfigSchema() *hclspec.Spec { return configSpec }
 
 // SetConfig validates the plugin block. NVML is opened at the first
 // fingerprint (and again at later ones while it is unavailable), so a
 // node without NVML reports no GPUs rather than failing, and one whose
 // driver comes up late starts reporting them.
-func (p *Plugin) SetConfig(c *base.Config) error {
+func (p *Plugin) SetConfig(_ context.Context, c *plugin.Config) error {
 	var cfg Config
 	if len(c.PluginConfig) != 0 {
-		if err := base.MsgPackDecode(c.PluginConfig, &cfg); err != nil {
+		if err := configSpec.Decode(c.PluginConfig, &cfg); err != nil {
 			return fmt.Errorf("%s plugin config: %w", PluginName, err)
 		}
 	} else {
@@ -237,9 +231,9 @@ func unhealthy(g nvml.GPU, why string) nvml.GPU {
 
 // Reserve returns the environment a task needs to use deviceIDs. Nomad
 // calls it once per device request, so all IDs belong to one group.
-func (p *Plugin) Reserve(deviceIDs []string) (*device.ContainerReservation, error) {
+func (p *Plugin) Reserve(_ context.Context, deviceIDs []string) (*plugin.Reservation, error) {
 	if len(deviceIDs) == 0 {
-		return &device.ContainerReservation{}, nil
+		return &plugin.Reservation{}, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -257,8 +251,8 @@ func (p *Plugin) Reserve(deviceIDs []string) (*device.ContainerReservation, erro
 		names = append(names, m)
 	}
 	sort.Strings(names)
-	return &device.ContainerReservation{
-		Envs: map[string]string{
+	return &plugin.Reservation{
+		Env: map[string]string{
 			envNvidiaVisible: ids,
 			envCudaVisible:   ids,
 			envModel:         strings.Join(names, ","),
@@ -268,7 +262,7 @@ func (p *Plugin) Reserve(deviceIDs []string) (*device.ContainerReservation, erro
 
 // Fingerprint sends the node's GPUs at once, then again every
 // fingerprint_period when anything (set, attributes, health) changed.
-func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *device.FingerprintResponse, error) {
+func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *plugin.DeviceFingerprint, error) {
 	p.mu.Lock()
 	s := p.settings
 	p.mu.Unlock()
@@ -276,14 +270,14 @@ func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *device.FingerprintRes
 		return nil, fmt.Errorf("%s: SetConfig was not called", PluginName)
 	}
 	if !s.enabled {
-		return nil, device.ErrPluginDisabled
+		return nil, plugin.ErrDeviceDisabled
 	}
-	out := make(chan *device.FingerprintResponse)
+	out := make(chan *plugin.DeviceFingerprint)
 	go p.fingerprintLoop(ctx, s.period, out)
 	return out, nil
 }
 
-func (p *Plugin) fingerprintLoop(ctx context.Context, period time.Duration, out chan<- *device.FingerprintResponse) {
+func (p *Plugin) fingerprintLoop(ctx context.Context, period time.Duration, out chan<- *plugin.DeviceFingerprint) {
 	defer close(out)
 	var last string
 	first := true
@@ -312,7 +306,7 @@ func (p *Plugin) fingerprintLoop(ctx context.Context, period time.Duration, out 
 		}
 		first, last = false, key
 		select {
-		case out <- device.NewFingerprint(groups...):
+		case out <- &plugin.DeviceFingerprint{Groups: groups}:
 		case <-ctx.Done():
 			return
 		}

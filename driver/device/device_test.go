@@ -10,52 +10,40 @@ import (
 	"time"
 
 	log "github.com/hashicorp/go-hclog"
-	plugin "github.com/hashicorp/go-plugin"
-	"github.com/hashicorp/nomad/plugins/base"
-	"github.com/hashicorp/nomad/plugins/device"
 
 	"github.com/hadar-sched/hadar/driver/device/nvml"
+	"github.com/hadar-sched/hadar/driver/plugin"
+	"github.com/hadar-sched/hadar/driver/plugin/plugintest"
 )
 
-// grpcPlugin serves p over the SDK's in-process gRPC harness and returns
-// the client side, as the Nomad client would see it.
-func grpcPlugin(t *testing.T, p *Plugin) device.DevicePlugin {
+// grpcPlugin serves p over a real go-plugin gRPC connection and returns
+// a client that calls it as the Nomad client would.
+func grpcPlugin(t *testing.T, p *Plugin) *plugintest.Client {
 	t.Helper()
 	t.Cleanup(p.Shutdown)
-	client, _ := plugin.TestPluginGRPCConn(t, true, map[string]plugin.Plugin{
-		base.PluginTypeBase:   &base.PluginBase{Impl: p},
-		base.PluginTypeDevice: &device.PluginDevice{Impl: p},
-	})
-	// Closing the client shuts the server down (stopping it here as well
-	// races with that shutdown).
-	t.Cleanup(func() { _ = client.Close() })
-	raw, err := client.Dispense(base.PluginTypeDevice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw.(device.DevicePlugin)
+	return plugintest.Connect(t, p)
 }
 
-func configure(t *testing.T, dp device.DevicePlugin, body string) {
+func configure(t *testing.T, dp *plugintest.Client, body string) {
 	t.Helper()
 	cfg, err := pluginConfig(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := dp.SetConfig(cfg); err != nil {
+	if err := dp.SetConfig(context.Background(), cfg.PluginConfig, nil); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func nextFingerprint(t *testing.T, ch <-chan *device.FingerprintResponse, within time.Duration) *device.FingerprintResponse {
+func nextFingerprint(t *testing.T, ch <-chan *plugin.DeviceFingerprint, within time.Duration) *plugin.DeviceFingerprint {
 	t.Helper()
 	select {
 	case r, ok := <-ch:
 		if !ok {
 			t.Fatal("fingerprint channel closed")
 		}
-		if r.Error != nil {
-			t.Fatal(r.Error)
+		if r.Err != nil {
+			t.Fatal(r.Err)
 		}
 		return r
 	case <-time.After(within):
@@ -65,14 +53,14 @@ func nextFingerprint(t *testing.T, ch <-chan *device.FingerprintResponse, within
 }
 
 // describe renders groups compactly for table comparisons.
-func describe(groups []*device.DeviceGroup) map[string]string {
+func describe(groups []*plugin.DeviceGroup) map[string]string {
 	out := map[string]string{}
 	for _, g := range groups {
 		var parts []string
 		parts = append(parts, g.Vendor+"/"+g.Type)
 		for _, k := range []string{attrMemory, attrComputeCapability, attrSource, attrNvLinkDomainSize, attrNvLinkDomains, attrSwitchDomains} {
 			if a, ok := g.Attributes[k]; ok {
-				parts = append(parts, k+"="+a.GoString())
+				parts = append(parts, k+"="+a.String())
 			}
 		}
 		for _, d := range g.Devices {
@@ -80,8 +68,8 @@ func describe(groups []*device.DeviceGroup) map[string]string {
 			if !d.Healthy {
 				s += "(unhealthy)"
 			}
-			if d.HwLocality != nil {
-				s += "@" + d.HwLocality.PciBusID
+			if d.PCIBusID != "" {
+				s += "@" + d.PCIBusID
 			}
 			parts = append(parts, s)
 		}
@@ -140,13 +128,13 @@ func TestFingerprint(t *testing.T) {
 			configure(t, dp, tc.body)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			ch, err := dp.Fingerprint(ctx)
+			ch, err := dp.DeviceFingerprint(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			// The first fingerprint must come at once: the client waits
 			// for it before registering the node.
-			got := describe(nextFingerprint(t, ch, time.Second).Devices)
+			got := describe(nextFingerprint(t, ch, time.Second).Groups)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("groups:\n got %q\nwant %q", got, tc.want)
 			}
@@ -161,24 +149,24 @@ func TestFingerprintHealthChange(t *testing.T) {
 	configure(t, dp, mixedInventory+"\nhealth_file = \""+health+"\"\n")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch, err := dp.Fingerprint(ctx)
+	ch, err := dp.DeviceFingerprint(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := describe(nextFingerprint(t, ch, time.Second).Devices)["Tesla V100-SXM2-16GB"]; strings.Contains(got, "unhealthy") {
+	if got := describe(nextFingerprint(t, ch, time.Second).Groups)["Tesla V100-SXM2-16GB"]; strings.Contains(got, "unhealthy") {
 		t.Fatalf("healthy at first, got %s", got)
 	}
 	// Nothing changed: no new fingerprint for a few periods.
 	select {
 	case r := <-ch:
-		t.Fatalf("unchanged inventory re-sent: %v", describe(r.Devices))
+		t.Fatalf("unchanged inventory re-sent: %v", describe(r.Groups))
 	case <-time.After(500 * time.Millisecond):
 	}
 	if err := os.WriteFile(health, []byte("v100-1 XID 79\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r := nextFingerprint(t, ch, 2*time.Second)
-	for _, g := range r.Devices {
+	for _, g := range r.Groups {
 		for _, d := range g.Devices {
 			want := d.ID != "v100-1" && d.ID != "k80-0"
 			if d.Healthy != want {
@@ -200,7 +188,7 @@ func TestReserve(t *testing.T) {
 	configure(t, dp, mixedInventory)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch, err := dp.Fingerprint(ctx)
+	ch, err := dp.DeviceFingerprint(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +206,7 @@ func TestReserve(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := dp.Reserve(tc.ids)
+			res, err := dp.Reserve(ctx, tc.ids)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -228,8 +216,8 @@ func TestReserve(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(res.Envs) != len(tc.wantEnv) || (len(tc.wantEnv) > 0 && !reflect.DeepEqual(res.Envs, tc.wantEnv)) {
-				t.Fatalf("env = %v, want %v", res.Envs, tc.wantEnv)
+			if len(res.Env) != len(tc.wantEnv) || (len(tc.wantEnv) > 0 && !reflect.DeepEqual(res.Env, tc.wantEnv)) {
+				t.Fatalf("env = %v, want %v", res.Env, tc.wantEnv)
 			}
 		})
 	}
@@ -260,37 +248,37 @@ func TestStats(t *testing.T) {
 			configure(t, dp, tc.body)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			fp, err := dp.Fingerprint(ctx)
+			fp, err := dp.DeviceFingerprint(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			nextFingerprint(t, fp, time.Second)
-			ch, err := dp.Stats(ctx, 50*time.Millisecond)
+			ch, err := dp.DeviceStats(ctx, 50*time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var r *device.StatsResponse
+			var r *plugin.DeviceStatsReport
 			select {
 			case r = <-ch:
 			case <-time.After(time.Second):
 				t.Fatal("no stats")
 			}
-			if r.Error != nil {
-				t.Fatal(r.Error)
+			if r.Err != nil {
+				t.Fatal(r.Err)
 			}
 			n := 0
 			var found bool
 			for _, g := range r.Groups {
-				for id, st := range g.InstanceStats {
+				for id, st := range g.Instances {
 					n++
 					if id != tc.id {
 						continue
 					}
 					found = true
-					if u := *st.Stats.Attributes["gpu_utilization"].FloatNumeratorVal; u != tc.wantUtil {
+					if u := *st.Stats["gpu_utilization"].FloatNumerator; u != tc.wantUtil {
 						t.Errorf("utilization %v, want %v", u, tc.wantUtil)
 					}
-					if m := *st.Summary.IntNumeratorVal; m != tc.wantUsed {
+					if m := *st.Summary.IntNumerator; m != tc.wantUsed {
 						t.Errorf("memory used %v, want %v", m, tc.wantUsed)
 					}
 				}
@@ -306,13 +294,13 @@ func TestDisabled(t *testing.T) {
 	p := NewWithLibrary(log.NewNullLogger(), nvml.NewLibraryUnavailable)
 	dp := grpcPlugin(t, p)
 	configure(t, dp, `enabled = false`)
-	ch, err := dp.Fingerprint(context.Background())
+	ch, err := dp.DeviceFingerprint(context.Background())
 	if err == nil {
 		// Over gRPC the error arrives on the stream.
 		select {
 		case r := <-ch:
 			if r != nil {
-				err = r.Error
+				err = r.Err
 			}
 		case <-time.After(time.Second):
 			t.Fatal("no answer from a disabled plugin")

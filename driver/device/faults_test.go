@@ -11,9 +11,9 @@ import (
 	"time"
 
 	log "github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins/device"
 
 	"github.com/hadar-sched/hadar/driver/device/nvml"
+	"github.com/hadar-sched/hadar/driver/plugin"
 )
 
 // faulty replays a recording with faults the test switches on and off,
@@ -89,9 +89,9 @@ func (f *faulty) CommonAncestor(a, b int) (nvml.Level, error) {
 }
 
 // health renders a fingerprint as "id:healthy" or "id:reason" per GPU.
-func health(r *device.FingerprintResponse) map[string]string {
+func health(r *plugin.DeviceFingerprint) map[string]string {
 	out := map[string]string{}
-	for _, g := range r.Devices {
+	for _, g := range r.Groups {
 		for _, d := range g.Devices {
 			out[d.ID] = "healthy"
 			if !d.Healthy {
@@ -123,7 +123,7 @@ func TestFingerprintSurvivesFaults(t *testing.T) {
 	configure(t, dp, fmt.Sprintf("fingerprint_period = \"50ms\"\nhealth_file = %q\n", healthFile))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch, err := dp.Fingerprint(ctx)
+	ch, err := dp.DeviceFingerprint(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestFingerprintLateAndLostDevices(t *testing.T) {
 	configure(t, dp, `fingerprint_period = "50ms"`)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch, err := dp.Fingerprint(ctx)
+	ch, err := dp.DeviceFingerprint(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/hashicorp/nomad/plugins/device"
-	"github.com/hashicorp/nomad/plugins/shared/structs"
-
 	"github.com/hadar-sched/hadar/driver/device/nvml"
+	"github.com/hadar-sched/hadar/driver/plugin"
 )
 
 // Group attribute names; jobspecs constrain on ${device.attr.<name>}.
@@ -21,6 +19,10 @@ const (
 	attrSwitchDomains     = "pcie_switch_domains"
 	attrSource            = "source"
 	attrHealthy           = "healthy_gpus"
+
+	// Units Nomad knows (it rejects a device group with any other).
+	unitMiB = "MiB"
+	unitW   = "W"
 )
 
 // buildGroups makes one device group per model. Nomad fills a device
@@ -29,7 +31,7 @@ const (
 // the group's NVLink and PCIe-switch domains (connected components,
 // "id,id;id,id") and the size of its largest NVLink domain, which a
 // jobspec can constrain on (${device.attr.nvlink_domain_size} >= 4).
-func buildGroups(gpus []nvml.GPU) []*device.DeviceGroup {
+func buildGroups(gpus []nvml.GPU) []*plugin.DeviceGroup {
 	byModel := map[string][]nvml.GPU{}
 	for _, g := range gpus {
 		byModel[g.Model] = append(byModel[g.Model], g)
@@ -39,30 +41,30 @@ func buildGroups(gpus []nvml.GPU) []*device.DeviceGroup {
 		models = append(models, m)
 	}
 	sort.Strings(models)
-	groups := make([]*device.DeviceGroup, 0, len(models))
+	groups := make([]*plugin.DeviceGroup, 0, len(models))
 	for _, m := range models {
 		members := byModel[m]
 		sort.Slice(members, func(i, j int) bool { return members[i].ID < members[j].ID })
 		first := members[0]
-		grp := &device.DeviceGroup{
+		grp := &plugin.DeviceGroup{
 			Vendor: vendor,
 			Type:   deviceType,
 			Name:   m,
-			Attributes: map[string]*structs.Attribute{
-				attrMemory: structs.NewIntAttribute(first.MemoryMiB, structs.UnitMiB),
+			Attributes: map[string]plugin.Attribute{
+				attrMemory: plugin.IntAttr(first.MemoryMiB, unitMiB),
 			},
 		}
 		if first.ComputeCapability != "" {
-			grp.Attributes[attrComputeCapability] = structs.NewStringAttribute(first.ComputeCapability)
+			grp.Attributes[attrComputeCapability] = plugin.StringAttr(first.ComputeCapability)
 		}
 		if first.DriverVersion != "" {
-			grp.Attributes[attrDriverVersion] = structs.NewStringAttribute(first.DriverVersion)
+			grp.Attributes[attrDriverVersion] = plugin.StringAttr(first.DriverVersion)
 		}
 		source := "nvml"
 		if first.DriverVersion == "declared" {
 			source = "declared"
 		}
-		grp.Attributes[attrSource] = structs.NewStringAttribute(source)
+		grp.Attributes[attrSource] = plugin.StringAttr(source)
 		nv := domains(members, func(g nvml.GPU) []string { return g.NvLinkPeers })
 		sw := domains(members, func(g nvml.GPU) []string { return g.SwitchPeers })
 		largest := 0
@@ -71,7 +73,7 @@ func buildGroups(gpus []nvml.GPU) []*device.DeviceGroup {
 				largest = len(d)
 			}
 		}
-		grp.Attributes[attrNvLinkDomainSize] = structs.NewIntAttribute(int64(largest), "")
+		grp.Attributes[attrNvLinkDomainSize] = plugin.IntAttr(int64(largest), "")
 		// Nomad leaves device health out of a node's computed class but
 		// not group attributes: a blocked evaluation that found too few
 		// healthy GPUs is woken only when the class changes, so the count
@@ -82,19 +84,15 @@ func buildGroups(gpus []nvml.GPU) []*device.DeviceGroup {
 				healthy++
 			}
 		}
-		grp.Attributes[attrHealthy] = structs.NewIntAttribute(int64(healthy), "")
+		grp.Attributes[attrHealthy] = plugin.IntAttr(int64(healthy), "")
 		if s := formatDomains(nv); s != "" {
-			grp.Attributes[attrNvLinkDomains] = structs.NewStringAttribute(s)
+			grp.Attributes[attrNvLinkDomains] = plugin.StringAttr(s)
 		}
 		if s := formatDomains(sw); s != "" {
-			grp.Attributes[attrSwitchDomains] = structs.NewStringAttribute(s)
+			grp.Attributes[attrSwitchDomains] = plugin.StringAttr(s)
 		}
 		for _, g := range members {
-			d := &device.Device{ID: g.ID, Healthy: g.Healthy, HealthDesc: g.HealthDesc}
-			if g.PCIBusID != "" {
-				d.HwLocality = &device.DeviceLocality{PciBusID: g.PCIBusID}
-			}
-			grp.Devices = append(grp.Devices, d)
+			grp.Devices = append(grp.Devices, &plugin.Device{ID: g.ID, Healthy: g.Healthy, HealthDesc: g.HealthDesc, PCIBusID: g.PCIBusID})
 		}
 		groups = append(groups, grp)
 	}
@@ -158,7 +156,7 @@ func formatDomains(ds [][]string) string {
 
 // groupsKey is a stable rendering of the groups, to tell whether a new
 // fingerprint carries news.
-func groupsKey(groups []*device.DeviceGroup) string {
+func groupsKey(groups []*plugin.DeviceGroup) string {
 	var b strings.Builder
 	for _, g := range groups {
 		fmt.Fprintf(&b, "%s|", g.Name)
@@ -168,7 +166,7 @@ func groupsKey(groups []*device.DeviceGroup) string {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			fmt.Fprintf(&b, "%s=%s|", k, g.Attributes[k].GoString())
+			fmt.Fprintf(&b, "%s=%s|", k, g.Attributes[k])
 		}
 		for _, d := range g.Devices {
 			fmt.Fprintf(&b, "%s:%v:%s|", d.ID, d.Healthy, d.HealthDesc)

@@ -5,20 +5,17 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hashicorp/nomad/helper/pointer"
-	"github.com/hashicorp/nomad/plugins/device"
-	"github.com/hashicorp/nomad/plugins/shared/structs"
-
 	"github.com/hadar-sched/hadar/driver/device/nvml"
+	"github.com/hadar-sched/hadar/driver/plugin"
 )
 
 // Stats sends every GPU's utilization and memory each interval: NVML's
 // figures, or the declared inventory's emulated ones.
-func (p *Plugin) Stats(ctx context.Context, interval time.Duration) (<-chan *device.StatsResponse, error) {
+func (p *Plugin) Stats(ctx context.Context, interval time.Duration) (<-chan *plugin.DeviceStatsReport, error) {
 	if interval <= 0 {
 		return nil, fmt.Errorf("%s: stats interval %v: want a positive duration", PluginName, interval)
 	}
-	out := make(chan *device.StatsResponse)
+	out := make(chan *plugin.DeviceStatsReport)
 	go func() {
 		defer close(out)
 		ticker := time.NewTicker(interval)
@@ -40,7 +37,7 @@ func (p *Plugin) Stats(ctx context.Context, interval time.Duration) (<-chan *dev
 	return out, nil
 }
 
-func (p *Plugin) statsOnce() *device.StatsResponse {
+func (p *Plugin) statsOnce() *plugin.DeviceStatsReport {
 	p.mu.Lock()
 	s, lib := p.settings, p.lib
 	known := make(map[string]nvml.GPU, len(p.devices))
@@ -49,7 +46,7 @@ func (p *Plugin) statsOnce() *device.StatsResponse {
 	}
 	p.mu.Unlock()
 	if s == nil {
-		return device.NewStatsError(fmt.Errorf("%s: SetConfig was not called", PluginName))
+		return &plugin.DeviceStatsReport{Err: fmt.Errorf("%s: SetConfig was not called", PluginName)}
 	}
 	var all []nvml.GPUStats
 	switch {
@@ -60,11 +57,11 @@ func (p *Plugin) statsOnce() *device.StatsResponse {
 	case lib != nil:
 		var err error
 		if all, err = nvml.Stats(lib); err != nil {
-			return device.NewStatsError(err)
+			return &plugin.DeviceStatsReport{Err: err}
 		}
 	}
 	now := time.Now()
-	groups := map[string]*device.DeviceGroupStats{}
+	groups := map[string]*plugin.DeviceGroupStats{}
 	var order []string
 	for _, st := range all {
 		g, ok := known[st.ID]
@@ -73,35 +70,30 @@ func (p *Plugin) statsOnce() *device.StatsResponse {
 		}
 		grp, ok := groups[g.Model]
 		if !ok {
-			grp = &device.DeviceGroupStats{Vendor: vendor, Type: deviceType, Name: g.Model, InstanceStats: map[string]*device.DeviceStats{}}
+			grp = &plugin.DeviceGroupStats{Vendor: vendor, Type: deviceType, Name: g.Model, Instances: map[string]*plugin.DeviceStats{}}
 			groups[g.Model] = grp
 			order = append(order, g.Model)
 		}
-		grp.InstanceStats[st.ID] = instanceStats(st, now)
+		grp.Instances[st.ID] = instanceStats(st, now)
 	}
-	resp := &device.StatsResponse{}
+	resp := &plugin.DeviceStatsReport{}
 	for _, m := range order {
 		resp.Groups = append(resp.Groups, groups[m])
 	}
 	return resp
 }
 
-func instanceStats(st nvml.GPUStats, now time.Time) *device.DeviceStats {
-	memUsed := &structs.StatValue{
-		IntNumeratorVal:   pointer.Of(st.MemoryUsedMiB),
-		IntDenominatorVal: pointer.Of(st.MemoryTotalMiB),
-		Unit:              structs.UnitMiB,
-		Desc:              "GPU memory used",
-	}
-	return &device.DeviceStats{
+func instanceStats(st nvml.GPUStats, now time.Time) *plugin.DeviceStats {
+	memUsed := plugin.IntRatioStat(st.MemoryUsedMiB, st.MemoryTotalMiB, unitMiB, "GPU memory used")
+	return &plugin.DeviceStats{
 		Summary: memUsed,
-		Stats: &structs.StatObject{Attributes: map[string]*structs.StatValue{
+		Stats: map[string]*plugin.StatValue{
 			"memory":             memUsed,
-			"gpu_utilization":    {FloatNumeratorVal: pointer.Of(st.GPUUtilPercent), Unit: "%", Desc: "GPU utilization"},
-			"memory_utilization": {FloatNumeratorVal: pointer.Of(st.MemoryUtilPercent), Unit: "%", Desc: "memory controller utilization"},
-			"power":              {FloatNumeratorVal: pointer.Of(st.PowerWatts), Unit: structs.UnitW, Desc: "power draw"},
-			"temperature":        {FloatNumeratorVal: pointer.Of(st.TemperatureC), Unit: "C", Desc: "GPU temperature"},
-		}},
+			"gpu_utilization":    plugin.FloatStat(st.GPUUtilPercent, "%", "GPU utilization"),
+			"memory_utilization": plugin.FloatStat(st.MemoryUtilPercent, "%", "memory controller utilization"),
+			"power":              plugin.FloatStat(st.PowerWatts, unitW, "power draw"),
+			"temperature":        plugin.FloatStat(st.TemperatureC, "C", "GPU temperature"),
+		},
 		Timestamp: now,
 	}
 }
