@@ -30,7 +30,40 @@ var (
 	bucketJournal = []byte("journal")
 	keyHeader     = []byte("header")
 	keySaved      = []byte("saved")
+	// The fences: the highest lock generation (and its replica) that
+	// saved, and that journaled.
+	keySaveFence    = []byte("save_fence")
+	keyJournalFence = []byte("journal_fence")
 )
+
+// fenceRecord is a fence as the bbolt store keeps it.
+type fenceRecord struct {
+	Generation uint64 `json:"generation"`
+	Leader     string `json:"leader,omitempty"`
+}
+
+// raise refuses a write by generation gen (ErrFenced) when the fence at
+// key in meta is higher, and raises it to gen otherwise.
+func (b *Bolt) raise(meta *bolt.Bucket, key []byte, what string, gen uint64, leader string) error {
+	var f fenceRecord
+	raw := meta.Get(key)
+	if raw != nil {
+		if err := json.Unmarshal(raw, &f); err != nil {
+			return unreadable(b.path, fmt.Errorf("%s: %v", key, err))
+		}
+	}
+	if err := fence(b.path, what, gen, f.Generation, f.Leader); err != nil {
+		return err
+	}
+	if raw != nil && gen == f.Generation {
+		return nil // nothing to raise: no write
+	}
+	out, err := json.Marshal(fenceRecord{Generation: gen, Leader: leader})
+	if err != nil {
+		return err
+	}
+	return meta.Put(key, out)
+}
 
 // OpenBolt opens (or creates) the state file at path. A file another
 // process holds open makes it wait up to timeout (two sidecars on one
@@ -110,7 +143,16 @@ func (b *Bolt) Save(_ context.Context, s *Saved) error {
 	if err != nil {
 		return fmt.Errorf("state %s: %w", b.path, err)
 	}
-	if err := b.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketState).Put(keySaved, raw) }); err != nil {
+	err = b.db.Update(func(tx *bolt.Tx) error {
+		if err := b.raise(tx.Bucket(bucketMeta), keySaveFence, "save", s.Generation, s.Leader); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketState).Put(keySaved, raw)
+	})
+	if errors.Is(err, ErrFenced) {
+		return err
+	}
+	if err != nil {
 		return fmt.Errorf("state %s: save: %w", b.path, err)
 	}
 	return nil
@@ -119,6 +161,9 @@ func (b *Bolt) Save(_ context.Context, s *Saved) error {
 // Append implements Store.
 func (b *Bolt) Append(_ context.Context, e Entry) (uint64, error) {
 	err := b.db.Update(func(tx *bolt.Tx) error {
+		if err := b.raise(tx.Bucket(bucketMeta), keyJournalFence, "journal entry", e.Generation, e.Leader); err != nil {
+			return err
+		}
 		j := tx.Bucket(bucketJournal)
 		seq, err := j.NextSequence()
 		if err != nil {
@@ -143,6 +188,9 @@ func (b *Bolt) Append(_ context.Context, e Entry) (uint64, error) {
 		}
 		return nil
 	})
+	if errors.Is(err, ErrFenced) {
+		return 0, err
+	}
 	if err != nil {
 		return 0, fmt.Errorf("state %s: journal: %w", b.path, err)
 	}

@@ -88,12 +88,37 @@ type Store interface {
 // ErrUnreadable marks a state that is corrupt or from another version.
 var ErrUnreadable = errors.New("state unreadable")
 
+// ErrFenced marks a Save or Append refused because a newer leader (a
+// higher lock generation) already wrote the state or the journal: the
+// replica asking is no longer the leader and must not overwrite it.
+var ErrFenced = errors.New("state fenced by a newer leader")
+
+// ErrConflict marks a Save that lost a race: another replica switched the
+// saved state between this save's read and its write. Nothing of this
+// save was kept; the next save starts from the winner's.
+var ErrConflict = errors.New("another replica saved the state meanwhile")
+
 // MaxJournal is how many journal entries a store keeps (the oldest go).
 const MaxJournal = 20000
 
 // unreadable wraps why a state cannot be read, with the way out.
 func unreadable(where string, err error) error {
 	return fmt.Errorf("%w: %s: %v: move it aside (or delete it) to start afresh: the sidecar then rebuilds from Nomad, which is the truth about what runs; what is lost is what only the state held (learned throughputs, time each job received per GPU type, delay timers, the decision history)", ErrUnreadable, where, err)
+}
+
+// fence refuses a write by lock generation gen of what recorded (the
+// highest generation that wrote it, by replica by) already holds: writes
+// of an older generation are a deposed leader's. Generation 0 (no
+// election) is a generation like the others: once an elected leader
+// wrote, a replica without an election is refused too.
+func fence(where, what string, gen, recorded uint64, by string) error {
+	if gen >= recorded {
+		return nil
+	}
+	if gen == 0 {
+		return fmt.Errorf("%w: %s: %s without leader election refused: lock generation %d (replica %q) wrote it under an election: turn leader election back on, or move the state aside to start afresh", ErrFenced, where, what, recorded, by)
+	}
+	return fmt.Errorf("%w: %s: %s by lock generation %d refused: generation %d (replica %q) wrote it since: this replica is no longer the leader (if the lock was reset or moved to another backend, its generations start lower: move the state aside to start afresh)", ErrFenced, where, what, gen, recorded, by)
 }
 
 // header is the versioned wrapper every store writes around its payload.
