@@ -1,0 +1,448 @@
+// Package confine keeps every path a job gives (checkpoint_dir,
+// hadare.merge_dir, progress_file) inside the directory the operator
+// configured for it, and gives each job directories no other job can
+// reach. The driver runs as root; a job author writes the paths, and the
+// job's tasks write the directories they point into, so both are
+// untrusted.
+//
+// # Resolving without following links out
+//
+// A job-given path is first checked lexically: relative to its base
+// directory, or absolute under it, and with no ".." element at all. It is
+// then opened from a descriptor of the base directory without following
+// any symbolic link below the base: with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) where the kernel has it
+// (5.6+), else one element at a time with openat(O_NOFOLLOW). Not even
+// links that stay inside the base are followed: a job's task owns its
+// job's directory and could plant, between two of the driver's steps, a
+// link to another job's directory next door. The base itself may be
+// reached through links (the operator's configuration is trusted).
+//
+// Directories are created the same way: mkdirat in the parent's
+// descriptor, then opened with O_NOFOLLOW, and only then given to the
+// job with fchown and fchmod on that descriptor, never by a path string a
+// task could swap for a link in between. Ownership is changed only for
+// directories the driver just created below a root, never for one that
+// was there. Files the driver reads as root (a progress file) are opened
+// the same way, non-blocking (a FIFO cannot stall it), and must be
+// regular files with a single link (a hard link to a root-only file is
+// refused).
+//
+// Why not github.com/cyphar/filepath-securejoin or os.Root: the first is
+// not in the project's package list, and both follow links that stay
+// inside the root, which is exactly what one job could use against
+// another here.
+//
+// # Per-job ownership
+//
+// Each job gets a uid, and a gid with the same number, from a range the
+// operator reserves (id_range): see Allocator for how they are recorded
+// so they are stable across restarts and across nodes that share the
+// checkpoint root. A job's directory <root>/<namespace>/<job> is owned by
+// its uid and gid with mode 2770: only the job's uid and members of its
+// group get in, and the setgid bit gives everything created inside the
+// job's group. The namespace level is root's, mode 0711: it can be
+// crossed but not listed, so jobs cannot enumerate each other.
+//
+// Why a uid per job and not only a gid: tasks that share a uid (every
+// task as "nobody") can ptrace each other and read each other's
+// /proc/<pid>/{environ,mem,cwd,root}, so a group alone keeps their files
+// apart only from honest processes. With a uid per job, another job's
+// tasks are a different, unprivileged user.
+//
+// A task that runs as a user the job author named (user = "alice") gets
+// the job's gid as a supplementary group and so reaches the job's
+// directories. Consequences, for the docs: every task running as alice,
+// in any job, can ptrace that task and so reach through it what it
+// reaches; files alice creates are hers (group: the job's, by the setgid
+// bit) with her umask, so the job's own uid may only read them unless the
+// task sets umask 002. Per-job isolation holds only among tasks that run
+// as the job's own uid.
+package confine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Dir is a directory that paths are confined to, held open by a
+// descriptor: a root the operator configured, a job's directory in one,
+// or a directory the driver trusts (a task directory Nomad made). Close
+// it when done.
+type Dir struct {
+	fd   int
+	path string
+	// field and base name the root this directory is in, for errors:
+	// checkpoint_root "/srv/hadar/checkpoints".
+	field, base string
+	// job is true for a job's directory (errors say so).
+	job bool
+	// uid and gid own what is created here; -1 leaves it to root.
+	uid, gid int
+	// walk forces the element-by-element walk (tests of the fallback).
+	walk bool
+}
+
+// Path is the directory's absolute path.
+func (d *Dir) Path() string { return d.path }
+
+// IDs are the uid and gid that own what is created in d (-1: root).
+func (d *Dir) IDs() (uid, gid int) { return d.uid, d.gid }
+
+// Close releases the descriptor.
+func (d *Dir) Close() error {
+	if d.fd < 0 {
+		return nil
+	}
+	err := unix.Close(d.fd)
+	d.fd = -1
+	return err
+}
+
+// OpenRoot opens (creating it, 0711, if missing) the directory the
+// operator configured in field (e.g. "checkpoint_root"). It must be a
+// directory owned by this process's user (root) and writable by nobody
+// else: anyone who can write it could make another job's directory
+// first.
+func OpenRoot(field, path string) (*Dir, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("%s %q: want an absolute path", field, path)
+	}
+	path = filepath.Clean(path)
+	if err := os.MkdirAll(path, 0o711); err != nil {
+		return nil, fmt.Errorf("%s %q: %w", field, path, err)
+	}
+	d, err := OpenDir(field, path)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(d.fd, &st); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("%s %q: %w", field, path, err)
+	}
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+		d.Close()
+		return nil, fmt.Errorf("%s %q: owned by uid %d with mode %#o; it must be owned by uid %d and writable by no one else (chown %d %s; chmod go-w %s), or jobs could take each other's directories",
+			field, path, st.Uid, st.Mode&0o7777, os.Geteuid(), os.Geteuid(), path, path)
+	}
+	return d, nil
+}
+
+// OpenDir opens a trusted directory (a task directory Nomad made) to
+// confine paths to; field names it in errors.
+func OpenDir(field, path string) (*Dir, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("%s %q: want an absolute path", field, path)
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %w", field, path, err)
+	}
+	p := filepath.Clean(path)
+	return &Dir{fd: fd, path: p, field: field, base: p, uid: -1, gid: -1}, nil
+}
+
+// Resolve checks value, a path a job gave in field, against d: relative
+// to d, or absolute under it, without "..". It returns the path relative
+// to d ("." for d itself).
+func (d *Dir) Resolve(field, value string) (string, error) {
+	if value == "" {
+		return "", fmt.Errorf("%s: empty; give a path relative to %s", field, d.where())
+	}
+	if strings.ContainsRune(value, 0) {
+		return "", fmt.Errorf("%s %q: contains a NUL byte", field, value)
+	}
+	for _, e := range strings.Split(value, "/") {
+		if e == ".." {
+			return "", fmt.Errorf("%s %q: \"..\" is not allowed; give a path relative to %s, or an absolute one under it, without \"..\"", field, value, d.where())
+		}
+	}
+	rel := filepath.Clean(value)
+	if filepath.IsAbs(value) {
+		r, err := filepath.Rel(d.path, rel)
+		if err != nil || r == ".." || strings.HasPrefix(r, "../") {
+			return "", fmt.Errorf("%s %q: not under %s; use a relative path or one under it", field, value, d.where())
+		}
+		rel = r
+	}
+	return rel, nil
+}
+
+// where describes d for an error: the plugin's checkpoint_root "/x", or
+// this job's directory "/x/ns/job" in it.
+func (d *Dir) where() string {
+	if d.job {
+		return fmt.Sprintf("this job's directory %q (in the plugin's %s %q)", d.path, d.field, d.base)
+	}
+	if d.path == d.base {
+		return fmt.Sprintf("the plugin's %s %q", d.field, d.base)
+	}
+	return fmt.Sprintf("%q (in the plugin's %s %q)", d.path, d.field, d.base)
+}
+
+// MkdirAll creates the directory value (a path a job gave in field, see
+// Resolve) and its missing parents below d, each owned by d's ids with
+// mode 2770, without following any link, and returns its absolute path.
+// Directories that exist are used as they are.
+func (d *Dir) MkdirAll(field, value string) (string, error) {
+	rel, err := d.Resolve(field, value)
+	if err != nil {
+		return "", err
+	}
+	fd, err := d.mkdirAll(field, value, rel)
+	if err != nil {
+		return "", err
+	}
+	unix.Close(fd)
+	return filepath.Join(d.path, rel), nil
+}
+
+// Mkdir creates d/<elems...> like MkdirAll, for names the driver chose
+// (a task group, a task, copy-3): each is one path element, escaped if
+// it holds a "/" or starts with a dot.
+func (d *Dir) Mkdir(elems ...string) (string, error) {
+	var parts []string
+	for _, e := range elems {
+		p, err := Element(e)
+		if err != nil {
+			return "", err
+		}
+		parts = append(parts, p)
+	}
+	rel := filepath.Join(parts...)
+	if rel == "" {
+		rel = "."
+	}
+	fd, err := d.mkdirAll("directory", rel, rel)
+	if err != nil {
+		return "", err
+	}
+	unix.Close(fd)
+	return filepath.Join(d.path, rel), nil
+}
+
+// sub is the directory rel below d, open as fd.
+func (d *Dir) sub(rel string, fd int, job bool) *Dir {
+	return &Dir{fd: fd, path: filepath.Join(d.path, rel), field: d.field, base: d.base, job: job || d.job, uid: d.uid, gid: d.gid, walk: d.walk}
+}
+
+// mkdirAll walks rel from d, creating what is missing, and returns the
+// last directory's descriptor.
+func (d *Dir) mkdirAll(field, value, rel string) (int, error) {
+	fd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if rel == "." {
+		return fd, nil
+	}
+	for _, e := range strings.Split(rel, "/") {
+		next, err := d.mkdirOne(fd, e, d.uid, d.gid, 0o2770)
+		unix.Close(fd)
+		if err != nil {
+			return -1, d.pathError(field, value, e, err)
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+// mkdirOne creates name in the directory parent (unless it exists),
+// opens it without following a link, and gives a new one to uid:gid with
+// mode, through its descriptor.
+func (d *Dir) mkdirOne(parent int, name string, uid, gid int, mode uint32) (int, error) {
+	// 0700 until it is the job's: nobody else gets in meanwhile.
+	err := unix.Mkdirat(parent, name, 0o700)
+	created := err == nil
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, err
+	}
+	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if created {
+		if uid >= 0 {
+			err = unix.Fchown(fd, uid, gid)
+		}
+		if err == nil {
+			err = unix.Fchmod(fd, mode)
+		}
+		if err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+	}
+	return fd, nil
+}
+
+// pathError explains err on element e of value.
+func (d *Dir) pathError(field, value, e string, err error) error {
+	switch {
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EXDEV):
+		return fmt.Errorf("%s %q: %q is a symbolic link or not a directory; no link is followed below %s: make it a real directory", field, value, e, d.where())
+	case errors.Is(err, unix.ENOENT):
+		return fmt.Errorf("%s %q: %q does not exist below %s", field, value, e, d.where())
+	}
+	return fmt.Errorf("%s %q: %q below %s: %w", field, value, e, d.where(), err)
+}
+
+// ReadFile reads value (a file a job gave in field, see Resolve) below d
+// as the driver: never through a link, only a regular file with one
+// link, at most max bytes.
+func (d *Dir) ReadFile(field, value string, max int64) ([]byte, error) {
+	rel, err := d.Resolve(field, value)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := d.openBeneath(rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	if err != nil {
+		return nil, d.fileError(field, value, err)
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(d.path, rel))
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return nil, fmt.Errorf("%s %q: not a regular file", field, value)
+	case st.Nlink != 1:
+		return nil, fmt.Errorf("%s %q: has %d hard links; write it with a rename, not a link", field, value, st.Nlink)
+	case st.Size > max:
+		return nil, fmt.Errorf("%s %q: %d bytes, more than the %d read", field, value, st.Size, max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %w", field, value, err)
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s %q: more than the %d bytes read", field, value, max)
+	}
+	return b, nil
+}
+
+func (d *Dir) fileError(field, value string, err error) error {
+	switch {
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV), errors.Is(err, unix.ENOTDIR):
+		return fmt.Errorf("%s %q: goes through a symbolic link (or a file where a directory should be); no link is followed below %s", field, value, d.where())
+	case errors.Is(err, unix.ENOENT):
+		return fmt.Errorf("%s %q: %w", field, value, fs.ErrNotExist)
+	}
+	return fmt.Errorf("%s %q: %w", field, value, err)
+}
+
+// WriteFile writes data to value (see Resolve) below d atomically (a
+// temporary file in the same directory, then a rename), never through a
+// link: a task cannot turn the driver's write into one elsewhere.
+func (d *Dir) WriteFile(field, value string, data []byte, perm os.FileMode) error {
+	rel, err := d.Resolve(field, value)
+	if err != nil {
+		return err
+	}
+	dir, name := filepath.Split(rel)
+	if name == "" || name == "." {
+		return fmt.Errorf("%s %q: not a file name", field, value)
+	}
+	pfd := -1
+	if dir == "" {
+		pfd, err = unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	} else {
+		pfd, err = d.openBeneath(filepath.Clean(dir), unix.O_RDONLY|unix.O_DIRECTORY)
+	}
+	if err != nil {
+		return d.fileError(field, value, err)
+	}
+	defer unix.Close(pfd)
+	var tmp string
+	var fd int
+	for i := 0; ; i++ {
+		tmp = fmt.Sprintf(".%s.tmp-%d-%d", name, os.Getpid(), i)
+		fd, err = unix.Openat(pfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if !errors.Is(err, unix.EEXIST) || i > 100 {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", field, value, err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	_, err = f.Write(data)
+	if err == nil {
+		err = unix.Fchmod(fd, uint32(perm.Perm()))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Renameat(pfd, tmp, pfd, name)
+	}
+	if err != nil {
+		_ = unix.Unlinkat(pfd, tmp, 0)
+		return fmt.Errorf("%s %q: %w", field, value, err)
+	}
+	return nil
+}
+
+// openBeneath opens rel below d without following any link.
+func (d *Dir) openBeneath(rel string, flags int) (int, error) {
+	flags |= unix.O_CLOEXEC | unix.O_NOFOLLOW
+	if !d.walk {
+		fd, err := unix.Openat2(d.fd, rel, &unix.OpenHow{
+			Flags:   uint64(flags),
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EPERM) {
+			// EPERM: a seccomp filter that denies openat2; walk instead.
+			return fd, err
+		}
+	}
+	fd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	elems := strings.Split(rel, "/")
+	for i, e := range elems {
+		f := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		if i == len(elems)-1 {
+			f = flags
+		}
+		next, err := unix.Openat(fd, e, f, 0)
+		unix.Close(fd)
+		if err != nil {
+			return -1, err
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+// Element makes a Nomad name (namespace, job, group, task) one path
+// element: "/" and "%" are escaped, and a leading dot too (no name can
+// be ".", "..", or one of the root's hidden entries). Plain names (
+// letters, digits, "-", "_", ".") are unchanged.
+func Element(name string) (string, error) {
+	if name == "" {
+		return "", errors.New("empty name: cannot be a directory")
+	}
+	if strings.ContainsRune(name, 0) {
+		return "", fmt.Errorf("name %q: contains a NUL byte", name)
+	}
+	s := strings.NewReplacer("%", "%25", "/", "%2F").Replace(name)
+	if strings.HasPrefix(s, ".") {
+		s = "%2E" + s[1:]
+	}
+	if len(s) > 255 {
+		return "", fmt.Errorf("name %q: longer than a file name can be", name)
+	}
+	return s, nil
+}

@@ -1,0 +1,169 @@
+package confine
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// IDRange is the block of ids the operator reserves for jobs: First to
+// First+Count-1, used as both uids and gids. No account or group may use
+// one (checked against /etc/passwd and /etc/group), on any node that
+// shares the root.
+type IDRange struct {
+	First, Count int
+}
+
+func (r IDRange) String() string { return fmt.Sprintf("%d-%d", r.First, r.First+r.Count-1) }
+
+// idsDir is the root's hidden directory of id records; Element never
+// makes a job or namespace name that starts with a dot, so none collides.
+const idsDir = ".hadar-ids"
+
+// Allocator gives each job (namespace and job id) a uid and gid of its
+// own from an IDRange, recorded in <root>/.hadar-ids so that the answer
+// is the same across calls, restarts and every node that shares the root
+// (checkpoints move with a job to another node).
+//
+// The records are symbolic links, made with symlinkat, which creates a
+// name and its content in one step and fails if the name exists, on
+// local filesystems and NFS alike; they are read with readlinkat and
+// never followed:
+//
+//   - by-id/<uid> -> <namespace>/<job> (escaped): the claim; the first
+//     to make it owns the id;
+//   - by-job/<sha256 of the key> -> <uid>: the index, for one lookup.
+//
+// A job's first candidate is First + hash(namespace, job) mod Count; on
+// a claim by another job, the next id (linear probing). Since claims are
+// never removed, every node probing for the same job walks the same
+// sequence and finds the same claim, even if the index entry was lost
+// (a crash between the two links).
+type Allocator struct {
+	root        *Dir
+	rng         IDRange
+	byID, byJob int
+}
+
+// NewAllocator records ids in root (a Dir from OpenRoot). It refuses a
+// range that overlaps an account or group of this machine, or that
+// includes 0 or 65534 (nobody).
+func NewAllocator(root *Dir, rng IDRange) (*Allocator, error) {
+	if rng.First <= 0 || rng.Count <= 0 || rng.First+rng.Count > 1<<31-1 {
+		return nil, fmt.Errorf("id_range %d+%d: want a first id > 0 and a count > 0 within 2^31-1", rng.First, rng.Count)
+	}
+	if rng.First <= 65534 && 65534 < rng.First+rng.Count {
+		return nil, fmt.Errorf("id_range %s: includes 65534 (nobody); choose ids no account uses, e.g. 200000-299999", rng)
+	}
+	for _, f := range []string{"/etc/passwd", "/etc/group"} {
+		if err := checkUnused(f, rng); err != nil {
+			return nil, err
+		}
+	}
+	a := &Allocator{root: root, rng: rng, byID: -1, byJob: -1}
+	top, err := root.mkdirOne(root.fd, idsDir, -1, -1, 0o700)
+	if err != nil {
+		return nil, root.pathError("id records", idsDir, idsDir, err)
+	}
+	defer unix.Close(top)
+	if a.byID, err = root.mkdirOne(top, "by-id", -1, -1, 0o700); err == nil {
+		a.byJob, err = root.mkdirOne(top, "by-job", -1, -1, 0o700)
+	}
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("id records in %s: %w", root.where(), err)
+	}
+	return a, nil
+}
+
+// checkUnused fails if an entry of file (passwd or group format) has an
+// id in rng.
+func checkUnused(file string, rng IDRange) error {
+	f, err := os.Open(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) < 3 {
+			continue
+		}
+		id, err := strconv.Atoi(fields[2])
+		if err == nil && id >= rng.First && id < rng.First+rng.Count {
+			return fmt.Errorf("id_range %s: %s has %q with id %d in it; choose a range no account or group uses", rng, file, fields[0], id)
+		}
+	}
+	return sc.Err()
+}
+
+// Close releases the record directories.
+func (a *Allocator) Close() error {
+	for _, fd := range []*int{&a.byID, &a.byJob} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+	return nil
+}
+
+// IDs returns the job's uid and gid (the same number), allocating them
+// on first use.
+func (a *Allocator) IDs(ns, job string) (uid, gid int, err error) {
+	if ns == "" || job == "" || strings.ContainsRune(ns+job, 0) {
+		return -1, -1, fmt.Errorf("ids for namespace %q job %q: want non-empty names without NUL", ns, job)
+	}
+	key := url.PathEscape(ns) + "/" + url.PathEscape(job)
+	sum := sha256.Sum256([]byte(ns + "\x00" + job))
+	index := hex.EncodeToString(sum[:])
+	if v, err := readlink(a.byJob, index); err == nil {
+		if id, err := strconv.Atoi(v); err == nil && a.owner(id) == key {
+			return id, id, nil
+		}
+	}
+	start := int(binary.BigEndian.Uint64(sum[:8]) % uint64(a.rng.Count))
+	for i := range a.rng.Count {
+		id := a.rng.First + (start+i)%a.rng.Count
+		err := unix.Symlinkat(key, a.byID, strconv.Itoa(id))
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return -1, -1, fmt.Errorf("ids for %s: claim %d: %w", key, id, err)
+		}
+		if err != nil && a.owner(id) != key {
+			continue // another job's
+		}
+		if err := unix.Symlinkat(strconv.Itoa(id), a.byJob, index); err != nil && !errors.Is(err, unix.EEXIST) {
+			return -1, -1, fmt.Errorf("ids for %s: index: %w", key, err)
+		}
+		return id, id, nil
+	}
+	return -1, -1, fmt.Errorf("id_range %s is full: %d jobs have ids; widen it (records in %s/%s)", a.rng, a.rng.Count, a.root.path, idsDir)
+}
+
+// owner is the key that claimed id, "" if none.
+func (a *Allocator) owner(id int) string {
+	v, _ := readlink(a.byID, strconv.Itoa(id))
+	return v
+}
+
+func readlink(dirfd int, name string) (string, error) {
+	b := make([]byte, 4096)
+	n, err := unix.Readlinkat(dirfd, name, b)
+	if err != nil {
+		return "", err
+	}
+	return string(b[:n]), nil
+}
