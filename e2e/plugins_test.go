@@ -1,6 +1,8 @@
 // Package e2e holds hadar's end-to-end tests against real Nomad agents
 // (see e2e/harness). They build Nomad and the plugins on first use;
-// `go test -short` skips them.
+// `go test -short` skips them. The plugin tests of what Nomad does with
+// the plugins run on every Nomad release the harness builds (1.11.3 and
+// the LTS 1.10.5); the rest on 1.11.3.
 package e2e
 
 import (
@@ -67,9 +69,25 @@ gpu {
 }
 `
 
+// parser is the server-only agent that the tests which only parse
+// jobspecs share: it starts on first use, and harness.Main stops it.
+var parser = harness.NewShared(harness.Options{Name: "e2e-parser", Mode: harness.ModeServer})
+
 // TestMain fails the package when its tests leave a process, mount,
 // cgroup, directory or port behind (see harness.Main).
-func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+func TestMain(m *testing.M) { os.Exit(harness.Main(m, parser)) }
+
+// onNomad runs f once per Nomad release given, as subtests named
+// "nomad-<version>" (so -run 'TestNodeDevices/nomad-1.10.5' picks one).
+// The plugins speak one protocol to the whole range the harness builds
+// (harness.NomadVersions): the tests of what the plugins do with Nomad
+// run on each; the rest run on harness.NomadVersion alone.
+func onNomad(t *testing.T, versions []string, f func(t *testing.T, version string)) {
+	t.Helper()
+	for _, v := range versions {
+		t.Run("nomad-"+v, func(t *testing.T) { f(t, v) })
+	}
+}
 
 func skipShort(t *testing.T) {
 	if testing.Short() {
@@ -77,12 +95,15 @@ func skipShort(t *testing.T) {
 	}
 }
 
-func startAgent(t *testing.T, checkpointRoot string) *harness.Agent {
-	return startAgentMerge(t, checkpointRoot, harness.SharedDir(t))
+// startAgent starts a dev agent of the Nomad release given ("" for
+// harness.NomadVersion) with both plugins.
+func startAgent(t *testing.T, version, checkpointRoot string) *harness.Agent {
+	return startAgentMerge(t, version, checkpointRoot, harness.SharedDir(t))
 }
 
-func startAgentMerge(t *testing.T, checkpointRoot, mergeRoot string) *harness.Agent {
+func startAgentMerge(t *testing.T, version, checkpointRoot, mergeRoot string) *harness.Agent {
 	return harness.StartAgent(t, harness.Options{
+		NomadVersion: version,
 		Plugins: map[string]string{
 			"hadar-gpu": inventory,
 			"hadar-train": fmt.Sprintf(`
@@ -118,7 +139,11 @@ func parseJobspec(t *testing.T, a *harness.Agent, name, trainer string, vars ...
 
 func TestNodeDevices(t *testing.T) {
 	skipShort(t)
-	a := startAgent(t, harness.SharedDir(t))
+	onNomad(t, harness.NomadVersions(), testNodeDevices)
+}
+
+func testNodeDevices(t *testing.T, version string) {
+	a := startAgent(t, version, harness.SharedDir(t))
 	node, _, err := a.Client.Nodes().Info(a.NodeID, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -183,9 +208,13 @@ func TestNodeDevices(t *testing.T) {
 // the checkpoint when the job is run again.
 func TestTrainStopResume(t *testing.T) {
 	skipShort(t)
+	onNomad(t, harness.NomadVersions(), testTrainStopResume)
+}
+
+func testTrainStopResume(t *testing.T, version string) {
 	trainer := harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
 	ckRoot := harness.SharedDir(t)
-	a := startAgent(t, ckRoot)
+	a := startAgent(t, version, ckRoot)
 	parse := func() *api.Job { return parseJobspec(t, a, "train-emulated.nomad.hcl", trainer) }
 	jobID := "train-emulated"
 
@@ -305,9 +334,14 @@ func TestBadConfigRejected(t *testing.T) {
 // still checkpoints it.
 func TestRecoverAfterClientRestart(t *testing.T) {
 	skipShort(t)
+	onNomad(t, harness.NomadVersions(), testRecoverAfterClientRestart)
+}
+
+func testRecoverAfterClientRestart(t *testing.T, version string) {
 	trainer := harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
 	a := harness.StartAgent(t, harness.Options{
-		Mode: harness.ModePersistent,
+		NomadVersion: version,
+		Mode:         harness.ModePersistent,
 		Plugins: map[string]string{
 			"hadar-gpu": inventory,
 			"hadar-train": fmt.Sprintf(`
@@ -440,7 +474,7 @@ func TestHadarE(t *testing.T) {
 	skipShort(t)
 	trainer := harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
 	mergeRoot := harness.SharedDir(t)
-	a := startAgentMerge(t, harness.SharedDir(t), mergeRoot)
+	a := startAgentMerge(t, "", harness.SharedDir(t), mergeRoot)
 	jobID := "hadare-emulated"
 	if _, _, err := a.Client.Jobs().Register(parseJobspec(t, a, "hadare-emulated.nomad.hcl", trainer), nil); err != nil {
 		t.Fatal(err)
@@ -1132,9 +1166,13 @@ func cgroupMode() string {
 // replacement at once.)
 func TestPreemptionByJobUpdate(t *testing.T) {
 	skipShort(t)
+	onNomad(t, harness.NomadVersions(), testPreemptionByJobUpdate)
+}
+
+func testPreemptionByJobUpdate(t *testing.T, version string) {
 	trainer := harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
 	ckRoot := harness.SharedDir(t)
-	a := harness.StartAgent(t, harness.Options{Plugins: map[string]string{
+	a := harness.StartAgent(t, harness.Options{NomadVersion: version, Plugins: map[string]string{
 		"hadar-train": fmt.Sprintf("checkpoint_root = %q\nprogress_poll_interval = \"250ms\"", ckRoot)}})
 	group := func(name, killTimeout string, task *api.Task) *api.TaskGroup {
 		task.KillSignal = "SIGINT"

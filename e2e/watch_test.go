@@ -17,11 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	msgpackrpc "github.com/hashicorp/net-rpc-msgpackrpc/v2"
 	"github.com/hashicorp/nomad/api"
-	"github.com/hashicorp/nomad/helper/pool"
-	"github.com/hashicorp/nomad/nomad/mock"
-	"github.com/hashicorp/nomad/nomad/structs"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
@@ -869,8 +865,8 @@ func TestWatchDocExample(t *testing.T) {
 // Run: go test -run '^$' -bench BenchmarkWatchNodes -benchtime 5x ./e2e/
 func BenchmarkWatchNodes(b *testing.B) {
 	const nodes = 500
-	srv := harness.StartAgent(b, harness.Options{Name: "bench-srv", Mode: harness.ModeServer})
-	registerFakeNodes(b, srv.RPCAddr, nodes)
+	srv := harness.StartAgent(b, harness.Options{Name: "bench-srv", Mode: harness.ModeServer, ExtraConfig: harness.NodesimServerConfig})
+	harness.StartNodesim(b, srv, fakeNodes(nodes))
 	c := srv.Client
 	ctx := context.Background()
 	b.Run(fmt.Sprintf("nodes=%d/list-resources", nodes), func(b *testing.B) {
@@ -930,36 +926,18 @@ func BenchmarkWatchNodes(b *testing.B) {
 	})
 }
 
-// registerFakeNodes registers n client nodes with 8 GPUs each straight
-// through the server's RPC (Node.Register), as n client agents would,
-// without running them; they go down after their heartbeat TTL, which
-// does not matter to reading them.
-func registerFakeNodes(b *testing.B, rpcAddr string, n int) {
-	conn, err := net.Dial("tcp", rpcAddr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte{byte(pool.RpcNomad)}); err != nil {
-		b.Fatal(err)
-	}
-	codec := pool.NewClientCodec(conn)
+// fakeNodes is a cluster of n nodes of 8 V100s each, 20 to a rack, for
+// the node simulator (bin/nodesim), which registers them with the server
+// and keeps them alive as n client agents would, without running them.
+func fakeNodes(n int) harness.NodesimSpec {
+	var spec harness.NodesimSpec
 	for i := 0; i < n; i++ {
-		node := mock.NvidiaNode()
-		node.Name = fmt.Sprintf("fake-%03d", i)
-		node.Meta["rack"] = fmt.Sprintf("r%d", i/20)
-		g := node.NodeResources.Devices[0]
-		g.Name = "Tesla V100-SXM2-16GB"
-		for len(g.Instances) < 8 {
-			d := *g.Instances[0]
-			d.ID = fmt.Sprintf("%s-gpu%d", node.ID, len(g.Instances))
-			g.Instances = append(g.Instances, &d)
-		}
-		node.ComputeClass()
-		req := &structs.NodeRegisterRequest{Node: node, WriteRequest: structs.WriteRequest{Region: "global"}}
-		var resp structs.NodeUpdateResponse
-		if err := msgpackrpc.CallWithCodec(codec, "Node.Register", req, &resp); err != nil {
-			b.Fatalf("register node %d: %v", i, err)
-		}
+		spec.Nodes = append(spec.Nodes, harness.NodesimNode{
+			Name:    fmt.Sprintf("fake-%03d", i),
+			Rack:    fmt.Sprintf("r%d", i/20),
+			Address: fmt.Sprintf("10.0.%d.%d", i/250, i%250+1),
+			GPUs:    []harness.NodesimGPU{{Model: "Tesla V100-SXM2-16GB", Count: 8, MemoryMiB: 16384}},
+		})
 	}
+	return spec
 }

@@ -48,9 +48,13 @@ type Options struct {
 	// Name is the node name; default "hadar-e2e-<pid>-<n>", distinct
 	// for every agent of every test binary.
 	Name string
-	// NomadBin defaults to NomadBinary(t).
+	// NomadVersion picks the Nomad release (one of NomadVersions) when
+	// NomadBin is empty; default NomadVersion.
+	NomadVersion string
+	// NomadBin defaults to NomadBinaryVersion(t, NomadVersion).
 	NomadBin string
-	// PluginDir defaults to PluginDir(t) (hadar-gpu and hadar-train).
+	// PluginDir defaults to PluginDir(t) (hadar-gpu and hadar-train),
+	// except for a ModeServer agent, which loads no plugins: it gets none.
 	PluginDir string
 	// Plugins maps a plugin file name to the body of its config block,
 	// e.g. {"hadar-gpu": `gpu { id = "g0" ... }`}. Nomad loads only the
@@ -86,6 +90,9 @@ type Agent struct {
 	NodeID string
 	// Token is the management token when Options.ACL is set.
 	Token string
+	// Version is the Nomad release it runs (Options.NomadVersion); empty
+	// when Options.NomadBin was given without a version.
+	Version string
 	// Dir holds agent.hcl, data/, and agent.log.
 	Dir        string
 	ConfigFile string
@@ -189,14 +196,35 @@ func StartAgent(t testing.TB, opts Options) *Agent {
 // agent's output when it exited (e.g. a rejected plugin config).
 func TryStartAgent(t testing.TB, opts Options) (*Agent, error) {
 	t.Helper()
+	if opts.NomadBin == "" {
+		if opts.NomadVersion == "" {
+			opts.NomadVersion = NomadVersion
+		}
+		opts.NomadBin = NomadBinaryVersion(t, opts.NomadVersion)
+	}
+	if opts.PluginDir == "" && opts.Mode != ModeServer {
+		opts.PluginDir = PluginDir(t)
+	}
+	return startAgent(t, opts)
+}
+
+// host is what an agent needs of whoever started it: a test
+// (testing.TB), or a Shared agent's host, which outlives every test.
+type host interface {
+	Helper()
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Cleanup(func())
+	Failed() bool
+	Name() string
+}
+
+// startAgent starts an agent for t, with opts.NomadBin (and PluginDir
+// unless opts.Mode is ModeServer) set.
+func startAgent(t host, opts Options) (*Agent, error) {
+	t.Helper()
 	if opts.Name == "" {
 		opts.Name = fmt.Sprintf("hadar-e2e-%d-%d", os.Getpid(), agentSeq.Add(1))
-	}
-	if opts.NomadBin == "" {
-		opts.NomadBin = NomadBinary(t)
-	}
-	if opts.PluginDir == "" {
-		opts.PluginDir = PluginDir(t)
 	}
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 60 * time.Second
@@ -248,6 +276,9 @@ func TryStartAgent(t testing.TB, opts Options) (*Agent, error) {
 		LogFile:    filepath.Join(dir, "agent.log"),
 		opts:       opts,
 	}
+	if opts.NomadVersion != "" && opts.NomadBin != "" {
+		a.Version = opts.NomadVersion
+	}
 	cfg := AgentConfig(opts, ports[0], ports[1], ports[2])
 	if err := os.WriteFile(a.ConfigFile, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -277,7 +308,10 @@ func (a *Agent) start() error {
 	if err != nil {
 		return err
 	}
-	args := []string{"agent", "-config", a.ConfigFile, "-data-dir", filepath.Join(a.Dir, "data"), "-plugin-dir", a.opts.PluginDir}
+	args := []string{"agent", "-config", a.ConfigFile, "-data-dir", filepath.Join(a.Dir, "data")}
+	if a.opts.PluginDir != "" {
+		args = append(args, "-plugin-dir", a.opts.PluginDir)
+	}
 	if a.opts.Mode == ModeDev {
 		args = append(args, "-dev", "-bind", "127.0.0.1")
 	}
@@ -399,7 +433,7 @@ func (a *Agent) Exited() <-chan struct{} {
 	return a.proc.done
 }
 
-func (a *Agent) stop(t testing.TB, purge bool) {
+func (a *Agent) stop(t host, purge bool) {
 	a.mu.Lock()
 	p := a.proc
 	a.mu.Unlock()
@@ -428,7 +462,7 @@ func (a *Agent) stop(t testing.TB, purge bool) {
 // (so each task was stopped through its driver), garbage-collects this
 // client's allocations, and then purges the jobs. Purging at once would
 // drop the allocations from the state while their tasks still run.
-func (a *Agent) purgeJobs(t testing.TB) {
+func (a *Agent) purgeJobs(t host) {
 	// Every namespace: a test may run jobs outside the default one.
 	all := &api.QueryOptions{Namespace: "*"}
 	jobs, _, err := a.Client.Jobs().List(all)
@@ -465,7 +499,7 @@ func (a *Agent) purgeJobs(t testing.TB) {
 // waits until their directories' mounts (secrets/ and private/ are tmpfs
 // mounts when Nomad runs as root) and task cgroups are gone. An agent
 // that stops before it has destroyed its allocations leaves both behind.
-func (a *Agent) collectAllocs(t testing.TB, allocs []*api.AllocationListStub) {
+func (a *Agent) collectAllocs(t host, allocs []*api.AllocationListStub) {
 	var ids []string
 	for _, al := range allocs {
 		ids = append(ids, al.ID)
@@ -503,7 +537,7 @@ func (a *Agent) collectAllocs(t testing.TB, allocs []*api.AllocationListStub) {
 // removeLeftovers fails the test for whatever the stopped agent left
 // behind (processes of its process group, tasks and executors of its
 // allocations, mounts under its directory), then removes it.
-func (a *Agent) removeLeftovers(t testing.TB) {
+func (a *Agent) removeLeftovers(t host) {
 	a.mu.Lock()
 	p := a.proc
 	a.mu.Unlock()
@@ -548,7 +582,7 @@ func (a *Agent) removeLeftovers(t testing.TB) {
 }
 
 // dumpLog prints the end of the agent log into the test output.
-func (a *Agent) dumpLog(t testing.TB) {
+func (a *Agent) dumpLog(t host) {
 	b, err := os.ReadFile(a.LogFile)
 	if err != nil {
 		t.Logf("agent log %s: %v", a.LogFile, err)
@@ -565,7 +599,7 @@ const LogDirEnv = "HADAR_E2E_LOGS"
 // keepLogs copies the agent log and its tasks' logs (stdout, stderr,
 // executor.out) into <log folder>/<test>/<agent name>/, which outlives
 // the agent's temporary directory.
-func (a *Agent) keepLogs(t testing.TB) {
+func (a *Agent) keepLogs(t host) {
 	root := os.Getenv(LogDirEnv)
 	if root == "" {
 		repo, err := RepoRoot()

@@ -1,5 +1,6 @@
 // Package harness starts real Nomad agents for hadar's end-to-end tests:
-// it builds the pinned Nomad (e2e/tools/nomad) and hadar's plugins into
+// it builds the pinned Nomad (e2e/tools/nomad; the LTS release from
+// e2e/tools/nomad-1.10 when a test asks for it) and hadar's plugins into
 // bin/, writes an agent config with free loopback ports, a plugin_dir and
 // plugin blocks, starts the agent, waits for it, and on test failure prints
 // the agent's log. Tests of other packages (the sidecar's) reuse it.
@@ -18,9 +19,35 @@ import (
 	"time"
 )
 
-// NomadVersion is the Nomad release the tests run against; it must match
-// the require line of e2e/tools/nomad/go.mod.
+// NomadVersion is the Nomad release the tests run against by default; it
+// must match the require line of e2e/tools/nomad/go.mod.
 const NomadVersion = "1.11.3"
+
+// NomadLTSVersion is Nomad's long-term-support release, the second one a
+// test can ask for (Options.NomadVersion, NomadBinaryVersion); it must
+// match the require line of e2e/tools/nomad-1.10/go.mod.
+const NomadLTSVersion = "1.10.5"
+
+// NomadVersions are the Nomad releases the harness can build, the
+// default first.
+func NomadVersions() []string { return []string{NomadVersion, NomadLTSVersion} }
+
+// nomadTool is where a Nomad release is built from and into, relative to
+// the repository root.
+type nomadTool struct {
+	module string // the wrapper module that pins it
+	bin    string
+}
+
+func nomadToolFor(version string) (nomadTool, error) {
+	switch version {
+	case NomadVersion:
+		return nomadTool{module: "e2e/tools/nomad", bin: "bin/nomad"}, nil
+	case NomadLTSVersion:
+		return nomadTool{module: "e2e/tools/nomad-1.10", bin: "bin/nomad-" + NomadLTSVersion}, nil
+	}
+	return nomadTool{}, fmt.Errorf("harness: no wrapper module pins Nomad %q: use one of %v (add a module under e2e/tools for another)", version, NomadVersions())
+}
 
 // RepoRoot finds the repository root (the directory holding the root
 // go.mod) from the working directory upwards.
@@ -46,21 +73,29 @@ func RepoRoot() (string, error) {
 // parallel (go test runs packages concurrently).
 func lockBin(t testing.TB, root string) func() {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(filepath.Join(root, "bin", ".build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := lockBinDir(root)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return unlock
+}
+
+func lockBinDir(root string) (func(), error) {
+	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(root, "bin", ".build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		f.Close()
-		t.Fatal(err)
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
 	return func() {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
-	}
+	}, nil
 }
 
 func run(ctx context.Context, dir string, name string, args ...string) error {
@@ -79,26 +114,51 @@ func run(ctx context.Context, dir string, name string, args ...string) error {
 // are instant). `make nomad` does the same.
 func NomadBinary(t testing.TB) string {
 	t.Helper()
-	root, err := RepoRoot()
+	return NomadBinaryVersion(t, NomadVersion)
+}
+
+// NomadBinaryVersion is NomadBinary for one of NomadVersions: Nomad
+// NomadLTSVersion is bin/nomad-<version>, built from e2e/tools/nomad-1.10
+// (`make nomad-lts`).
+func NomadBinaryVersion(t testing.TB, version string) string {
+	t.Helper()
+	bin, err := nomadBinary(context.Background(), version, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	unlock := lockBin(t, root)
-	defer unlock()
-	bin := filepath.Join(root, "bin", "nomad")
-	if nomadVersionOK(bin) {
-		return bin
-	}
-	t.Logf("building Nomad %s into %s (minutes on a cold module and build cache)", NomadVersion, bin)
-	start := time.Now()
-	if err := run(context.Background(), filepath.Join(root, "e2e", "tools", "nomad"), "go", "build", "-o", bin, "github.com/hashicorp/nomad"); err != nil {
-		t.Fatalf("build nomad: %v", err)
-	}
-	if !nomadVersionOK(bin) {
-		t.Fatalf("%s built but does not report Nomad v%s; check e2e/tools/nomad/go.mod", bin, NomadVersion)
-	}
-	t.Logf("built Nomad in %v", time.Since(start).Round(time.Second))
 	return bin
+}
+
+// nomadBinary is NomadBinaryVersion for callers without a test (a Shared
+// agent starts outside any one test).
+func nomadBinary(ctx context.Context, version string, logf func(format string, args ...any)) (string, error) {
+	tool, err := nomadToolFor(version)
+	if err != nil {
+		return "", err
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	unlock, err := lockBinDir(root)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	bin := filepath.Join(root, tool.bin)
+	if nomadVersionOK(bin, version) {
+		return bin, nil
+	}
+	logf("building Nomad %s into %s (minutes on a cold module and build cache)", version, bin)
+	start := time.Now()
+	if err := run(ctx, filepath.Join(root, tool.module), "go", "build", "-o", bin, "github.com/hashicorp/nomad"); err != nil {
+		return "", fmt.Errorf("build nomad %s: %w", version, err)
+	}
+	if !nomadVersionOK(bin, version) {
+		return "", fmt.Errorf("%s built but does not report Nomad v%s; check %s/go.mod", bin, version, tool.module)
+	}
+	logf("built Nomad %s in %v", version, time.Since(start).Round(time.Second))
+	return bin, nil
 }
 
 // ConsulVersion is the Consul agent e2e/tools/consul pins.
@@ -134,9 +194,9 @@ func ConsulBinary(t testing.TB) string {
 	return bin
 }
 
-func nomadVersionOK(bin string) bool {
+func nomadVersionOK(bin, version string) bool {
 	out, err := exec.Command(bin, "version").Output()
-	return err == nil && bytes.Contains(out, []byte("Nomad v"+NomadVersion))
+	return err == nil && bytes.Contains(out, []byte("Nomad v"+version+"\n"))
 }
 
 // GoBinary builds the main package pkg (e.g. "./cmd/hadar-trainer",

@@ -11,29 +11,43 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/hashicorp/nomad/api"
 )
 
-// TestNomadVersionPinned keeps NomadVersion and the wrapper module in
-// step: bin/nomad is rebuilt by version, and the module decides what is
-// built.
+// TestNomadVersionPinned keeps each Nomad release the harness builds and
+// its wrapper module and make target in step: the binaries are rebuilt by
+// version, and the module decides what is built.
 func TestNomadVersionPinned(t *testing.T) {
 	root, err := RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(root, "e2e", "tools", "nomad", "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "github.com/hashicorp/nomad v" + NomadVersion + "\n"; !strings.Contains(string(b), want) {
-		t.Fatalf("e2e/tools/nomad/go.mod does not require %q", strings.TrimSpace(want))
-	}
 	mk, err := os.ReadFile(filepath.Join(root, "GNUmakefile"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(mk), "NOMAD_VERSION := "+NomadVersion+"\n") {
-		t.Fatalf("GNUmakefile's NOMAD_VERSION is not %s", NomadVersion)
+	makeVar := map[string]string{NomadVersion: "NOMAD_VERSION", NomadLTSVersion: "NOMAD_LTS_VERSION"}
+	for _, v := range NomadVersions() {
+		t.Run(v, func(t *testing.T) {
+			tool, err := nomadToolFor(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(root, tool.module, "go.mod"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := "\nrequire github.com/hashicorp/nomad v" + v + "\n"; !strings.Contains(string(b), want) {
+				t.Errorf("%s/go.mod does not require %q", tool.module, strings.TrimSpace(want))
+			}
+			if want := makeVar[v] + " := " + v + "\n"; !strings.Contains(string(mk), want) {
+				t.Errorf("GNUmakefile lacks %q", strings.TrimSpace(want))
+			}
+		})
+	}
+	if _, err := nomadToolFor("1.6.0"); err == nil || !strings.Contains(err.Error(), NomadLTSVersion) {
+		t.Errorf("an unknown version: error %v, want one listing the versions known", err)
 	}
 }
 
@@ -258,5 +272,115 @@ func TestFindLeaks(t *testing.T) {
 	}
 	if m := mountsUnder([]string{dir}); len(m) != 0 {
 		t.Fatalf("removeLeaks left %v mounted", m)
+	}
+}
+
+// TestShared: a Shared agent starts on first use only, is the same agent
+// for every caller, answers the API (a jobspec parses), and Close stops
+// it and removes its directory; Close of one never used does nothing.
+// Each Nomad release the harness builds runs as one.
+func TestShared(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real Nomad agent; skipped with -short")
+	}
+	unused := NewShared(Options{Mode: ModeServer})
+	if err := unused.Close(); err != nil {
+		t.Fatalf("Close of an unused agent: %v", err)
+	}
+	for _, v := range NomadVersions() {
+		t.Run(v, func(t *testing.T) { testShared(t, v) })
+	}
+}
+
+func testShared(t *testing.T, version string) {
+	s := NewShared(Options{Name: "shared-test-" + version, Mode: ModeServer, NomadVersion: version})
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = s.Close()
+		}
+	})
+	a := s.Agent(t)
+	if b := s.Agent(t); b != a {
+		t.Fatal("a second call started another agent")
+	}
+	if a.Version != version {
+		t.Errorf("agent version %q, want %s", a.Version, version)
+	}
+	self, err := a.Client.Agent().Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := self.Config["Version"]; got == nil || !strings.Contains(fmt.Sprint(got), `Version:`+version) {
+		t.Errorf("the agent reports version %v, want %s", got, version)
+	}
+	job, err := a.Client.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: `job "p" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+    }
+  }
+}`})
+	if err != nil || job.ID == nil || *job.ID != "p" {
+		t.Fatalf("parse through the shared agent: job %+v, %v", job, err)
+	}
+	exited := a.Exited()
+	closed = true
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	default:
+		t.Fatal("the agent still runs after Close")
+	}
+	if _, err := os.Stat(a.Dir); !os.IsNotExist(err) {
+		t.Fatalf("agent directory %s after Close: %v", a.Dir, err)
+	}
+}
+
+// TestNodesim: the node simulator registers its nodes with a real server
+// and keeps them ready, with their rack and GPUs as the spec says.
+func TestNodesim(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real Nomad agent; skipped with -short")
+	}
+	srv := StartAgent(t, Options{Mode: ModeServer, ExtraConfig: NodesimServerConfig})
+	spec := NodesimSpec{Nodes: []NodesimNode{
+		{Name: "sim-a", Rack: "r1", Address: "10.9.0.1", GPUs: []NodesimGPU{{Model: "Tesla V100-SXM2-16GB", Count: 8, MemoryMiB: 16384}}},
+		{Name: "sim-b", Rack: "r2", Address: "10.9.0.2", GPUs: []NodesimGPU{{Model: "Tesla K80", Count: 2, MemoryMiB: 12288}}},
+	}}
+	sim := StartNodesim(t, srv, spec)
+	nodes, _, err := srv.Client.Nodes().List(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != len(spec.Nodes) {
+		t.Fatalf("%d nodes registered, want %d", len(nodes), len(spec.Nodes))
+	}
+	for _, n := range nodes {
+		var want *NodesimNode
+		for i := range spec.Nodes {
+			if spec.Nodes[i].Name == n.Name {
+				want = &spec.Nodes[i]
+			}
+		}
+		if want == nil || n.Status != "ready" {
+			t.Fatalf("node %s (%s): not one of the spec's, or not ready", n.Name, n.Status)
+		}
+		node, _, err := srv.Client.Nodes().Info(n.ID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.Meta["rack"] != want.Rack || len(node.NodeResources.Devices) != 1 {
+			t.Fatalf("node %s: rack %q, %d device groups; want rack %s and one group", n.Name, node.Meta["rack"], len(node.NodeResources.Devices), want.Rack)
+		}
+		g := node.NodeResources.Devices[0]
+		if g.Name != want.GPUs[0].Model || len(g.Instances) != want.GPUs[0].Count {
+			t.Errorf("node %s: group %s with %d GPUs, want %s with %d", n.Name, g.Name, len(g.Instances), want.GPUs[0].Model, want.GPUs[0].Count)
+		}
+	}
+	if stats := sim.Stop(t); !strings.Contains(stats, `"Nodes":2`) {
+		t.Errorf("nodesim counters %q, want 2 nodes", stats)
 	}
 }

@@ -81,11 +81,22 @@ func runState() (dirs []string, ports []int, allocs []string) {
 // Use it as
 //
 //	func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
-func Main(m *testing.M) int {
+//
+// The Shared agents given are closed after the tests, before the check; a
+// failure to stop one fails the run.
+func Main(m *testing.M, shared ...*Shared) int {
 	runID()
 	before := leakSet(findLeaks())
 	plugins, agents := countMachine()
 	code := m.Run()
+	for _, s := range shared {
+		if err := s.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e harness: FAIL: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
 	var leaks []leak
 	// Cleanups have stopped every agent; give processes that were told to
 	// exit (plugins watching their parent, executors being killed) a moment.

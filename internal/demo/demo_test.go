@@ -12,26 +12,32 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
-	"github.com/hashicorp/nomad/jobspec2"
 
+	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 )
 
-// parseLocal parses a submission's jobspec with jobspec2, as the agent
-// the demo asks would.
+// nomad is a server-only Nomad agent the tests that parse jobspecs share
+// (its /v1/jobs/parse is the parser the demo itself uses): it starts on
+// first use, in seconds once bin/nomad is built, and harness.Main stops it
+// and checks that nothing is left behind.
+var nomad = harness.NewShared(harness.Options{Name: "demo-parser", Mode: harness.ModeServer})
+
+func TestMain(m *testing.M) { os.Exit(harness.Main(m, nomad)) }
+
+// parseLocal parses a submission's jobspec from jobspecs/ as the demo
+// does (Submission.Parse, through a real agent), with /bin/true as the
+// trainer. -short skips the tests that need it.
 func parseLocal(t *testing.T, s Submission) *api.Job {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join("..", "..", "jobspecs", s.File))
+	if testing.Short() {
+		t.Skip("parses jobspecs through a real Nomad agent; skipped with -short")
+	}
+	job, err := s.Parse(nomad.Agent(t).Client, filepath.Join("..", "..", "jobspecs"), "/bin/true")
 	if err != nil {
 		t.Fatal(err)
 	}
-	job, err := jobspec2.ParseWithConfig(&jobspec2.ParseConfig{Path: s.File, Body: src, VarContent: s.varsFile("/bin/true"), Strict: true})
-	if err != nil {
-		t.Fatalf("%s: %v", s.ID, err)
-	}
-	job.Canonicalize()
-	job.ID, job.Name = &s.ID, &s.ID
 	return job
 }
 
