@@ -366,6 +366,16 @@ func (a *Agent) waitReady(p *agentProc) error {
 				a.Token = tok.SecretID
 				a.Client.SetSecretID(tok.SecretID)
 			}
+			// A freshly elected server refuses variable writes until its
+			// keyring is initialised ("keyring has not been initialized
+			// yet"): the sidecar's state and lock live there.
+			probe := &api.Variable{Path: "hadar-harness/ready", Items: api.VariableItems{"ready": "1"}}
+			if _, _, err := a.Client.Variables().Create(probe, nil); err != nil {
+				return fmt.Errorf("variables not writable yet: %w", err)
+			}
+			if _, err := a.Client.Variables().Delete(probe.Path, nil); err != nil {
+				return fmt.Errorf("variables: delete the probe: %w", err)
+			}
 			return nil
 		}
 		// A client's own HTTP API answers for the whole cluster: find this

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -134,6 +135,9 @@ type job struct {
 	trustedDone, trustedAt float64
 	reason                 round.Reason
 	waitingSince           float64
+	// ineligible says why the job can run nowhere, when its eligibility
+	// (SetEligible) allows no node.
+	ineligible string
 	// deferUntil keeps a waiting job out of plans until then (Defer);
 	// deferWhy says why.
 	deferUntil float64
@@ -295,6 +299,9 @@ func (e *Engine) throughputs(j *job) error {
 		v, err := e.cfg.Speed.Profile.Throughput(j.view.Model, j.view.ScaleFactor, t, spread)
 		if err != nil {
 			return fmt.Errorf("engine: job %s: %w", j.view.ID, err)
+		}
+		if !j.view.Eligible.AnyOf(t) {
+			v = 0 // no node may run it on this type
 		}
 		tp[k] = v
 	}
@@ -665,6 +672,47 @@ func sameHeld(a, b map[string]map[planner.GPUType]int) bool {
 	return true
 }
 
+// SetEligible restricts job id to some GPU types of some nodes (nil: it may
+// run anywhere): what Nomad's own placement rules allow it (node pools,
+// constraints, resources, device models), as the caller evaluated them.
+// why says, for a job no node can run, what excludes them all; it is the
+// job's reason while it waits. A running job on GPUs it may no longer use
+// moves at the next round boundary. A change makes a fill due.
+func (e *Engine) SetEligible(id string, el round.Eligible, why string, now float64) error {
+	j, err := e.job(id)
+	if err != nil {
+		return err
+	}
+	if err := e.advance(now); err != nil {
+		return err
+	}
+	if el != nil {
+		el = cloneEligible(el)
+	}
+	if maps.EqualFunc(j.view.Eligible, el, maps.Equal) && (j.view.Eligible == nil) == (el == nil) && j.ineligible == why {
+		return nil
+	}
+	j.view.Eligible, j.ineligible = el, why
+	e.dirty = true
+	return e.throughputs(j)
+}
+
+func cloneEligible(el round.Eligible) round.Eligible {
+	out := make(round.Eligible, len(el))
+	for n, ts := range el {
+		c := make(map[planner.GPUType]bool, len(ts))
+		for t, ok := range ts {
+			if ok {
+				c[t] = true
+			}
+		}
+		if len(c) > 0 {
+			out[n] = c
+		}
+	}
+	return out
+}
+
 // Drain marks node id as draining (on: no new placements; its running
 // jobs move at the next round boundary) or schedulable again.
 func (e *Engine) Drain(id string, on bool, now float64) error {
@@ -866,7 +914,10 @@ func (e *Engine) fallback(v *round.View, offered *round.Pool) []planner.Placemen
 			if k >= len(jb.Throughput) || !(jb.Throughput[k] > bestRate) {
 				continue
 			}
-			if u, ok := free.Pack(t, jb.ScaleFactor); ok {
+			undo := free.Restrict(jb.Eligible)
+			u, ok := free.Pack(t, jb.ScaleFactor)
+			undo()
+			if ok {
 				best, bestRate = u, jb.Throughput[k]
 			}
 		}
@@ -1043,6 +1094,9 @@ func (e *Engine) check(v *round.View, pool *round.Pool, jb *round.JobView, p pla
 			if !check.Has(sl.Node) || sl.Count <= 0 {
 				return fmt.Errorf("placed job %s on %v: not a schedulable node", jb.ID, sl)
 			}
+			if !jb.Eligible.Allows(sl.Node, sl.Type) {
+				return fmt.Errorf("placed job %s on %v: its placement rules exclude that node or type", jb.ID, sl)
+			}
 		}
 		if !check.Fits(u) {
 			return fmt.Errorf("placed job %s on GPUs that are not free (%v)", jb.ID, u.Slots)
@@ -1140,6 +1194,10 @@ func (e *Engine) apply(v *round.View, planned []*job, ps []planner.Placement, ki
 		if jd.Reason.Why == "" {
 			jd.Reason.Why = defaultWhy(jd.Action, j, v)
 		}
+		if why := unrunnable(j, v); why != "" && len(p.Units) == 0 {
+			// Whatever the policy says, this is why it waits.
+			jd.Reason.Why = why
+		}
 		if len(p.Units) == 0 {
 			jd.Position = waiting
 			waiting++
@@ -1161,15 +1219,28 @@ func keptFirst(prev, p planner.Placement) bool {
 	return len(prev.Units) > 0 && len(p.Units) > 0 && slices.ContainsFunc(p.Units, prev.Units[0].Equal)
 }
 
+// unrunnable says why job j can run nowhere in the cluster of v ("" when it
+// can run somewhere).
+func unrunnable(j *job, v *round.View) string {
+	for k, tp := range j.view.Throughput {
+		if planner.Runnable(tp, j.view.ScaleFactor, v.Capacity[k]) {
+			return ""
+		}
+	}
+	if j.ineligible != "" {
+		return "no node can run it: " + j.ineligible
+	}
+	if j.view.Eligible != nil {
+		return "no node both has a GPU type it runs on and satisfies its placement rules (constraints, node pool, datacenters, resources, device model)"
+	}
+	return fmt.Sprintf("no GPU type of the cluster can run it (%d workers of %s)", j.view.ScaleFactor, j.view.Model)
+}
+
 func defaultWhy(a Action, j *job, v *round.View) string {
 	switch a {
 	case Wait, Stop:
-		runnable := false
-		for k, tp := range j.view.Throughput {
-			runnable = runnable || planner.Runnable(tp, j.view.ScaleFactor, v.Capacity[k])
-		}
-		if !runnable {
-			return fmt.Sprintf("no GPU type of the cluster can run it (%d workers of %s)", j.view.ScaleFactor, j.view.Model)
+		if why := unrunnable(j, v); why != "" {
+			return why
 		}
 		return "not placed this round: the policy gave the GPUs it can use to other jobs"
 	case Keep:

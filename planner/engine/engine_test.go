@@ -11,6 +11,7 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/engine"
+	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/planner/registry"
 	"github.com/hadar-sched/hadar/planner/round"
@@ -821,5 +822,72 @@ func TestHeldGPUsAreNeverOfferedButStayCapacity(t *testing.T) {
 	d, err := e.Plan(context.Background(), 20, engine.Fill)
 	if err != nil || actions(d)["x"] != engine.Start {
 		t.Fatalf("after the release: %v, %v", actions(d), err)
+	}
+}
+
+// Every policy honours a job's eligibility (Nomad's own placement rules, as
+// the sidecar evaluates them): a restricted job runs only where it may, no
+// answer needs repair, and a job no node may run waits saying why.
+func TestEveryPolicyHonoursEligibility(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range registry.Names() {
+		for _, pl := range []string{"", "delay", "spread"} {
+			t.Run(name+"/"+pl, func(t *testing.T) {
+				model := speed.Model{Profile: profile.Default()}
+				opts := registry.Options{Types: []planner.GPUType{"k80", "v100"}, Speed: model}
+				if pl != "" {
+					p, err := placement.New(pl, placement.Config{Speed: model})
+					if err != nil {
+						t.Fatal(err)
+					}
+					opts.Placer = p
+				}
+				sched, err := registry.New(name, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := newEngine(t, sched, engine.Config{Speed: model})
+				for k, jb := range []planner.Job{job("only-b", 2, 1e6), job("free", 4, 1e6), job("nowhere", 1, 1e6), job("k80s", 2, 1e6)} {
+					if err := e.Admit(jb, float64(k)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := e.SetEligible("only-b", round.Eligible{"b": {"v100": true}}, "", 4); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.SetEligible("nowhere", round.Eligible{}, "node pool \"gpu\": no node of the cluster is in it", 4); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.SetEligible("k80s", round.Eligible{"c": {"k80": true}}, "", 4); err != nil {
+					t.Fatal(err)
+				}
+				for r := 1; r <= 4; r++ {
+					d, err := e.Plan(ctx, float64(360*r), engine.Boundary)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(d.Repairs) > 0 {
+						t.Fatalf("round %d: repaired: %+v", r, d.Repairs)
+					}
+					for _, jd := range d.Jobs {
+						if jd.Job == "nowhere" && (len(jd.To.Units) > 0 || !strings.Contains(jd.Reason.Why, "node pool")) {
+							t.Fatalf("a job no node may run: %s on %v, why %q", jd.Action, jd.To, jd.Reason.Why)
+						}
+					}
+					for _, js := range e.Jobs() {
+						for _, u := range js.Placement.Units {
+							for _, sl := range u.Slots {
+								if js.Job.ID == "only-b" && sl.Node != "b" || js.Job.ID == "k80s" && sl.Node != "c" {
+									t.Fatalf("round %d: %s placed on %v", r, js.Job.ID, sl)
+								}
+							}
+						}
+					}
+				}
+				if st, _ := e.Job("only-b"); !st.Running && name != "fifo" {
+					t.Logf("only-b waits under %s: %s", name, st.Reason.Why)
+				}
+			})
+		}
 	}
 }

@@ -98,6 +98,10 @@ type jobV1 struct {
 	WaitingSince float64           `json:"waiting_since"`
 	DeferUntil   float64           `json:"defer_until,omitempty"`
 	DeferWhy     string            `json:"defer_why,omitempty"`
+	// Eligible is SetEligible's restriction (absent: none); Ineligible its
+	// reason when nothing is allowed.
+	Eligible   round.Eligible `json:"eligible,omitempty"`
+	Ineligible string         `json:"ineligible,omitempty"`
 }
 
 type estimatesV1 struct {
@@ -137,7 +141,7 @@ func (e *Engine) Snapshot() ([]byte, error) {
 	for _, j := range e.jobs {
 		st.Jobs = append(st.Jobs, jobV1{Job: j.view.Job, Remaining: j.rem, Done: j.done, Running: j.view.Running, Placement: j.view.Placement,
 			Received: j.view.Received, PlacedAt: j.placedAt, LastAt: j.lastAt, ReportedAt: j.reportedAt, TrustedDone: j.trustedDone, TrustedAt: j.trustedAt, LastDone: j.lastDone, Reason: j.reason, WaitingSince: j.waitingSince,
-			DeferUntil: j.deferUntil, DeferWhy: j.deferWhy})
+			DeferUntil: j.deferUntil, DeferWhy: j.deferWhy, Eligible: j.view.Eligible, Ineligible: j.ineligible})
 	}
 	if e.est != nil {
 		es := &estimatesV1{Learn: e.est.learn, Gen: e.est.gen}
@@ -248,8 +252,13 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		if js.Running != (len(js.Placement.Units) > 0) {
 			return nil, fmt.Errorf("engine snapshot: job %s: running=%v with %d units", js.Job.ID, js.Running, len(js.Placement.Units))
 		}
-		j := &job{view: round.JobView{Job: js.Job, Remaining: js.Remaining, Received: slices.Clone(js.Received), Placement: clonePlacement(js.Placement), Running: js.Running},
-			rem: js.Remaining, done: js.Done, placedAt: js.PlacedAt, lastAt: js.LastAt, reportedAt: js.ReportedAt, trustedDone: js.TrustedDone, trustedAt: js.TrustedAt, lastDone: js.LastDone, reason: js.Reason, waitingSince: js.WaitingSince,
+		var el round.Eligible
+		if js.Eligible != nil {
+			el = cloneEligible(js.Eligible)
+		}
+		j := &job{view: round.JobView{Job: js.Job, Remaining: js.Remaining, Received: slices.Clone(js.Received), Placement: clonePlacement(js.Placement), Running: js.Running, Eligible: el},
+			ineligible: js.Ineligible,
+			rem:        js.Remaining, done: js.Done, placedAt: js.PlacedAt, lastAt: js.LastAt, reportedAt: js.ReportedAt, trustedDone: js.TrustedDone, trustedAt: js.TrustedAt, lastDone: js.LastDone, reason: js.Reason, waitingSince: js.WaitingSince,
 			deferUntil: js.DeferUntil, deferWhy: js.DeferWhy}
 		e.jobs = append(e.jobs, j)
 		e.byID[js.Job.ID] = j

@@ -315,6 +315,45 @@ func (w *window) bestFit(k, count int) int {
 	return best
 }
 
+// mask is, for a job restricted to some nodes and types (JobView.Eligible),
+// whether each cell (node n, type k, at n*len(types)+k) may run it; nil
+// when the job may run anywhere. Built once per job and plan.
+func (g *grid) mask(e round.Eligible) []bool {
+	if e == nil {
+		return nil
+	}
+	m := make([]bool, len(g.nodes)*len(g.types))
+	for n, name := range g.nodes {
+		for k, t := range g.types {
+			m[n*len(g.types)+k] = e.Allows(name, t)
+		}
+	}
+	return m
+}
+
+// bestFitFor is bestFit among the cells the job may use.
+func (w *window) bestFitFor(ji *jobInfo, g *grid, k, count int) int {
+	m := ji.cells(g)
+	if m == nil {
+		return w.bestFit(k, count)
+	}
+	return planner.BestFit(len(w.frees)/max(w.k, 1), func(n int) int {
+		if !m[n*w.k+k] {
+			return 0
+		}
+		return w.free(n, k)
+	}, count)
+}
+
+// cheapestFor is cheapest among the cells the job may use.
+func (g *grid) cheapestFor(ji *jobInfo, w *window, count int, allowed []bool) []slotIdx {
+	m := ji.cells(g)
+	if m == nil {
+		return g.cheapest(w, count, allowed)
+	}
+	return g.pickCheapest(w, count, allowed, m)
+}
+
 // cheapest picks count GPUs among allowed types with the lowest summed
 // prices over the window. On equal prices it stays on a cell already
 // chosen (fewer servers), then in a rack already chosen (traffic under
@@ -332,7 +371,7 @@ func (g *grid) cheapest(w *window, count int, allowed []bool) []slotIdx {
 			return r
 		}
 	}
-	out := g.pickCheapest(w, count, allowed)
+	out := g.pickCheapest(w, count, allowed, nil)
 	if cacheable {
 		if w.cheap == nil {
 			w.cheap = map[cheapKey][]slotIdx{}
@@ -347,11 +386,23 @@ type cheapKey struct {
 	count   int
 }
 
-func (g *grid) pickCheapest(w *window, count int, allowed []bool) []slotIdx {
+// pickCheapest is cheapest without the cache; mask, when not nil, limits
+// it to the cells a job may use.
+func (g *grid) pickCheapest(w *window, count int, allowed, mask []bool) []slotIdx {
 	total := 0
 	for k := range g.types {
 		if allowed[k] {
 			total += w.typeFree[k]
+		}
+	}
+	if mask != nil {
+		total = 0
+		for n := range g.nodes {
+			for k := range g.types {
+				if allowed[k] && mask[n*len(g.types)+k] {
+					total += w.free(n, k)
+				}
+			}
 		}
 	}
 	if total < count {
@@ -369,7 +420,7 @@ func (g *grid) pickCheapest(w *window, count int, allowed []bool) []slotIdx {
 		for n := range g.nodes {
 			for k := range g.types {
 				q := taken[n*len(g.types)+k]
-				if !allowed[k] || w.free(n, k)-q == 0 {
+				if !allowed[k] || w.free(n, k)-q == 0 || mask != nil && !mask[n*len(g.types)+k] {
 					continue
 				}
 				cost := w.price(n, k)

@@ -71,7 +71,7 @@ func (s *Scheduler) copyOption(v *round.View, g *grid, ji *jobInfo, p planner.Pl
 				continue
 			}
 			for k, t := range g.types {
-				if ji.tp[k] <= 0 || g.free(0, n, k) < width {
+				if ji.tp[k] <= 0 || g.free(0, n, k) < width || !ji.view.Eligible.Allows(name, t) {
 					continue
 				}
 				u := planner.Unit{Slots: []planner.Slot{{Node: name, Type: t, Count: width}}}

@@ -274,6 +274,18 @@ type jobInfo struct {
 	density  float64   // dual value: value per GPU-round at its best
 	base     float64   // density before the critical boost (price bounds)
 	critical bool
+	// mask is the grid's cells the job may use (grid.mask of its
+	// Eligible), built on first use; masked says it was.
+	mask   []bool
+	masked bool
+}
+
+// cells is the job's mask on g (nil: every cell).
+func (ji *jobInfo) cells(g *grid) []bool {
+	if !ji.masked {
+		ji.mask, ji.masked = g.mask(ji.view.Eligible), true
+	}
+	return ji.mask
 }
 
 // Schedule implements round.Scheduler.
@@ -401,6 +413,7 @@ func (s *Scheduler) replay(v *round.View, g *grid, infos []*jobInfo) {
 		var kept []segment
 		for _, sg := range r.Segs {
 			take, ok := g.resolve(sg.Unit)
+			ok = ok && ji.view.Eligible.AllowsUnit(sg.Unit)
 			rate := 0.0
 			if ok {
 				rate = s.rate(v, ji, sg.Unit)
@@ -556,7 +569,7 @@ func (s *Scheduler) keepNow(v *round.View, g *grid, ji *jobInfo) *option {
 
 // keepFrom is unit u as an option continuing without a restart.
 func (s *Scheduler) keepFrom(v *round.View, g *grid, ji *jobInfo, u planner.Unit) *option {
-	if u.GPUs() != ji.view.ScaleFactor {
+	if u.GPUs() != ji.view.ScaleFactor || !ji.view.Eligible.AllowsUnit(u) {
 		return nil
 	}
 	take, ok := g.resolve(u)
@@ -917,7 +930,7 @@ func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, w *window, f
 		if ji.tp[k] <= 0 || (!anyType && ji.allowed != nil && !ji.allowed[k]) {
 			continue
 		}
-		n := w.bestFit(k, sf)
+		n := w.bestFitFor(ji, g, k, sf)
 		if n < 0 {
 			continue
 		}
@@ -954,7 +967,7 @@ func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, w *window, f
 					allowed[k] = ji.tp[k] >= ji.tp[pace] && (anyType || ji.allowed == nil || ji.allowed[k])
 				}
 			}
-			take := g.cheapest(w, sf, allowed)
+			take := g.cheapestFor(ji, w, sf, allowed)
 			if take == nil {
 				continue
 			}

@@ -306,7 +306,9 @@ func (p *Policy) Place(v *round.View, t planner.GPUType, jobs []int) []planner.U
 			continue
 		}
 		jb := v.Jobs[i]
+		undo := v.Pool.Restrict(jb.Eligible)
 		u, ok := p.choose(v, jb, t)
+		undo()
 		if !ok {
 			waiting = append(waiting, k)
 			continue
@@ -316,7 +318,12 @@ func (p *Policy) Place(v *round.View, t planner.GPUType, jobs []int) []planner.U
 	}
 	if !v.MidRound && p.cfg.MaxPreemptions > 0 && (p.name == Delay || p.name == DelayAutotune) {
 		for _, k := range waiting {
-			p.preempt(v, t, jobs, units, k)
+			// A job restricted to some nodes could be given GPUs it may
+			// not use: preemption frees GPUs only for jobs that may run
+			// anywhere.
+			if v.Jobs[jobs[k]].Eligible == nil {
+				p.preempt(v, t, jobs, units, k)
+			}
 		}
 	}
 	for k, i := range jobs {

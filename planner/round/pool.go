@@ -46,6 +46,35 @@ func (p *Pool) Clone() *Pool {
 	return q
 }
 
+// Restrict hides from the pool every GPU job restrictions e do not allow,
+// until the returned undo runs: a placement search for one job then finds
+// only what it may use. Take and Release between Restrict and undo must
+// touch allowed GPUs only. A nil e hides nothing.
+func (p *Pool) Restrict(e Eligible) (undo func()) {
+	if e == nil {
+		return func() {}
+	}
+	type hidden struct {
+		node string
+		t    planner.GPUType
+		n    int
+	}
+	var hid []hidden
+	for _, node := range p.nodes {
+		for t, n := range p.free[node] {
+			if n > 0 && !e.Allows(node, t) {
+				hid = append(hid, hidden{node, t, n})
+				p.free[node][t] = 0
+			}
+		}
+	}
+	return func() {
+		for _, h := range hid {
+			p.free[h.node][h.t] += h.n
+		}
+	}
+}
+
 // Nodes lists node IDs in cluster order.
 func (p *Pool) Nodes() []string { return p.nodes }
 

@@ -32,6 +32,43 @@ type JobView struct {
 	Placement planner.Placement
 	// Running is true mid-round for jobs that hold GPUs now.
 	Running bool
+	// Eligible restricts the job to some GPU types of some nodes (Nomad's
+	// own placement rules: node pools, constraints, resources, pinned
+	// device models); nil allows every node and type. Throughput is 0 for
+	// a type no eligible node offers.
+	Eligible Eligible
+}
+
+// Eligible is where a job may run: for each node, the GPU types allowed
+// there; a node absent allows none. A nil Eligible allows everything.
+type Eligible map[string]map[planner.GPUType]bool
+
+// Allows reports whether type t on node may run the job.
+func (e Eligible) Allows(node string, t planner.GPUType) bool {
+	return e == nil || e[node][t]
+}
+
+// AllowsUnit reports whether every slot of u is allowed.
+func (e Eligible) AllowsUnit(u planner.Unit) bool {
+	for _, sl := range u.Slots {
+		if !e.Allows(sl.Node, sl.Type) {
+			return false
+		}
+	}
+	return true
+}
+
+// AnyOf reports whether some node allows type t.
+func (e Eligible) AnyOf(t planner.GPUType) bool {
+	if e == nil {
+		return true
+	}
+	for _, ts := range e {
+		if ts[t] {
+			return true
+		}
+	}
+	return false
 }
 
 // View is the state a scheduler plans one round (or a mid-round fill) from.
@@ -407,7 +444,10 @@ func place(v *View, opt AssignOptions, choice, free, rank []int, next int, out [
 			}
 		}
 		for _, i := range spread {
-			if u, ok := v.Pool.Pack(t, v.Jobs[i].ScaleFactor); ok && u.Nodes() < v.Jobs[i].Placement.Units[0].Nodes() {
+			undo := v.Pool.Restrict(v.Jobs[i].Eligible)
+			u, ok := v.Pool.Pack(t, v.Jobs[i].ScaleFactor)
+			undo()
+			if ok && u.Nodes() < v.Jobs[i].Placement.Units[0].Nodes() {
 				rest = append(rest, i)
 			} else {
 				tryKeep(i)
@@ -421,7 +461,10 @@ func place(v *View, opt AssignOptions, choice, free, rank []int, next int, out [
 			return rank[rest[a]] < rank[rest[b]]
 		})
 		for _, i := range rest {
-			if u, ok := v.Pool.Pack(t, v.Jobs[i].ScaleFactor); ok {
+			undo := v.Pool.Restrict(v.Jobs[i].Eligible)
+			u, ok := v.Pool.Pack(t, v.Jobs[i].ScaleFactor)
+			undo()
+			if ok {
 				v.Pool.Take(u)
 				out[i] = planner.Placement{Units: []planner.Unit{u}}
 			}
@@ -507,7 +550,7 @@ func keep(pool *Pool, jb *JobView, t planner.GPUType) (planner.Unit, bool) {
 			return planner.Unit{}, false
 		}
 	}
-	if !pool.Fits(prev[0]) {
+	if !jb.Eligible.AllowsUnit(prev[0]) || !pool.Fits(prev[0]) {
 		return planner.Unit{}, false
 	}
 	pool.Take(prev[0])
