@@ -25,6 +25,7 @@ import (
 
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/apply"
@@ -390,72 +391,43 @@ func sampleWrites(ctx context.Context, a *agent.Agent, log *cycleLog) {
 	}
 }
 
-// runSidecar is agent.Run's loop (watch, read progress ahead of each
-// boundary, then a cycle on every change and every second), with each
-// cycle timed: the agent has no accessor for
-// how long its rounds take, so the loop is driven from here. A cycle that
-// planned a round boundary shows as a step of Health().Rounds.
+// runSidecar runs the agent (agent.Run: watch, read progress ahead of
+// each boundary, a cycle on every change and every second, the leader
+// election when configured) and times each cycle through OnCycle.
 func runSidecar(ctx context.Context, a *agent.Agent, ct *CountingTransport, log *cycleLog) error {
-	werr := make(chan error, 1)
-	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go func() { werr <- a.Watcher().Run(wctx) }()
-	select {
-	case <-ctx.Done():
-		return nil
-	case err := <-werr:
-		return fmt.Errorf("watcher: %w", err)
-	case <-a.Watcher().Ready():
-	}
-	// As agent.Run does: progress is read ahead of each boundary.
-	ahead := make(chan struct{})
-	defer func() { stop(); <-ahead }()
-	go func() { defer close(ahead); a.ReadAhead(wctx) }()
-	sampled := make(chan struct{})
-	defer func() { stop(); <-sampled }()
-	go func() { defer close(sampled); sampleWrites(wctx, a, log) }()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	rounds := a.Health().Rounds
-	for {
-		before := ct.Counts()
-		start := time.Now()
-		err := a.Cycle(ctx, false)
-		took := time.Since(start)
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("cycle: %w", err)
-		}
-		h := a.Health()
+	var before map[string]int
+	a.OnCycle(func(kind engine.Kind, took time.Duration) {
 		log.mu.Lock()
+		defer log.mu.Unlock()
 		log.cycles = append(log.cycles, took)
-		if h.Rounds != rounds {
-			rounds = h.Rounds
+		if kind == engine.Boundary {
 			log.rounds = append(log.rounds, took)
 			total, req := 0, 0
 			for _, n := range a.Applier().Writes() {
 				total += n
 			}
 			in := map[string]int{}
-			for k, n := range ct.Counts() {
+			now := ct.Counts()
+			for k, n := range now {
 				req += n
 				if d := n - before[k]; d > 0 {
 					in[k] = d
 				}
 			}
+			before = now
 			log.writes = append(log.writes, total)
 			log.requests = append(log.requests, req)
 			log.inRound = append(log.inRound, in)
 		}
-		log.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-werr:
-			return fmt.Errorf("watcher: %w", err)
-		case <-a.Watcher().Changes():
-		case <-tick.C:
-		}
+	})
+	sampled := make(chan struct{})
+	sctx, stop := context.WithCancel(ctx)
+	defer func() { stop(); <-sampled }()
+	go func() { defer close(sampled); sampleWrites(sctx, a, log) }()
+	if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
 	}
+	return nil
 }
 
 // startSidecar builds the sidecar on the server with policy, the profile
@@ -480,11 +452,19 @@ func (r *run) startSidecar(t *testing.T, server *harness.Agent, policy string) (
 		t.Fatal(err)
 	}
 	learn := false
+	// "POLICY+ha": the state in Nomad Variables and the leader lock on, as
+	// a replicated sidecar runs (one replica here: what the store and the
+	// lease cost a round).
+	policy, ha := strings.CutSuffix(policy, "+ha")
 	cfg := agent.Config{
 		Nomad: agent.NomadConfig{Address: server.Addr}, Policy: policy, Placement: "pack",
 		Round: r.wall(roundSim).String(), RestartCost: r.wall(restartSim).String(), MinRunTime: r.wall(minRunSim).String(),
 		GangTimeout: max(r.wall(rendezvousSim/2), time.Second).String(),
 		Profile:     profPath, Learn: &learn, State: agent.StateConfig{Store: "file", Path: filepath.Join(dir, "sidecar.db")},
+	}
+	if ha {
+		cfg.State = agent.StateConfig{Store: "nomad"}
+		cfg.Leader = agent.LeaderConfig{Enabled: true, TTL: "15s", LockDelay: "1s"}
 	}
 	s, err := cfg.Resolve()
 	if err != nil {
@@ -779,7 +759,8 @@ func (r *run) loop(res *Result, cl *cycleLog) {
 // predict runs `hadar sim` for the sidecar arms.
 func (r *run) predict(t *testing.T, res *Result) {
 	t.Helper()
-	p, err := Predict(context.Background(), r.cluster.Planner, r.jobs, r.prof, res.Arm, roundSim.Seconds(), restartSim.Seconds())
+	policy, _ := strings.CutSuffix(res.Arm, "+ha")
+	p, err := Predict(context.Background(), r.cluster.Planner, r.jobs, r.prof, policy, roundSim.Seconds(), restartSim.Seconds(), minRunSim.Seconds())
 	if err != nil {
 		t.Fatal(err)
 	}

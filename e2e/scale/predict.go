@@ -13,17 +13,18 @@ import (
 
 // Predict runs `hadar sim` (the same engine and scheduler the sidecar
 // runs) on the trace and cluster: improved fidelity, placement pack, exact
-// estimates, learning off, as the live run is configured. Times are
+// estimates, learning off, the same minimum run time, as the live run is
+// configured. Times are
 // simulated seconds. prof is the throughput profile: profile.Default()
 // for the uncompressed prediction, Compressed(...) with the trace's times
 // and costs divided by the compression for the sidecar's own time frame.
-func Predict(ctx context.Context, c planner.Cluster, jobs []planner.Job, prof *profile.Profile, policy string, round, restart float64) (sim.Result, error) {
+func Predict(ctx context.Context, c planner.Cluster, jobs []planner.Job, prof *profile.Profile, policy string, round, restart, minRun float64) (sim.Result, error) {
 	model := speed.Model{Profile: prof}
 	sched, err := registry.New(policy, registry.Options{Types: c.Types(), Speed: model, RestartCost: restart})
 	if err != nil {
 		return sim.Result{}, fmt.Errorf("predict %s: %w", policy, err)
 	}
-	res, err := sim.Run(ctx, sim.Config{Cluster: c, Jobs: jobs, Speed: model, Round: round, RestartCost: restart}, sched)
+	res, err := sim.Run(ctx, sim.Config{Cluster: c, Jobs: jobs, Speed: model, Round: round, RestartCost: restart, MinRunTime: minRun}, sched)
 	if err != nil {
 		return sim.Result{}, fmt.Errorf("predict %s: %w", policy, err)
 	}

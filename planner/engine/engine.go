@@ -1088,20 +1088,23 @@ func (e *Engine) check(v *round.View, pool *round.Pool, jb *round.JobView, p pla
 	if err := ValidPlacement(jb.Job, p); err != nil {
 		return err
 	}
-	check := pool.Clone()
+	// What the placement needs so far, per node and type: a whole pool
+	// copy per job would cost more than the plan at 1,000 jobs.
+	need := map[planner.Slot]int{}
 	for _, u := range p.Units {
 		for _, sl := range u.Slots {
-			if !check.Has(sl.Node) || sl.Count <= 0 {
+			if !pool.Has(sl.Node) || sl.Count <= 0 {
 				return fmt.Errorf("placed job %s on %v: not a schedulable node", jb.ID, sl)
 			}
 			if !jb.Eligible.Allows(sl.Node, sl.Type) {
 				return fmt.Errorf("placed job %s on %v: its placement rules exclude that node or type", jb.ID, sl)
 			}
+			k := planner.Slot{Node: sl.Node, Type: sl.Type}
+			need[k] += sl.Count
+			if need[k] > pool.Free(sl.Node, sl.Type) {
+				return fmt.Errorf("placed job %s on GPUs that are not free (%v)", jb.ID, u.Slots)
+			}
 		}
-		if !check.Fits(u) {
-			return fmt.Errorf("placed job %s on GPUs that are not free (%v)", jb.ID, u.Slots)
-		}
-		check.Take(u)
 		r, err := e.cfg.Speed.UnitRate(jb.Job, u, v.Now)
 		if err != nil {
 			return err
