@@ -159,12 +159,23 @@ state {
 	// Consul goes down in the middle of a round and comes back.
 	c.submit(scJob{id: "c2", steps: 300, gated: true})
 	cs.stop(t)
-	time.Sleep(25 * time.Second) // past the TTL and the margin: no one may act
+	down := time.Now()
+	// A lease is valid for TTL - margin (10 s - 3.3 s) after its last
+	// renewal and is checked every margin/4: by 8 s into the outage no
+	// replica may write or journal anything.
+	quiet := down.Add(8 * time.Second)
+	time.Sleep(time.Until(quiet))
+	c2Index := *c.job("c2").JobModifyIndex
+	time.Sleep(time.Until(down.Add(25 * time.Second)))
 	for _, r := range reps {
 		if h, err := r.health(); err == nil && h.Leader {
 			t.Fatalf("replica %s still acts with Consul down for 25 s (TTL 10s)", r.name)
 		}
 	}
+	if got := *c.job("c2").JobModifyIndex; got != c2Index {
+		t.Fatalf("c2 was written (index %d -> %d) while Consul was down and no lease could be valid", c2Index, got)
+	}
+	back := time.Now()
 	cs.start(t)
 	c.waitFor("a replica leads again once Consul is back", 90*time.Second, func() error {
 		_, err := leaderOf()
@@ -183,6 +194,12 @@ state {
 	var top uint64
 	gens := map[uint64]string{}
 	for _, e := range es {
+		if e.Time.After(quiet) && e.Time.Before(back) {
+			t.Fatalf("journal entry %d (%s %s by %s) at %v, while Consul was down (%v to %v): no lease was valid", e.Seq, e.Kind, e.Job, e.Leader, e.Time, quiet, back)
+		}
+		if e.Generation == 0 {
+			t.Fatalf("journal entry %d (%s %s) carries generation 0", e.Seq, e.Kind, e.Job)
+		}
 		if e.Generation < top {
 			t.Fatalf("journal entry %d by %s, generation %d, after generation %d: two leaders acted at once", e.Seq, e.Leader, e.Generation, top)
 		}

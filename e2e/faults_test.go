@@ -261,7 +261,9 @@ func TestSidecarUnderAPIFaults(t *testing.T) {
 	human := c.job("human")
 	p := &faultProxy{target: c.server.Addr, rng: rand.New(rand.NewPCG(7, 7)), failRate: 0.15, slowRate: 0.2, maxDelay: 2 * time.Second}
 	srv := httptest.NewServer(p)
-	defer srv.Close()
+	// Closed after the sidecar stops (cleanups run last in, first out):
+	// its event stream holds a connection open until then.
+	t.Cleanup(srv.Close)
 	var jobs []string
 	for i := range 4 {
 		m := scJob{id: fmt.Sprintf("f%d", i), steps: 600 + 200*(i%3), workers: 1 + i%2, gated: true}

@@ -120,6 +120,9 @@ func (c *sidecarCluster) startSidecar(cfg agent.Config) *agent.Agent {
 	c.mu.Lock()
 	c.agent, c.cancel, c.done = a, cancel, done
 	c.mu.Unlock()
+	// Stopped before whatever the test set up before it (a proxy in front
+	// of Nomad, say) is torn down: cleanups run last in, first out.
+	c.t.Cleanup(c.stopSidecar)
 	return a
 }
 

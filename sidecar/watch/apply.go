@@ -235,14 +235,14 @@ func (w *Watcher) applyOne(d decoded) ChangeKind {
 		old := st.allocs[d.alloc.ID]
 		if j == nil || !j.Managed {
 			delete(st.allocs, d.alloc.ID)
-			return allocChange(old, nil) | st.hold(d.alloc)
+			return allocChange(old, nil) | st.hold(d.alloc) | st.use(d.alloc)
 		}
 		a := convertAlloc(allocStub(d.alloc, d.version), trainTask(j), w.cfg.TaskEvents)
 		if old != nil && old.ModifyIndex > a.ModifyIndex {
 			return 0
 		}
 		st.allocs[a.ID] = a
-		return allocChange(old, a)
+		return allocChange(old, a) | st.use(d.alloc)
 
 	case d.eval != nil:
 		j := st.jobs[jobKey(d.eval.Namespace, d.eval.JobID)]

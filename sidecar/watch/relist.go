@@ -133,12 +133,14 @@ func (l lister) list(ctx context.Context, prev *state) (*state, error) {
 		return nil, err
 	}
 	for _, a := range allocs {
+		full := &api.Allocation{ID: a.ID, NodeID: a.NodeID, Namespace: a.Namespace, JobID: a.JobID,
+			ClientStatus: a.ClientStatus, AllocatedResources: a.AllocatedResources}
 		if j := st.jobs[jobKey(a.Namespace, a.JobID)]; j != nil && j.Managed {
 			st.allocs[a.ID] = convertAlloc(a, trainTask(j), l.cfg.TaskEvents)
 		} else {
-			st.hold(&api.Allocation{ID: a.ID, NodeID: a.NodeID, Namespace: a.Namespace, JobID: a.JobID,
-				ClientStatus: a.ClientStatus, AllocatedResources: a.AllocatedResources})
+			st.hold(full)
 		}
+		st.use(full)
 	}
 	for _, e := range evals {
 		if j := st.jobs[jobKey(e.Namespace, e.JobID)]; j != nil && j.Managed {

@@ -3,6 +3,7 @@ package watch
 import (
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"reflect"
 	"slices"
@@ -37,6 +38,65 @@ type Snapshot struct {
 	// does not manage hold (in every namespace, watched or not), sorted by
 	// allocation ID: capacity the planner must leave alone.
 	Unmanaged []Held
+	// Usage by allocation ID: the CPU, memory and disk every live
+	// allocation holds on its node, of every job (managed or not) in every
+	// namespace. Nomad fits a new allocation into what these leave free.
+	Usage map[string]*Usage
+}
+
+// Usage is what one live allocation holds of its node's CPU, memory and
+// disk.
+type Usage struct {
+	AllocID string
+	NodeID  string
+	Job     JobKey
+	Resources
+}
+
+// Resources are amounts of the dimensions Nomad's scheduler fits
+// allocations by (structs.ComparableResources.Superset): CPU in MHz
+// (Nomad's CPU shares), memory and disk in MB.
+type Resources struct {
+	CPU      int64
+	MemoryMB int64
+	DiskMB   int64
+}
+
+// Add returns r + o.
+func (r Resources) Add(o Resources) Resources {
+	return Resources{CPU: r.CPU + o.CPU, MemoryMB: r.MemoryMB + o.MemoryMB, DiskMB: r.DiskMB + o.DiskMB}
+}
+
+// Sub returns r - o.
+func (r Resources) Sub(o Resources) Resources {
+	return Resources{CPU: r.CPU - o.CPU, MemoryMB: r.MemoryMB - o.MemoryMB, DiskMB: r.DiskMB - o.DiskMB}
+}
+
+// usageOf returns what a live allocation holds, nil when it is terminal
+// or Nomad reported no resources for it. Like Nomad's AllocsFit, only a
+// client-terminal allocation (complete, failed, lost) frees its share;
+// one told to stop still holds it.
+func usageOf(a *api.Allocation) *Usage {
+	if a == nil || a.AllocatedResources == nil {
+		return nil
+	}
+	switch a.ClientStatus {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return nil
+	}
+	u := &Usage{AllocID: a.ID, NodeID: a.NodeID, Job: JobKey{namespace(a.Namespace), a.JobID}}
+	// Every task is summed. Nomad counts a prestart task that is not a
+	// sidecar (and a poststop one) only up to the main tasks' share
+	// (AllocatedResources.Comparable), but the API drops the tasks'
+	// lifecycles, so this errs on the side of a fuller node.
+	for _, t := range a.AllocatedResources.Tasks {
+		if t != nil {
+			u.CPU += t.Cpu.CpuShares
+			u.MemoryMB += t.Memory.MemoryMB
+		}
+	}
+	u.DiskMB = a.AllocatedResources.Shared.DiskMB
+	return u
 }
 
 // Held is the GPUs one allocation of an unmanaged job holds on its node.
@@ -114,6 +174,23 @@ type Node struct {
 	Rack string
 	// Meta is the node's meta (e.g. hadar.nic_gbps for the network model).
 	Meta map[string]string
+	// Attributes are the node's fingerprinted attributes, what constraints
+	// read as ${attr.<name>} (e.g. kernel.name = "linux").
+	Attributes map[string]string
+	// Drivers by name: whether the task driver is detected and healthy,
+	// for the drivers the node reports (Nomad places a task only where
+	// its driver is both).
+	Drivers map[string]bool
+	// HostVolumes by name: the host volumes the node offers (a group's
+	// volume of type "host" names one as its source).
+	HostVolumes map[string]HostVolume
+	// Resources is the node's capacity (Nomad's NodeResources: CPU MHz,
+	// memory and disk MB); Reserved is what the node keeps from Nomad's
+	// allocations (ReservedResources). Cores counts the node's usable CPU
+	// cores (for tasks that reserve whole cores).
+	Resources Resources
+	Reserved  Resources
+	Cores     int
 	// Address is the node's IP address (its unique.network.ip-address
 	// attribute, else the host of its HTTP address): where the rendezvous
 	// of a distributed job on this node listens.
@@ -147,10 +224,60 @@ type GPUGroup struct {
 	Model string
 	// Attributes as Nomad renders them, e.g. memory = "16384 MiB".
 	Attributes map[string]string
+	// Typed holds the same attributes with their types and units, as
+	// device constraints compare them (${device.attr.memory} >= 12 GiB).
+	Typed map[string]Attribute
 	// Instances sorted by ID.
 	Instances []GPU
 	// Healthy counts the healthy instances.
 	Healthy int
+}
+
+// HostVolume is a host volume a node offers.
+type HostVolume struct {
+	ReadOnly bool
+	// Dynamic is set for a volume created through Nomad's API rather
+	// than the client's configuration.
+	Dynamic bool
+}
+
+// AttributeKind says which value of an Attribute is set.
+type AttributeKind uint8
+
+// The kinds of Attribute.
+const (
+	AttrString AttributeKind = iota
+	AttrInt
+	AttrFloat
+	AttrBool
+)
+
+// Attribute is a device attribute as Nomad types it: an integer, a float,
+// a string or a boolean; numbers may carry a unit ("MiB", "MHz", "W").
+type Attribute struct {
+	Kind  AttributeKind
+	Int   int64
+	Float float64
+	Str   string
+	Bool  bool
+	Unit  string
+}
+
+// convertAttribute types a's value. The API sets one value; were several
+// set, the one Nomad's comparisons look at first wins (bool, string, int,
+// float: plugins/shared/structs.Attribute's comparator).
+func convertAttribute(a *api.Attribute) Attribute {
+	switch {
+	case a.BoolVal != nil:
+		return Attribute{Kind: AttrBool, Bool: *a.BoolVal}
+	case a.StringVal != nil:
+		return Attribute{Kind: AttrString, Str: *a.StringVal}
+	case a.IntVal != nil:
+		return Attribute{Kind: AttrInt, Int: *a.IntVal, Unit: a.Unit}
+	case a.FloatVal != nil:
+		return Attribute{Kind: AttrFloat, Float: *a.FloatVal, Unit: a.Unit}
+	}
+	return Attribute{Kind: AttrString}
 }
 
 // GPU is one device instance.
@@ -334,7 +461,8 @@ func (s *Snapshot) Equal(o *Snapshot) bool {
 		maps.EqualFunc(s.Jobs, o.Jobs, jobsEqual) &&
 		maps.EqualFunc(s.Allocs, o.Allocs, func(a, b *Alloc) bool { return reflect.DeepEqual(a, b) }) &&
 		maps.EqualFunc(s.BlockedEvals, o.BlockedEvals, func(a, b *Eval) bool { return reflect.DeepEqual(a, b) }) &&
-		reflect.DeepEqual(s.Unmanaged, o.Unmanaged)
+		reflect.DeepEqual(s.Unmanaged, o.Unmanaged) &&
+		maps.EqualFunc(s.Usage, o.Usage, func(a, b *Usage) bool { return *a == *b })
 }
 
 // Diff describes how o differs from s, for test failure messages; "" when
@@ -348,6 +476,7 @@ func (s *Snapshot) Diff(o *Snapshot) string {
 	if !reflect.DeepEqual(s.Unmanaged, o.Unmanaged) {
 		d = append(d, fmt.Sprintf("GPUs held by unmanaged jobs: %v vs %v", s.Unmanaged, o.Unmanaged))
 	}
+	d = diffMap(d, "usage of alloc", s.Usage, o.Usage, func(a, b *Usage) bool { return *a == *b })
 	return strings.Join(d, "; ")
 }
 
@@ -394,7 +523,28 @@ func convertNode(n *api.Node, rackKey string) *Node {
 	out := &Node{
 		ID: n.ID, Name: n.Name, Datacenter: n.Datacenter, NodePool: n.NodePool, NodeClass: n.NodeClass,
 		Status: n.Status, SchedulingEligibility: n.SchedulingEligibility, Drain: n.Drain || n.DrainStrategy != nil,
-		Rack: n.Meta[rackKey], Meta: maps.Clone(n.Meta), ModifyIndex: n.ModifyIndex,
+		Rack: n.Meta[rackKey], Meta: maps.Clone(n.Meta), Attributes: maps.Clone(n.Attributes), ModifyIndex: n.ModifyIndex,
+	}
+	if len(n.Drivers) > 0 {
+		out.Drivers = make(map[string]bool, len(n.Drivers))
+		for name, d := range n.Drivers {
+			out.Drivers[name] = d != nil && d.Detected && d.Healthy
+		}
+	}
+	if len(n.HostVolumes) > 0 {
+		out.HostVolumes = make(map[string]HostVolume, len(n.HostVolumes))
+		for name, v := range n.HostVolumes {
+			if v != nil {
+				out.HostVolumes[name] = HostVolume{ReadOnly: v.ReadOnly, Dynamic: v.ID != ""}
+			}
+		}
+	}
+	if r := n.NodeResources; r != nil {
+		out.Resources = Resources{CPU: r.Cpu.CpuShares, MemoryMB: r.Memory.MemoryMB, DiskMB: r.Disk.DiskMB}
+		out.Cores = int(r.Cpu.TotalCpuCores)
+	}
+	if r := n.ReservedResources; r != nil {
+		out.Reserved = Resources{CPU: clampInt64(r.Cpu.CpuShares), MemoryMB: clampInt64(r.Memory.MemoryMB), DiskMB: clampInt64(r.Disk.DiskMB)}
 	}
 	out.Address = n.Attributes["unique.network.ip-address"]
 	if out.Address == "" {
@@ -414,11 +564,20 @@ func convertNode(n *api.Node, rackKey string) *Node {
 	return out
 }
 
+// clampInt64 converts an API's unsigned amount, saturating.
+func clampInt64(v uint64) int64 {
+	if v > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(v)
+}
+
 func convertGPUGroup(d *api.NodeDeviceResource) GPUGroup {
-	g := GPUGroup{Model: d.Name, Attributes: make(map[string]string, len(d.Attributes))}
+	g := GPUGroup{Model: d.Name, Attributes: make(map[string]string, len(d.Attributes)), Typed: make(map[string]Attribute, len(d.Attributes))}
 	for k, a := range d.Attributes {
 		if a != nil {
 			g.Attributes[k] = a.String()
+			g.Typed[k] = convertAttribute(a)
 		}
 	}
 	for _, inst := range d.Instances {

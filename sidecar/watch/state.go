@@ -15,8 +15,9 @@ type ChangeKind uint32
 
 const (
 	// NodeAdded: a node registered. NodeChanged: a node's status,
-	// eligibility, drain, meta, class, address or GPUs (their health
-	// included) changed. NodeRemoved: a node was garbage-collected.
+	// eligibility, drain, meta, attributes, drivers, class, pool,
+	// address, resources or GPUs (their health included) changed.
+	// NodeRemoved: a node was garbage-collected.
 	NodeAdded ChangeKind = 1 << iota
 	NodeChanged
 	NodeRemoved
@@ -42,10 +43,14 @@ const (
 	Resynced
 	// CapacityChanged: GPUs held by jobs hadar does not manage changed.
 	CapacityChanged
+	// UsageChanged: the CPU, memory or disk live allocations (of any job)
+	// hold changed (Snapshot.Usage).
+	UsageChanged
 )
 
 var kindNames = []string{"node-added", "node-changed", "node-removed", "job-arrived", "job-changed", "job-removed",
-	"alloc-placed", "alloc-changed", "alloc-terminal", "eval-blocked", "eval-unblocked", "resynced", "capacity-changed"}
+	"alloc-placed", "alloc-changed", "alloc-terminal", "eval-blocked", "eval-unblocked", "resynced", "capacity-changed",
+	"usage-changed"}
 
 func (k ChangeKind) String() string {
 	var parts []string
@@ -98,16 +103,20 @@ type state struct {
 	// held are the GPUs live allocations of unmanaged jobs hold, by
 	// allocation ID.
 	held map[string]*Held
+	// usage is what every live allocation holds, by allocation ID.
+	usage map[string]*Usage
 }
 
 func newState() *state {
-	return &state{nodes: map[string]*Node{}, jobs: map[JobKey]*Job{}, allocs: map[string]*Alloc{}, evals: map[string]*Eval{}, held: map[string]*Held{}}
+	return &state{nodes: map[string]*Node{}, jobs: map[JobKey]*Job{}, allocs: map[string]*Alloc{}, evals: map[string]*Eval{},
+		held: map[string]*Held{}, usage: map[string]*Usage{}}
 }
 
 func (s *state) freeze() *Snapshot {
 	snap := &Snapshot{
 		Index: s.index, Synced: s.synced,
 		Nodes: maps.Clone(s.nodes), Jobs: maps.Clone(s.jobs), Allocs: maps.Clone(s.allocs), BlockedEvals: maps.Clone(s.evals),
+		Usage: maps.Clone(s.usage),
 	}
 	for _, h := range s.held {
 		snap.Unmanaged = append(snap.Unmanaged, *h)
@@ -133,6 +142,25 @@ func (s *state) hold(a *api.Allocation) ChangeKind {
 		s.held[a.ID] = h
 	}
 	return CapacityChanged
+}
+
+// use records (or, for a terminal allocation, forgets) what an
+// allocation of any job holds of its node, and reports whether that
+// changed anything.
+func (s *state) use(a *api.Allocation) ChangeKind {
+	u := usageOf(a)
+	old := s.usage[a.ID]
+	switch {
+	case u == nil && old == nil:
+		return 0
+	case u == nil:
+		delete(s.usage, a.ID)
+	case old != nil && *old == *u:
+		return 0
+	default:
+		s.usage[a.ID] = u
+	}
+	return UsageChanged
 }
 
 // The *Change functions say what replacing was by now (either may be nil)
@@ -214,6 +242,9 @@ func diffStates(was, now *state) ChangeKind {
 	if !maps.EqualFunc(was.held, now.held, func(a, b *Held) bool { return reflect.DeepEqual(a, b) }) {
 		k |= CapacityChanged
 	}
+	if !maps.EqualFunc(was.usage, now.usage, func(a, b *Usage) bool { return *a == *b }) {
+		k |= UsageChanged
+	}
 	return k
 }
 
@@ -249,15 +280,21 @@ func (s *state) removeJobObjects(k JobKey) ChangeKind {
 	return ch
 }
 
-// dropHolds forgets the GPUs a job's allocations hold. A purge deletes a
-// job's allocations from Nomad's state without an allocation event, so
-// the job's deletion is the last word on them.
+// dropHolds forgets the GPUs and the resources a job's allocations hold.
+// A purge deletes a job's allocations from Nomad's state without an
+// allocation event, so the job's deletion is the last word on them.
 func (s *state) dropHolds(k JobKey) ChangeKind {
 	var ch ChangeKind
 	for id, h := range s.held {
 		if h.Job == k {
 			delete(s.held, id)
-			ch = CapacityChanged
+			ch |= CapacityChanged
+		}
+	}
+	for id, u := range s.usage {
+		if u.Job == k {
+			delete(s.usage, id)
+			ch |= UsageChanged
 		}
 	}
 	return ch

@@ -20,10 +20,16 @@ func ptr[T any](v T) *T { return &v }
 
 func gpuNode(id, rack string, healthy ...bool) *api.Node {
 	n := &api.Node{ID: id, Name: "n-" + id, Datacenter: "dc1", NodePool: "default", Status: "ready", SchedulingEligibility: "eligible",
-		HTTPAddr: "10.0.0.1:4646", Attributes: map[string]string{"unique.network.ip-address": "10.0.0.9"}, Meta: map[string]string{"rack": rack},
-		NodeResources: &api.NodeResources{}}
+		HTTPAddr: "10.0.0.1:4646", Attributes: map[string]string{"unique.network.ip-address": "10.0.0.9", "kernel.name": "linux"},
+		Meta:        map[string]string{"rack": rack},
+		Drivers:     map[string]*api.DriverInfo{"hadar-train": {Detected: true, Healthy: true}, "docker": {Detected: true, Healthy: false}},
+		HostVolumes: map[string]*api.HostVolumeInfo{"imagenet": {Path: "/data/imagenet", ReadOnly: true}, "scratch": {Path: "/scratch", ID: "vol-1"}},
+		NodeResources: &api.NodeResources{Cpu: api.NodeCpuResources{CpuShares: 8000, TotalCpuCores: 4},
+			Memory: api.NodeMemoryResources{MemoryMB: 16384}, Disk: api.NodeDiskResources{DiskMB: 100000}},
+		ReservedResources: &api.NodeReservedResources{Cpu: api.NodeReservedCpuResources{CpuShares: 500},
+			Memory: api.NodeReservedMemoryResources{MemoryMB: 1024}}}
 	g := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpu", Name: "Tesla K80",
-		Attributes: map[string]*api.Attribute{"memory": {IntVal: ptr(int64(12288)), Unit: "MiB"}}}
+		Attributes: map[string]*api.Attribute{"memory": {IntVal: ptr(int64(12288)), Unit: "MiB"}, "compute_capability": {StringVal: ptr("3.7")}}}
 	for i, h := range healthy {
 		g.Instances = append(g.Instances, &api.NodeDevice{ID: fmt.Sprintf("%s-g%d", id, i), Healthy: h})
 	}
@@ -237,6 +243,89 @@ func TestEventsApplied(t *testing.T) {
 	if st := w.Stats(); st.Relists != 1+st.GapChecks || st.Reconnects != 0 || st.APIErrors != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// withResources gives an allocation resources: cpu MHz and mem MB in each
+// of its tasks (names), disk MB shared.
+func withResources(a *api.Allocation, cpu, mem, disk int64, tasks ...string) *api.Allocation {
+	a.AllocatedResources = &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{}, Shared: api.AllocatedSharedResources{DiskMB: disk}}
+	for _, t := range tasks {
+		a.AllocatedResources.Tasks[t] = &api.AllocatedTaskResources{Cpu: api.AllocatedCpuResources{CpuShares: cpu}, Memory: api.AllocatedMemoryResources{MemoryMB: mem}}
+	}
+	return a
+}
+
+// TestNodePlacementFacts: the node facts Nomad's placement rules read
+// (attributes, drivers, capacity, typed device attributes) reach the view,
+// and a change of one is a node change.
+func TestNodePlacementFacts(t *testing.T) {
+	f := newFake(t)
+	f.write(false, f.nodeEvent(gpuNode("n1", "r1", true)))
+	w := run(t, f, Config{})
+	n := w.Snapshot().Nodes["n1"]
+	wantRes := Resources{CPU: 8000, MemoryMB: 16384, DiskMB: 100000}
+	switch {
+	case n.Attributes["kernel.name"] != "linux":
+		t.Fatalf("attributes %v", n.Attributes)
+	case !reflect.DeepEqual(n.Drivers, map[string]bool{"hadar-train": true, "docker": false}):
+		t.Fatalf("drivers %v", n.Drivers)
+	case !reflect.DeepEqual(n.HostVolumes, map[string]HostVolume{"imagenet": {ReadOnly: true}, "scratch": {Dynamic: true}}):
+		t.Fatalf("host volumes %v", n.HostVolumes)
+	case n.Resources != wantRes || n.Reserved != (Resources{CPU: 500, MemoryMB: 1024}) || n.Cores != 4:
+		t.Fatalf("resources %+v reserved %+v cores %d", n.Resources, n.Reserved, n.Cores)
+	case n.GPUs[0].Typed["memory"] != (Attribute{Kind: AttrInt, Int: 12288, Unit: "MiB"}) ||
+		n.GPUs[0].Typed["compute_capability"] != (Attribute{Kind: AttrString, Str: "3.7"}):
+		t.Fatalf("typed attributes %+v", n.GPUs[0].Typed)
+	}
+	drainChanges(w)
+	m := gpuNode("n1", "r1", true)
+	m.Attributes["kernel.name"] = "windows"
+	f.write(false, f.nodeEvent(m))
+	waitChange(t, w, NodeChanged)
+	if got := w.Snapshot().Nodes["n1"].Attributes["kernel.name"]; got != "windows" {
+		t.Fatalf("attribute after the change: %q", got)
+	}
+	fresh(t, w, f)
+}
+
+// TestUsage: every live allocation, of managed and unmanaged jobs alike,
+// shows what it holds of its node; a finished one, or one of a purged job,
+// holds nothing.
+func TestUsage(t *testing.T) {
+	f := newFake(t)
+	f.write(false, f.nodeEvent(gpuNode("n1", "r1", true)), f.jobEvent(managed("m"), true), f.jobEvent(batchJob("h", nil), true))
+	f.write(false, f.allocEvent(withResources(allocOf("m1", "m", "n1", "running"), 500, 1024, 300, "trainer"), 0, eventPlanResult))
+	w := run(t, f, Config{})
+	if u := w.Snapshot().Usage["m1"]; u == nil || *u != (Usage{AllocID: "m1", NodeID: "n1", Job: JobKey{"default", "m"}, Resources: Resources{CPU: 500, MemoryMB: 1024, DiskMB: 300}}) {
+		t.Fatalf("listed usage %+v", u)
+	}
+	drainChanges(w)
+
+	// An unmanaged allocation of two tasks: both are counted.
+	h := withResources(allocOf("h1", "h", "n1", "pending"), 100, 256, 150, "web", "log")
+	f.write(false, f.allocEvent(h, 0, eventPlanResult))
+	waitChange(t, w, UsageChanged)
+	if u := w.Snapshot().Usage["h1"]; u == nil || u.Resources != (Resources{CPU: 200, MemoryMB: 512, DiskMB: 150}) || u.Job.ID != "h" {
+		t.Fatalf("usage %+v", u)
+	}
+	fresh(t, w, f)
+
+	// The same state again changes nothing; a finished allocation frees it.
+	f.write(false, f.allocEvent(withResources(allocOf("h1", "h", "n1", "pending"), 100, 256, 150, "web", "log"), 0, "AllocationUpdated"))
+	f.write(false, f.allocEvent(withResources(allocOf("m1", "m", "n1", "complete"), 500, 1024, 300, "trainer"), 0, "AllocationUpdated"))
+	waitChange(t, w, AllocTerminal|UsageChanged)
+	if s := w.Snapshot(); s.Usage["m1"] != nil || s.Usage["h1"] == nil {
+		t.Fatalf("usage after m1 finished: %v", s.Usage)
+	}
+	fresh(t, w, f)
+
+	// A purge frees what the job's allocations held.
+	f.write(false, f.purgeEvent(batchJob("h", nil)))
+	waitChange(t, w, UsageChanged)
+	if s := w.Snapshot(); len(s.Usage) != 0 {
+		t.Fatalf("usage after the purge: %v", s.Usage)
+	}
+	fresh(t, w, f)
 }
 
 // TestStaleObjectsIgnored: an event carrying an older copy of an object
@@ -648,7 +737,7 @@ func TestChangesCoalesce(t *testing.T) {
 		t.Fatalf("second change %+v", c)
 	default:
 	}
-	if s := (NodeAdded | Resynced).String(); s != "node-added|resynced" || ChangeKind(0).String() != "none" {
+	if s := (NodeAdded | Resynced | UsageChanged).String(); s != "node-added|resynced|usage-changed" || ChangeKind(0).String() != "none" {
 		t.Fatalf("String %q", s)
 	}
 }
