@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -259,8 +258,8 @@ func testTrainStopResume(t *testing.T, version string) {
 	if p.TotalSteps != 100000 || p.StepsPerSec < 20 || p.StepsPerSec > 60 {
 		t.Errorf("progress %+v: want total 100000 at about 40 steps/s", p)
 	}
-	if ev.Details["hadar.gpu_model_source"] != "hadar-gpu reservation" || ev.Details["hadar.uid"] != "65534" {
-		t.Errorf("start event details %v: want the model from hadar-gpu's reservation, the task run as nobody", ev.Details)
+	if uid, _ := strconv.Atoi(ev.Details["hadar.uid"]); ev.Details["hadar.gpu_model_source"] != "hadar-gpu reservation" || !jobUID(uid) || ev.Details["hadar.job_gid"] != ev.Details["hadar.uid"] {
+		t.Errorf("start event details %v: want the model from hadar-gpu's reservation, the task run as its job's own uid", ev.Details)
 	}
 
 	// Stop mid-run: the trainer checkpoints and exits 0.
@@ -1000,8 +999,13 @@ func firstAlloc(t *testing.T, a *harness.Agent, jobID string) *api.AllocationLis
 	return al
 }
 
+// jobUID tells whether uid is one hadar-train gives jobs by default
+// (its job_id_range, 200000-265535).
+func jobUID(uid int) bool { return uid >= 200000 && uid <= 265535 }
+
 // TestTaskIsolation runs hadar-train tasks on a real agent: a task runs
-// as nobody by default (not as the client's root), in the cgroup Nomad
+// as its job's own uid by default (not as the client's root, nor as
+// nobody, whom every job would share), in the cgroup Nomad
 // made for it with its CPU share and memory limit, and reports its CPU in
 // MHz; root needs allow_root; a runaway task is killed at its memory
 // limit and reported OOM-killed; a program that cannot start fails the
@@ -1010,9 +1014,6 @@ func TestTaskIsolation(t *testing.T) {
 	skipShort(t)
 	if os.Geteuid() != 0 {
 		t.Skipf("the agent would run as uid %d: a Nomad client needs root to switch users and make cgroups", os.Geteuid())
-	}
-	if _, err := user.Lookup("nobody"); err != nil {
-		t.Skipf("no user nobody on this machine: %v", err)
 	}
 	a := harness.StartAgent(t, harness.Options{Plugins: map[string]string{"hadar-train": `progress_poll_interval = "500ms"`}})
 	node, _, err := a.Client.Nodes().Info(a.NodeID, nil)
@@ -1030,9 +1031,12 @@ func TestTaskIsolation(t *testing.T) {
 		defer func() { _, _, _ = a.Client.Jobs().Deregister("busy", false, nil) }()
 		pid := taskPid(t, alloc.ID, "sh")
 		status := readTrim(t, fmt.Sprintf("/proc/%d/status", pid))
-		// Its own groups only (Nomad's executor would add root's, 0).
-		if !strings.Contains(status, "\nUid:\t65534\t65534\t65534\t65534\n") || !strings.Contains(status, "\nGroups:\t65534 \n") {
-			t.Errorf("task does not run as nobody with nobody's groups:\n%s", status)
+		// The job's uid and gid, and that group only (Nomad's executor
+		// would add root's, 0).
+		id := waitEvent(t, a, alloc.ID, "training process started", 10*time.Second).Details["hadar.uid"]
+		if uid, _ := strconv.Atoi(id); !jobUID(uid) || !strings.Contains(status, "\nUid:\t"+id+"\t"+id+"\t"+id+"\t"+id+"\n") ||
+			!strings.Contains(status, "\nGid:\t"+id+"\t"+id+"\t"+id+"\t"+id+"\n") || !strings.Contains(status, "\nGroups:\t"+id+" \n") {
+			t.Errorf("task does not run as its job's uid %s with that group only:\n%s", id, status)
 		}
 		scope := alloc.ID + ".trainer"
 		switch cgroups {

@@ -82,8 +82,9 @@ type Dir struct {
 	// field and base name the root this directory is in, for errors:
 	// checkpoint_root "/srv/hadar/checkpoints".
 	field, base string
-	// job is true for a job's directory (errors say so).
-	job bool
+	// job is true for a job's directory (errors say so); root for one
+	// the operator configured (OpenRoot), and what is below.
+	job, root bool
 	// uid and gid own what is created here; -1 leaves it to root.
 	uid, gid int
 	// walk forces the element-by-element walk (tests of the fallback).
@@ -133,6 +134,7 @@ func OpenRoot(field, path string) (*Dir, error) {
 		return nil, fmt.Errorf("%s %q: owned by uid %d with mode %#o; it must be owned by uid %d and writable by no one else (chown %d %s; chmod go-w %s), or jobs could take each other's directories",
 			field, path, st.Uid, st.Mode&0o7777, os.Geteuid(), os.Geteuid(), path, path)
 	}
+	d.root = true
 	return d, nil
 }
 
@@ -182,10 +184,14 @@ func (d *Dir) where() string {
 	if d.job {
 		return fmt.Sprintf("this job's directory %q (in the plugin's %s %q)", d.path, d.field, d.base)
 	}
-	if d.path == d.base {
-		return fmt.Sprintf("the plugin's %s %q", d.field, d.base)
+	whose := "the plugin's "
+	if !d.root {
+		whose = "the " // a directory the driver trusts, not one configured
 	}
-	return fmt.Sprintf("%q (in the plugin's %s %q)", d.path, d.field, d.base)
+	if d.path == d.base {
+		return fmt.Sprintf("%s%s %q", whose, d.field, d.base)
+	}
+	return fmt.Sprintf("%q (in %s%s %q)", d.path, whose, d.field, d.base)
 }
 
 // MkdirAll creates the directory value (a path a job gave in field, see
@@ -231,7 +237,7 @@ func (d *Dir) Mkdir(elems ...string) (string, error) {
 
 // sub is the directory rel below d, open as fd.
 func (d *Dir) sub(rel string, fd int, job bool) *Dir {
-	return &Dir{fd: fd, path: filepath.Join(d.path, rel), field: d.field, base: d.base, job: job || d.job, uid: d.uid, gid: d.gid, walk: d.walk}
+	return &Dir{fd: fd, path: filepath.Join(d.path, rel), field: d.field, base: d.base, job: job || d.job, root: d.root, uid: d.uid, gid: d.gid, walk: d.walk}
 }
 
 // mkdirAll walks rel from d, creating what is missing, and returns the
@@ -445,4 +451,72 @@ func Element(name string) (string, error) {
 		return "", fmt.Errorf("name %q: longer than a file name can be", name)
 	}
 	return s, nil
+}
+
+// WithIDs returns a second handle on d (close it too) whose MkdirAll and
+// Mkdir give what they create to uid:gid with mode 2770, as in a job's
+// directory: for a directory the driver trusts that holds one job's files
+// but is not in a root (an allocation's shared data directory).
+func (d *Dir) WithIDs(uid, gid int) (*Dir, error) {
+	if uid <= 0 || gid <= 0 {
+		return nil, fmt.Errorf("%s: uid %d gid %d: directories made for a job are never root's", d.where(), uid, gid)
+	}
+	fd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	o := *d
+	o.fd, o.uid, o.gid = fd, uid, gid
+	return &o, nil
+}
+
+// Remove removes the file value (a path a job gave in field, see
+// Resolve) below d, never through a link: a symbolic link is removed
+// itself, not what it points to. A missing file is not an error; a
+// directory is not removed.
+func (d *Dir) Remove(field, value string) error {
+	rel, err := d.Resolve(field, value)
+	if err != nil {
+		return err
+	}
+	dir, name := filepath.Split(rel)
+	if name == "" || name == "." {
+		return fmt.Errorf("%s %q: not a file name", field, value)
+	}
+	var pfd int
+	if dir == "" {
+		pfd, err = unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	} else {
+		pfd, err = d.openBeneath(filepath.Clean(dir), unix.O_RDONLY|unix.O_DIRECTORY)
+	}
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return d.fileError(field, value, err)
+	}
+	defer unix.Close(pfd)
+	if err := unix.Unlinkat(pfd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("%s %q: %w", field, value, err)
+	}
+	return nil
+}
+
+// Lstat is the status of value (a path a job gave in field, see Resolve)
+// below d, found without following any link (a final link's own status).
+func (d *Dir) Lstat(field, value string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	rel, err := d.Resolve(field, value)
+	if err != nil {
+		return st, err
+	}
+	fd, err := d.openBeneath(rel, unix.O_PATH)
+	if err != nil {
+		return st, d.fileError(field, value, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return st, fmt.Errorf("%s %q: %w", field, value, err)
+	}
+	return st, nil
 }

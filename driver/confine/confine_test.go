@@ -110,8 +110,8 @@ func jobDir(t *testing.T, root *Dir, ns, job string, walk bool) *Dir {
 }
 
 func TestResolve(t *testing.T) {
-	root := &Dir{path: "/srv/hadar/checkpoints", base: "/srv/hadar/checkpoints", field: "checkpoint_root"}
-	job := &Dir{path: "/srv/hadar/checkpoints/default/train", base: "/srv/hadar/checkpoints", field: "checkpoint_root", job: true}
+	root := &Dir{path: "/srv/hadar/checkpoints", base: "/srv/hadar/checkpoints", field: "checkpoint_root", root: true}
+	job := &Dir{path: "/srv/hadar/checkpoints/default/train", base: "/srv/hadar/checkpoints", field: "checkpoint_root", job: true, root: true}
 	for _, tc := range []struct {
 		d          *Dir
 		value, rel string
@@ -635,5 +635,73 @@ func TestSwapRace(t *testing.T) {
 			t.Errorf("created outside through the link: %v", names)
 		}
 		t.Logf("%d directories made and %d reads inside while the path was swapped", created, read)
+	})
+}
+
+// WithIDs gives what it creates to the job, in a directory the driver
+// trusts; Remove and Lstat never go through a link.
+func TestWithIDsRemoveLstat(t *testing.T) {
+	both(t, func(t *testing.T, walk bool) {
+		root, top := testRoot(t)
+		victim := filepath.Join(top, "victim")
+		if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := root.WithIDs(0, 0); err == nil {
+			t.Error("WithIDs(0, 0) accepted: directories made for a job are never root's")
+		}
+		d, err := root.WithIDs(rng.First, rng.First)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		d.walk = walk
+		p, err := d.Mkdir("checkpoints", "trainer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{filepath.Dir(p), p} {
+			if got, want := statOf(t, q), fmt.Sprintf("mode 42770 uid %d gid %d", rng.First, rng.First); !strings.HasPrefix(got, want) {
+				t.Errorf("%s: %s, want %s", q, got, want)
+			}
+		}
+		// A link to a file outside: Remove takes the link, not the file.
+		if err := os.Symlink(victim, filepath.Join(p, "progress.json")); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := d.Lstat("progress_file", "checkpoints/trainer/progress.json"); err != nil || st.Mode&unix.S_IFMT != unix.S_IFLNK {
+			t.Errorf("Lstat of a link: mode %#o, %v; want the link's own status", st.Mode, err)
+		}
+		if err := d.Remove("progress_file", "checkpoints/trainer/progress.json"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(p, "progress.json")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("link not removed: %v", err)
+		}
+		if b, err := os.ReadFile(victim); err != nil || string(b) != "keep" {
+			t.Errorf("the link's target: %q, %v", b, err)
+		}
+		// A link in the path: neither followed by Remove nor by Lstat.
+		if err := os.Symlink(top, filepath.Join(p, "up")); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Remove("progress_file", "checkpoints/trainer/up/victim"); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+			t.Errorf("Remove through a link: %v", err)
+		}
+		if _, err := d.Lstat("checkpoint", "checkpoints/trainer/up/victim"); err == nil {
+			t.Error("Lstat through a link succeeded")
+		}
+		if _, err := os.Stat(victim); err != nil {
+			t.Errorf("victim: %v", err)
+		}
+		if err := d.Remove("progress_file", "checkpoints/trainer/missing"); err != nil {
+			t.Errorf("Remove of a missing file: %v", err)
+		}
+		if err := d.Remove("progress_file", "checkpoints/none/missing"); err != nil {
+			t.Errorf("Remove in a missing directory: %v", err)
+		}
+		if err := d.Remove("progress_file", "/etc/passwd"); err == nil {
+			t.Error("Remove outside the directory accepted")
+		}
 	})
 }

@@ -1,48 +1,42 @@
 // Package train is hadar's Nomad task driver ("hadar-train"). It runs a
-// training process on the GPUs Nomad reserved through Nomad's own
-// executor (drivers/shared/executor, what the exec and raw_exec drivers
-// use): as the task's user, in the cgroup Nomad's client made for the
-// task with its CPU and memory limits, in its own process group, under an
-// executor process that outlives the plugin so a restarted client
-// reattaches. It publishes the process's progress, asks it to checkpoint
-// (the task's kill_signal) on stop and kills it after kill_timeout. See
-// docs/driver.md and docs/training-contract.md.
+// training process on the GPUs Nomad reserved, under a supervisor
+// process of its own (driver/supervise): as the task's user (by default
+// a uid of its job's own), in the cgroup Nomad's client made for the task
+// with its CPU and memory limits, in its own process group; the
+// supervisor outlives the plugin, so a restarted client reattaches. Every
+// path a job names resolves under the operator's roots (driver/confine).
+// It publishes the process's progress, asks it to checkpoint (the task's
+// kill_signal) on stop and kills it after kill_timeout. It speaks Nomad's
+// plugin protocol through driver/plugin. See docs/driver.md and
+// docs/training-contract.md.
 package train
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/hashicorp/consul-template/signals"
 	log "github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/client/lib/numalib"
-	cstructs "github.com/hashicorp/nomad/client/structs"
-	"github.com/hashicorp/nomad/drivers/shared/eventer"
-	"github.com/hashicorp/nomad/drivers/shared/executor"
-	"github.com/hashicorp/nomad/plugins/base"
-	"github.com/hashicorp/nomad/plugins/drivers"
-	"github.com/hashicorp/nomad/plugins/drivers/fsisolation"
-	"github.com/hashicorp/nomad/plugins/shared/hclspec"
-	pstructs "github.com/hashicorp/nomad/plugins/shared/structs"
 
+	"github.com/hadar-sched/hadar/driver/confine"
 	"github.com/hadar-sched/hadar/driver/device/nvml"
+	"github.com/hadar-sched/hadar/driver/plugin"
+	"github.com/hadar-sched/hadar/driver/plugin/hclspec"
+	"github.com/hadar-sched/hadar/driver/supervise"
+	"github.com/hadar-sched/hadar/driver/supervise/cgroup"
 )
 
 const (
 	// PluginName is the driver name jobspecs use and the plugin file name.
 	PluginName = "hadar-train"
 	// PluginVersion is reported to Nomad and as a node attribute.
-	PluginVersion = "v0.2.0"
+	PluginVersion = "v0.3.0"
 
 	fingerprintPeriod = 30 * time.Second
-	taskStateVersion  = 2
 )
 
 // The environment of docs/training-contract.md.
@@ -78,42 +72,31 @@ const (
 	envForkable = "NOMAD_META_hadar.forkable"
 )
 
-var (
-	pluginInfo = &base.PluginInfoResponse{
-		Type:              base.PluginTypeDriver,
-		PluginApiVersions: []string{drivers.ApiVersion010},
-		PluginVersion:     PluginVersion,
-		Name:              PluginName,
-	}
-	capabilities = &drivers.Capabilities{
-		SendSignals:       true,
-		Exec:              false,
-		FSIsolation:       fsisolation.None,
-		NetIsolationModes: []drivers.NetIsolationMode{drivers.NetIsolationModeHost},
-		MountConfigs:      drivers.MountConfigSupportNone,
-	}
-)
+var capabilities = plugin.Capabilities{
+	SendSignals:       true,
+	Exec:              false,
+	FSIsolation:       plugin.FSIsolationNone,
+	NetIsolationModes: []plugin.NetIsolationMode{plugin.NetIsolationHost},
+	MountConfigs:      plugin.MountsNone,
+}
 
 // Driver is the task driver. Create it with New.
 type Driver struct {
-	ctx     context.Context
-	cancel  context.CancelFunc
-	logger  log.Logger
-	eventer *eventer.Eventer
-	tasks   *taskStore
+	ctx    context.Context
+	cancel context.CancelFunc
+	logger log.Logger
+	events *eventHub
+	tasks  *taskStore
 	// openNVML opens NVML to name the GPUs of a task whose device plugin
 	// gave only their UUIDs (Nomad's nvidia plugin).
 	openNVML func() nvml.Library
-	// self is the hadar-train binary, run as the shim that switches a
-	// task to its user (DropArg).
-	self string
 
-	mu          sync.RWMutex
-	settings    *settings
-	nomadConfig *base.ClientDriverConfig
+	mu       sync.RWMutex
+	settings *settings
+	agent    *plugin.AgentConfig
 }
 
-var _ drivers.DriverPlugin = (*Driver)(nil)
+var _ plugin.DriverPlugin = (*Driver)(nil)
 
 // New returns the driver using the system's NVML.
 func New(logger log.Logger) *Driver {
@@ -124,36 +107,38 @@ func New(logger log.Logger) *Driver {
 func NewWithNVML(logger log.Logger, open func() nvml.Library) *Driver {
 	ctx, cancel := context.WithCancel(context.Background())
 	logger = logger.Named(PluginName)
-	self, err := os.Executable()
-	if err != nil {
-		logger.Error("cannot find own executable; tasks that switch users will fail to start", "error", err)
-	}
 	return &Driver{
 		ctx: ctx, cancel: cancel, logger: logger,
-		eventer:  eventer.NewEventer(ctx, logger),
+		events:   newEventHub(logger),
 		tasks:    newTaskStore(),
 		openNVML: open,
-		self:     self,
 	}
 }
 
-// Shutdown stops the driver's background work; running tasks keep
-// running under their executors. Nomad kills the plugin process instead;
-// tests call this.
-func (d *Driver) Shutdown() { d.cancel() }
+// Shutdown stops the driver's background work and lets go of its tasks;
+// they keep running under their supervisors. Nomad kills the plugin
+// process instead; tests call this.
+func (d *Driver) Shutdown() {
+	d.cancel()
+	for _, h := range d.tasks.all() {
+		h.sup.Close()
+	}
+}
 
 // PluginInfo identifies the plugin to Nomad.
-func (d *Driver) PluginInfo() (*base.PluginInfoResponse, error) { return pluginInfo, nil }
+func (d *Driver) PluginInfo() plugin.Info {
+	return plugin.Info{Type: plugin.TypeDriver, Name: PluginName, Version: PluginVersion}
+}
 
 // ConfigSchema returns the plugin block's schema.
-func (d *Driver) ConfigSchema() (*hclspec.Spec, error) { return configSpec, nil }
+func (d *Driver) ConfigSchema() *hclspec.Spec { return configSpec }
 
-// SetConfig validates the plugin block and keeps the agent's settings
-// the executor needs (port range, CPU topology for stats in MHz).
-func (d *Driver) SetConfig(c *base.Config) error {
+// SetConfig validates the plugin block and keeps the agent's CPU
+// topology (for CPU statistics in MHz).
+func (d *Driver) SetConfig(_ context.Context, c *plugin.Config) error {
 	cfg := defaultConfig()
 	if len(c.PluginConfig) != 0 {
-		if err := base.MsgPackDecode(c.PluginConfig, &cfg); err != nil {
+		if err := configSpec.Decode(c.PluginConfig, &cfg); err != nil {
 			return fmt.Errorf("%s plugin config: %w", PluginName, err)
 		}
 	}
@@ -161,24 +146,25 @@ func (d *Driver) SetConfig(c *base.Config) error {
 	if err != nil {
 		return fmt.Errorf("%s plugin config: %w", PluginName, err)
 	}
-	if os.Geteuid() == 0 && s.defaultUser != "" {
-		// Refuse a default that could never run a task at load time,
-		// rather than at every task start.
-		if _, err := resolveUser(s, ""); err != nil {
-			return fmt.Errorf("%s plugin config: default_user %q: %w", PluginName, s.defaultUser, err)
+	if os.Geteuid() == 0 {
+		// Refuse what could never run a task at load time, rather than
+		// at every task start.
+		if s.defaultUser != "" {
+			if _, err := resolveUser(s, "", ids{s.idRange.First, s.idRange.First}); err != nil {
+				return fmt.Errorf("%s plugin config: default_user %q: %w", PluginName, s.defaultUser, err)
+			}
+		}
+		if err := checkSubordinateIDs(s.idRange, "/etc/subuid", "/etc/subgid"); err != nil {
+			return fmt.Errorf("%s plugin config: %w", PluginName, err)
 		}
 	}
 	for _, opt := range s.deprecated {
 		d.logger.Warn("plugin option ignored: progress is published in the alloc filesystem and as a few task events (docs/driver.md)", "option", opt)
 	}
-	var nc *base.ClientDriverConfig
-	if c.AgentConfig != nil && c.AgentConfig.Driver != nil {
-		nc = c.AgentConfig.Driver
-	}
 	d.mu.Lock()
 	d.settings = s
-	if nc != nil {
-		d.nomadConfig = nc
+	if c.Agent != nil {
+		d.agent = c.Agent
 	}
 	d.mu.Unlock()
 	return nil
@@ -194,30 +180,15 @@ func (d *Driver) config() *settings {
 	return d.settings
 }
 
-// agentConfig is what the agent told the plugin about itself; a driver
-// run without an agent (an embedder) scans the machine's CPUs itself.
-func (d *Driver) agentConfig() *base.ClientDriverConfig {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.nomadConfig == nil || d.nomadConfig.Topology == nil {
-		d.nomadConfig = &base.ClientDriverConfig{
-			ClientMinPort: executor.ExecutorDefaultMinPort,
-			ClientMaxPort: executor.ExecutorDefaultMaxPort,
-			Topology:      numalib.Scan(numalib.PlatformScanners(false)),
-		}
-	}
-	return d.nomadConfig
-}
-
 // TaskConfigSchema returns the schema of a task's config block.
-func (d *Driver) TaskConfigSchema() (*hclspec.Spec, error) { return taskConfigSpec, nil }
+func (d *Driver) TaskConfigSchema() *hclspec.Spec { return taskConfigSpec }
 
 // Capabilities tells Nomad what the driver supports.
-func (d *Driver) Capabilities() (*drivers.Capabilities, error) { return capabilities, nil }
+func (d *Driver) Capabilities() plugin.Capabilities { return capabilities }
 
 // Fingerprint reports the driver healthy at once and every 30 s.
-func (d *Driver) Fingerprint(ctx context.Context) (<-chan *drivers.Fingerprint, error) {
-	ch := make(chan *drivers.Fingerprint)
+func (d *Driver) Fingerprint(ctx context.Context) (<-chan *plugin.DriverFingerprint, error) {
+	ch := make(chan *plugin.DriverFingerprint)
 	go func() {
 		defer close(ch)
 		t := time.NewTimer(0)
@@ -231,14 +202,14 @@ func (d *Driver) Fingerprint(ctx context.Context) (<-chan *drivers.Fingerprint, 
 			case <-t.C:
 				t.Reset(fingerprintPeriod)
 			}
-			fp := &drivers.Fingerprint{Health: drivers.HealthStateUndetected, HealthDescription: "disabled in the plugin block"}
+			fp := &plugin.DriverFingerprint{Health: plugin.HealthUndetected, HealthDescription: "disabled in the plugin block"}
 			if d.config().enabled {
-				fp = &drivers.Fingerprint{
-					Health:            drivers.HealthStateHealthy,
-					HealthDescription: drivers.DriverHealthy,
-					Attributes: map[string]*pstructs.Attribute{
-						"driver." + PluginName:              pstructs.NewBoolAttribute(true),
-						"driver." + PluginName + ".version": pstructs.NewStringAttribute(PluginVersion),
+				fp = &plugin.DriverFingerprint{
+					Health:            plugin.HealthHealthy,
+					HealthDescription: plugin.DriverHealthy,
+					Attributes: map[string]plugin.Attribute{
+						"driver." + PluginName:              plugin.BoolAttr(true),
+						"driver." + PluginName + ".version": plugin.StringAttr(PluginVersion),
 					},
 				}
 			}
@@ -254,94 +225,80 @@ func (d *Driver) Fingerprint(ctx context.Context) (<-chan *drivers.Fingerprint, 
 	return ch, nil
 }
 
-// StartTask starts the training process under a new executor. It fails,
+// StartTask starts the training process under a supervisor. It fails,
 // and leaves nothing running, when the process cannot be started.
-func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drivers.DriverNetwork, error) {
-	if _, ok := d.tasks.Get(cfg.ID); ok {
-		return nil, nil, fmt.Errorf("task %s already started", cfg.ID)
+func (d *Driver) StartTask(ctx context.Context, cfg *plugin.TaskConfig) (*plugin.TaskHandle, error) {
+	if _, ok := d.tasks.get(cfg.ID); ok {
+		return nil, fmt.Errorf("task %s already started", cfg.ID)
 	}
-	if !d.config().enabled {
-		return nil, nil, fmt.Errorf("%s is disabled in its plugin block", PluginName)
+	s := d.config()
+	if !s.enabled {
+		return nil, fmt.Errorf("%s is disabled in its plugin block", PluginName)
 	}
 	var tc TaskConfig
-	if err := cfg.DecodeDriverConfig(&tc); err != nil {
-		return nil, nil, fmt.Errorf("task %s config: %w", cfg.Name, err)
+	if err := cfg.DecodeDriverConfig(taskConfigSpec, &tc); err != nil {
+		return nil, fmt.Errorf("task %s config: %w", cfg.Name, err)
 	}
 	if err := tc.validate(); err != nil {
-		return nil, nil, fmt.Errorf("task %s config: %w", cfg.Name, err)
+		return nil, fmt.Errorf("task %s config: %w", cfg.Name, err)
 	}
 	l, err := d.plan(cfg, &tc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("task %s: %w", cfg.Name, err)
+		return nil, fmt.Errorf("task %s: %w", cfg.Name, err)
 	}
 	// A restarted task reuses its task directory: the last run's progress
-	// must not pass for this run's.
-	for _, f := range []string{l.progress, l.mirror} {
-		if f == "" {
-			continue
-		}
-		if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
-			return nil, nil, fmt.Errorf("task %s: stale progress file: %w", cfg.Name, err)
-		}
+	// must not pass for this run's. Removed below the task directory
+	// only, never through a link.
+	if err := removeStaleProgress(l); err != nil {
+		return nil, fmt.Errorf("task %s: %w", cfg.Name, err)
 	}
-
-	cmd, args, err := d.execCommand(l)
+	cg, err := taskCgroup(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("task %s: %w", cfg.Name, err)
+		return nil, fmt.Errorf("task %s: %w", cfg.Name, err)
 	}
 	logger := d.logger.With("alloc_id", cfg.AllocID, "task", cfg.Name)
-	agent := d.agentConfig()
-	exec, pluginClient, err := executor.CreateExecutor(logger, agent, &executor.ExecutorConfig{
-		LogFile:  filepath.Join(cfg.TaskDir().Dir, "executor.out"),
-		LogLevel: "debug",
-		Compute:  agent.Topology.Compute(),
+	sup, err := supervise.Start(ctx, supervise.Spec{
+		Command:  l.command,
+		Args:     l.args,
+		Env:      envList(l.env),
+		Dir:      l.dir,
+		User:     l.user.spec(s.allowRoot),
+		Stdout:   cfg.StdoutPath,
+		Stderr:   cfg.StderrPath,
+		Cgroup:   cg,
+		StateDir: l.stateDir,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("task %s: start executor: %w", cfg.Name, err)
+		return nil, fmt.Errorf("task %s: %w", cfg.Name, err)
 	}
-	ps, err := exec.Launch(&executor.ExecCommand{
-		Cmd:        cmd,
-		Args:       args,
-		Env:        envList(l.env),
-		TaskDir:    cfg.TaskDir().Dir,
-		WorkDir:    l.dir,
-		StdoutPath: cfg.StdoutPath,
-		StderrPath: cfg.StderrPath,
-		// The cgroup Nomad's client made for the task, with its cpu and
-		// memory limits (cgroups v1 or v2, whichever the client uses).
-		Resources:        cfg.Resources.Copy(),
-		NetworkIsolation: cfg.NetworkIsolation,
-	})
-	if err != nil {
-		pluginClient.Kill()
-		return nil, nil, fmt.Errorf("task %s: start %s: %w", cfg.Name, l.command, err)
-	}
+	st := sup.State()
 	h := &taskHandle{
-		logger: logger,
-		cfg:    cfg,
-		state: TaskState{
-			ReattachConfig: pstructs.ReattachConfigFromGoPlugin(pluginClient.ReattachConfig()),
-			TaskConfig:     cfg, Pid: ps.Pid, StartedAt: ps.Time.Round(time.Millisecond),
-			ProgressFile: l.progress, ProgressMirror: l.mirror,
+		logger: logger, id: cfg.ID, name: cfg.Name, allocID: cfg.AllocID,
+		state: driverState{
+			Supervise: st, TaskDir: l.taskDir, Progress: l.progress, Mirror: l.mirror,
+			Checkpoint: l.checkpoint, CheckpointBase: l.ckptBase, UID: l.user.uid,
+			StartedAt: st.StartedAt,
 		},
-		exec: exec, pluginClient: pluginClient,
-		pollEvery: d.config().pollEvery,
-		emit:      d.emit,
-		procState: drivers.TaskStateRunning,
+		sup:       sup,
+		pollEvery: s.pollEvery,
+		emit:      d.events.emit,
+		procState: plugin.TaskStateRunning,
 		doneCh:    make(chan struct{}),
 	}
-	th := drivers.NewTaskHandle(taskStateVersion)
-	th.Config, th.State = cfg, drivers.TaskStateRunning
-	if err := th.SetDriverState(&h.state); err != nil {
-		_ = exec.Shutdown("SIGKILL", 0)
-		pluginClient.Kill()
-		return nil, nil, fmt.Errorf("task %s: encode driver state: %w", cfg.Name, err)
+	b, err := h.state.encode()
+	if err == nil && !d.tasks.add(cfg.ID, h) {
+		err = fmt.Errorf("task %s already started", cfg.ID)
 	}
-	d.tasks.Set(cfg.ID, h)
-	go h.run()
+	if err != nil {
+		if derr := sup.Destroy(context.Background()); derr != nil {
+			logger.Error("task not cleaned up after a failed start", "error", derr)
+		}
+		return nil, fmt.Errorf("task %s: %w", cfg.Name, err)
+	}
+	go h.run(d.ctx)
 	go h.watchProgress(d.ctx)
-	logger.Info("training process started", "pid", ps.Pid, "command", l.command, "uid", l.user.uid)
-	// Say which GPUs, model and pace the process got, from the
+	logger.Info("training process started", "pid", st.Task.PID, "supervisor_pid", st.Supervisor.PID, "command", l.command, "uid", l.user.uid)
+	// Say which GPUs, model, pace and ids the process got, from the
 	// environment it was given, so operators see it in the task events.
 	started := map[string]string{
 		"hadar.gpus":              l.env["NVIDIA_VISIBLE_DEVICES"],
@@ -349,9 +306,11 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 		"hadar.gpu_model_source":  l.modelSource,
 		"hadar.steps_per_sec":     l.env[EnvStepsPerSec],
 		"hadar.checkpoint_dir":    l.env[EnvCheckpointDir],
-		"hadar.progress_file":     l.progress,
-		"hadar.progress_alloc_fs": filepath.Join(cfg.Name, "local", progressFileName),
+		"hadar.progress_file":     l.env[EnvProgressFile],
+		"hadar.progress_alloc_fs": filepath.Join(cfg.Name, progressRel),
 		"hadar.uid":               fmt.Sprint(l.user.uid),
+		"hadar.gid":               fmt.Sprint(l.user.gid),
+		"hadar.job_gid":           fmt.Sprint(l.job.gid),
 	}
 	msg := "training process started"
 	if g := started["hadar.gpus"]; g != "" {
@@ -360,173 +319,218 @@ func (d *Driver) StartTask(cfg *drivers.TaskConfig) (*drivers.TaskHandle, *drive
 	if r := started["hadar.steps_per_sec"]; r != "" {
 		msg += ", emulated pace " + r + " steps/s"
 	}
-	d.emit(&drivers.TaskEvent{TaskID: cfg.ID, TaskName: cfg.Name, AllocID: cfg.AllocID, Timestamp: time.Now(), Message: msg, Annotations: started})
-	return th, nil, nil
+	d.events.emit(&plugin.TaskEvent{TaskID: cfg.ID, TaskName: cfg.Name, AllocID: cfg.AllocID, Timestamp: time.Now(), Message: msg, Annotations: started})
+	return &plugin.TaskHandle{Version: taskStateVersion, Config: cfg, State: plugin.TaskStateRunning, DriverState: b}, nil
 }
 
-func (d *Driver) emit(ev *drivers.TaskEvent) {
-	if err := d.eventer.EmitEvent(ev); err != nil {
-		d.logger.Debug("task event not delivered", "error", err)
-	}
-}
-
-// RecoverTask reattaches to a training process after the client (and so
-// this plugin) restarted: its executor kept running and still holds the
-// process and its exit status.
-func (d *Driver) RecoverTask(handle *drivers.TaskHandle) error {
-	if handle == nil {
-		return fmt.Errorf("recover: nil task handle")
-	}
-	if _, ok := d.tasks.Get(handle.Config.ID); ok {
-		return nil
-	}
-	var ts TaskState
-	if err := handle.GetDriverState(&ts); err != nil {
-		return fmt.Errorf("recover task %s: decode driver state: %w", handle.Config.Name, err)
-	}
-	if ts.ReattachConfig == nil || ts.Pid <= 0 {
-		return fmt.Errorf("recover task %s: driver state has no executor (state version %d; tasks started by %s before v0.2.0 cannot be recovered)", handle.Config.Name, handle.Version, PluginName)
-	}
-	cfg := handle.Config
-	if ts.TaskConfig != nil {
-		cfg = ts.TaskConfig
-	}
-	rc, err := pstructs.ReattachConfigToGoPlugin(ts.ReattachConfig)
+// removeStaleProgress removes the progress file (and its copy) a last
+// run left in the task directory.
+func removeStaleProgress(l *launch) error {
+	td, err := confine.OpenDir("task directory", l.taskDir)
 	if err != nil {
-		return fmt.Errorf("recover task %s: reattach config: %w", cfg.Name, err)
+		return err
 	}
-	logger := d.logger.With("alloc_id", cfg.AllocID, "task", cfg.Name)
-	exec, pluginClient, err := executor.ReattachToExecutor(rc, logger, d.agentConfig().Topology.Compute())
-	if err != nil {
-		return fmt.Errorf("recover task %s: reattach to executor (pid %d): %w", cfg.Name, ts.ReattachConfig.Pid, err)
+	defer td.Close()
+	files := []string{l.progress}
+	if l.mirror {
+		files = append(files, progressRel)
 	}
-	h := &taskHandle{
-		logger: logger, cfg: cfg, state: ts,
-		exec: exec, pluginClient: pluginClient,
-		pollEvery: d.config().pollEvery,
-		emit:      d.emit,
-		recovered: true,
-		procState: drivers.TaskStateRunning,
-		doneCh:    make(chan struct{}),
+	for _, f := range files {
+		if err := td.Remove("progress_file", f); err != nil {
+			return fmt.Errorf("stale progress file: %w", err)
+		}
 	}
-	d.tasks.Set(cfg.ID, h)
-	go h.run()
-	go h.watchProgress(d.ctx)
-	logger.Info("reattached to training process", "pid", ts.Pid, "executor_pid", ts.ReattachConfig.Pid)
 	return nil
 }
 
-// WaitTask returns a channel that gets the task's exit result.
-func (d *Driver) WaitTask(ctx context.Context, taskID string) (<-chan *drivers.ExitResult, error) {
-	h, ok := d.tasks.Get(taskID)
-	if !ok {
-		return nil, drivers.ErrTaskNotFound
+// taskCgroup is the cgroup Nomad's client made for the task, where the
+// supervisor runs it with its limits; none when the client made none
+// (not root, cgroups off).
+func taskCgroup(cfg *plugin.TaskConfig) (supervise.Cgroup, error) {
+	r := cfg.Resources
+	if os.Geteuid() != 0 || r == nil || r.Linux == nil || r.Linux.CgroupPath == "" {
+		return supervise.Cgroup{}, nil
 	}
-	ch := make(chan *drivers.ExitResult, 1)
-	go func() {
-		defer close(ch)
-		select {
-		case <-h.doneCh:
-		case <-ctx.Done():
-			return
-		case <-d.ctx.Done():
-			return
+	h, err := cgroup.Detect()
+	if err != nil {
+		return supervise.Cgroup{}, err
+	}
+	c := supervise.Cgroup{Hierarchy: h, Limits: limits(r)}
+	if h.Version == cgroup.V2 {
+		c.Path = r.Linux.CgroupPath
+		return c, nil
+	}
+	// On v1 Nomad names the cpuset cgroup (<parent>/share, or
+	// <parent>/reserve/<alloc>.<task> with reserved cores) and makes
+	// <parent>/<alloc>.<task> in the freezer, cpu and memory
+	// hierarchies: the task's group.
+	// Nomad builds that path as <cgroup root>/cpuset/<parent>/...
+	parent := "nomad"
+	if m := h.Mounts["memory"]; m != "" {
+		cpuset := filepath.Join(filepath.Dir(m), "cpuset")
+		if rel, err := filepath.Rel(cpuset, r.Linux.CgroupPath); err == nil && !strings.HasPrefix(rel, "..") {
+			if i := strings.Index(rel, "/reserve/"); i > 0 {
+				parent = rel[:i]
+			} else if strings.HasSuffix(rel, "/share") {
+				parent = strings.TrimSuffix(rel, "/share")
+			}
 		}
-		h.mu.RLock()
-		res := h.exitResult.Copy()
-		h.mu.RUnlock()
-		ch <- res
-	}()
-	return ch, nil
+	}
+	c.Path = filepath.Join(parent, cfg.AllocID+"."+cfg.Name)
+	return c, nil
+}
+
+// limits are the task's resources as cgroup settings, as Nomad's own
+// drivers set them: memory (memory_max when oversubscribed) the hard
+// limit, memory the reservation then, cpu the weight.
+func limits(r *plugin.Resources) cgroup.Limits {
+	var l cgroup.Limits
+	lr := r.Linux
+	l.CPUShares = lr.CPUShares
+	if l.CPUShares == 0 {
+		l.CPUShares = r.CPUShares
+	}
+	l.CPUShares = min(max(l.CPUShares, 0), 262144)
+	if lr.CPUQuota > 0 {
+		l.CPUQuota = time.Duration(lr.CPUQuota) * time.Microsecond
+		l.CPUPeriod = time.Duration(lr.CPUPeriod) * time.Microsecond
+		if l.CPUPeriod < time.Millisecond || l.CPUPeriod > time.Second {
+			l.CPUPeriod = 0
+		}
+		l.CPUQuota = max(l.CPUQuota, time.Millisecond)
+	}
+	switch {
+	case r.MemoryMaxMB == -1:
+		l.MemoryMax = -1
+		l.MemoryLow = r.MemoryMB << 20
+	case r.MemoryMaxMB > 0:
+		l.MemoryMax = r.MemoryMaxMB << 20
+		l.MemoryLow = min(r.MemoryMB<<20, l.MemoryMax)
+	case lr.MemoryLimitBytes > 0:
+		l.MemoryMax = lr.MemoryLimitBytes
+	case r.MemoryMB > 0:
+		l.MemoryMax = r.MemoryMB << 20
+	}
+	return l
+}
+
+// RecoverTask reattaches to a training process after the client (and so
+// this plugin) restarted: its supervisor kept running and still holds
+// the process and records its exit status.
+func (d *Driver) RecoverTask(ctx context.Context, handle *plugin.TaskHandle) error {
+	if handle == nil || handle.Config == nil {
+		return fmt.Errorf("recover: no task handle or task config")
+	}
+	cfg := handle.Config
+	if _, ok := d.tasks.get(cfg.ID); ok {
+		return nil
+	}
+	st, err := decodeDriverState(handle.Version, handle.DriverState)
+	if err != nil && handle.Version < taskStateVersion && os.Geteuid() == 0 {
+		// Nomad's client starts the task again when RecoverTask fails:
+		// the old process must not go on beside it.
+		n := stopLegacyTask(ctx, cfg)
+		return fmt.Errorf("recover task %s: %w; stopped the %d processes it left (its program got SIGTERM to checkpoint, then SIGKILL after %v, and its Nomad executor); Nomad starts the task again under this release", cfg.Name, err, n, legacyGrace)
+	}
+	if err != nil {
+		return fmt.Errorf("recover task %s: %w", cfg.Name, err)
+	}
+	sup, err := supervise.Attach(ctx, st.Supervise)
+	if err != nil {
+		return fmt.Errorf("recover task %s: reattach to its supervisor (pid %d): %w", cfg.Name, st.Supervise.Supervisor.PID, err)
+	}
+	logger := d.logger.With("alloc_id", cfg.AllocID, "task", cfg.Name)
+	h := &taskHandle{
+		logger: logger, id: cfg.ID, name: cfg.Name, allocID: cfg.AllocID,
+		state:     *st,
+		sup:       sup,
+		pollEvery: d.config().pollEvery,
+		emit:      d.events.emit,
+		recovered: true,
+		procState: plugin.TaskStateRunning,
+		doneCh:    make(chan struct{}),
+	}
+	if !d.tasks.add(cfg.ID, h) {
+		sup.Close()
+		return nil
+	}
+	go h.run(d.ctx)
+	go h.watchProgress(d.ctx)
+	logger.Info("reattached to training process", "pid", st.Supervise.Task.PID, "supervisor_pid", st.Supervise.Supervisor.PID)
+	return nil
+}
+
+// WaitTask blocks until the task ends and returns its exit result.
+func (d *Driver) WaitTask(ctx context.Context, taskID string) (*plugin.ExitResult, error) {
+	h, ok := d.tasks.get(taskID)
+	if !ok {
+		return nil, plugin.ErrTaskNotFound
+	}
+	select {
+	case <-h.doneCh:
+		return h.result(), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-d.ctx.Done():
+		return nil, fmt.Errorf("%s is shutting down", PluginName)
+	}
 }
 
 // StopTask asks the process to checkpoint and exit (signal, SIGTERM by
 // default; Nomad passes the task's kill_signal), waits up to timeout (the
-// task's kill_timeout), then kills the process group.
-func (d *Driver) StopTask(taskID string, timeout time.Duration, signal string) error {
-	h, ok := d.tasks.Get(taskID)
+// task's kill_timeout), then kills every process of the task.
+func (d *Driver) StopTask(ctx context.Context, taskID string, timeout time.Duration, signal string) error {
+	h, ok := d.tasks.get(taskID)
 	if !ok {
-		return drivers.ErrTaskNotFound
+		return plugin.ErrTaskNotFound
 	}
-	sig := syscall.SIGTERM
-	if signal != "" {
-		s, err := lookupSignal(signal)
-		if err != nil {
-			return err
-		}
-		sig = s
+	sig, err := lookupSignal(signal)
+	if signal == "" {
+		sig, err = lookupSignal("SIGTERM")
 	}
-	return h.shutdown(sig, timeout)
-}
-
-func lookupSignal(name string) (syscall.Signal, error) {
-	s, ok := signals.SignalLookup[strings.ToUpper(name)]
-	if !ok {
-		return 0, fmt.Errorf("unknown signal %q; use a name such as SIGTERM or SIGINT", name)
+	if err != nil {
+		return err
 	}
-	sig, ok := s.(syscall.Signal)
-	if !ok {
-		return 0, fmt.Errorf("signal %q is not a POSIX signal", name)
-	}
-	return sig, nil
+	return h.shutdown(ctx, sig, timeout)
 }
 
 // DestroyTask forgets a task, killing it first when force is set, and
-// ends its executor.
-func (d *Driver) DestroyTask(taskID string, force bool) error {
-	h, ok := d.tasks.Get(taskID)
+// removes what its supervisor kept.
+func (d *Driver) DestroyTask(ctx context.Context, taskID string, force bool) error {
+	h, ok := d.tasks.get(taskID)
 	if !ok {
-		return drivers.ErrTaskNotFound
+		return plugin.ErrTaskNotFound
 	}
 	if h.running() && !force {
 		return fmt.Errorf("task %s is still running; stop it first or destroy with force", taskID)
 	}
-	if !h.pluginClient.Exited() {
-		// Also kills what the process left in its group.
-		if err := h.exec.Shutdown("SIGKILL", 0); err != nil {
-			h.logger.Warn("executor shutdown failed", "error", err)
-		}
-		h.pluginClient.Kill()
+	if err := h.sup.Destroy(ctx); err != nil {
+		return fmt.Errorf("destroy task %s: %w", h.name, err)
 	}
-	d.tasks.Delete(taskID)
+	d.tasks.remove(taskID)
 	return nil
 }
 
 // InspectTask reports the task's state; DriverAttributes carry its last
 // progress (hadar.* keys).
-func (d *Driver) InspectTask(taskID string) (*drivers.TaskStatus, error) {
-	h, ok := d.tasks.Get(taskID)
+func (d *Driver) InspectTask(_ context.Context, taskID string) (*plugin.TaskStatus, error) {
+	h, ok := d.tasks.get(taskID)
 	if !ok {
-		return nil, drivers.ErrTaskNotFound
+		return nil, plugin.ErrTaskNotFound
 	}
 	return h.status(), nil
 }
 
-// TaskStats reports the task's CPU (MHz and percent, from the agent's CPU
-// topology) and memory, as the executor measures them for exec and
-// raw_exec tasks.
-func (d *Driver) TaskStats(ctx context.Context, taskID string, interval time.Duration) (<-chan *cstructs.TaskResourceUsage, error) {
-	h, ok := d.tasks.Get(taskID)
-	if !ok {
-		return nil, drivers.ErrTaskNotFound
-	}
-	ch, err := h.exec.Stats(ctx, interval)
-	if err != nil {
-		return nil, fmt.Errorf("task %s stats: %w", h.cfg.Name, err)
-	}
-	return ch, nil
-}
-
 // TaskEvents streams the driver's task events.
-func (d *Driver) TaskEvents(ctx context.Context) (<-chan *drivers.TaskEvent, error) {
-	return d.eventer.TaskEvents(ctx)
+func (d *Driver) TaskEvents(ctx context.Context) (<-chan *plugin.TaskEvent, error) {
+	return d.events.subscribe(ctx, d.ctx), nil
 }
 
 // SignalTask sends a signal to the task's process group.
-func (d *Driver) SignalTask(taskID string, signal string) error {
-	h, ok := d.tasks.Get(taskID)
+func (d *Driver) SignalTask(_ context.Context, taskID string, signal string) error {
+	h, ok := d.tasks.get(taskID)
 	if !ok {
-		return drivers.ErrTaskNotFound
+		return plugin.ErrTaskNotFound
 	}
 	sig, err := lookupSignal(signal)
 	if err != nil {
@@ -535,7 +539,11 @@ func (d *Driver) SignalTask(taskID string, signal string) error {
 	return h.signal(sig)
 }
 
-// ExecTask is not supported: training processes are not interactive.
-func (d *Driver) ExecTask(taskID string, cmd []string, timeout time.Duration) (*drivers.ExecTaskResult, error) {
-	return nil, errors.New(PluginName + " does not support exec")
+// normalizeSignal makes "term" or "sigterm" "SIGTERM".
+func normalizeSignal(name string) string {
+	n := strings.ToUpper(strings.TrimSpace(name))
+	if n != "" && !strings.HasPrefix(n, "SIG") {
+		n = "SIG" + n
+	}
+	return n
 }

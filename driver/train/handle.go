@@ -4,52 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	log "github.com/hashicorp/go-hclog"
-	plugin "github.com/hashicorp/go-plugin"
-	"github.com/hashicorp/nomad/drivers/shared/executor"
-	"github.com/hashicorp/nomad/plugins/drivers"
-	pstructs "github.com/hashicorp/nomad/plugins/shared/structs"
+	"golang.org/x/sys/unix"
+
+	"github.com/hadar-sched/hadar/driver/confine"
+	"github.com/hadar-sched/hadar/driver/plugin"
+	"github.com/hadar-sched/hadar/driver/supervise"
 )
 
-// TaskState is the driver state Nomad stores with a task and hands back to
-// RecoverTask after a client restart: enough to reattach to the task's
-// executor, which outlives the plugin.
-type TaskState struct {
-	ReattachConfig *pstructs.ReattachConfig
-	TaskConfig     *drivers.TaskConfig
-	// Pid is the training process; it leads its own process group.
-	Pid          int
-	StartedAt    time.Time
-	ProgressFile string
-	// ProgressMirror is where the progress is copied inside the alloc
-	// dir when ProgressFile lies outside it; "" otherwise.
-	ProgressMirror string
-}
+// maxProgressBytes bounds what the driver reads of a progress file: the
+// file is the task's, and the driver must not be made to read gigabytes.
+const maxProgressBytes = 1 << 20
 
-// taskHandle is one training process: its executor, its state, the
+// taskHandle is one training process: its supervisor, its state, the
 // progress it reports.
 type taskHandle struct {
-	logger       log.Logger
-	cfg          *drivers.TaskConfig
-	state        TaskState
-	exec         executor.Executor
-	pluginClient *plugin.Client
-	pollEvery    time.Duration
-	emit         func(*drivers.TaskEvent)
+	logger    log.Logger
+	id        string
+	name      string
+	allocID   string
+	state     driverState
+	sup       *supervise.Handle
+	pollEvery time.Duration
+	emit      func(*plugin.TaskEvent)
 	// recovered: the driver reattached after a restart, so what the
 	// progress file says at first was published before.
 	recovered bool
 
 	mu          sync.RWMutex
-	procState   drivers.TaskState
+	procState   plugin.TaskState
 	completedAt time.Time
-	exitResult  *drivers.ExitResult
+	exitResult  *plugin.ExitResult
 	progress    *Progress
 	// stopAt is when a stop (or any signal) was sent: a checkpoint seen
 	// after it is the one the contract asks for.
@@ -57,22 +49,31 @@ type taskHandle struct {
 	doneCh chan struct{}
 }
 
-func (h *taskHandle) status() *drivers.TaskStatus {
+func (h *taskHandle) status() *plugin.TaskStatus {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	attrs := map[string]string{"pid": fmt.Sprint(h.state.Pid), "progress_file": h.state.ProgressFile}
+	attrs := map[string]string{
+		"pid":           strconv.Itoa(h.state.Supervise.Task.PID),
+		"supervisor":    strconv.Itoa(h.state.Supervise.Supervisor.PID),
+		"progress_file": filepath.Join(h.state.TaskDir, h.state.Progress),
+	}
 	if h.progress != nil {
 		for k, v := range h.progress.Annotations() {
 			attrs[k] = v
 		}
 	}
-	return &drivers.TaskStatus{
-		ID:               h.cfg.ID,
-		Name:             h.cfg.Name,
+	var res *plugin.ExitResult
+	if h.exitResult != nil {
+		r := *h.exitResult
+		res = &r
+	}
+	return &plugin.TaskStatus{
+		ID:               h.id,
+		Name:             h.name,
 		State:            h.procState,
 		StartedAt:        h.state.StartedAt,
 		CompletedAt:      h.completedAt,
-		ExitResult:       h.exitResult.Copy(),
+		ExitResult:       res,
 		DriverAttributes: attrs,
 	}
 }
@@ -80,26 +81,32 @@ func (h *taskHandle) status() *drivers.TaskStatus {
 func (h *taskHandle) running() bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	return h.procState == drivers.TaskStateRunning
+	return h.procState == plugin.TaskStateRunning
 }
 
-// run waits for the process to end, through the executor, and records the
-// exit result.
-func (h *taskHandle) run() {
-	ps, err := h.exec.Wait(context.Background())
-	res := &drivers.ExitResult{}
+// run waits for the task to end, through its supervisor, and records
+// the exit result; it gives up when ctx (the driver's) ends.
+func (h *taskHandle) run(ctx context.Context) {
+	r, err := h.sup.Wait(ctx)
+	if err != nil && ctx.Err() != nil {
+		return
+	}
+	res := &plugin.ExitResult{}
+	state := plugin.TaskStateExited
 	completed := time.Now()
-	state := drivers.TaskStateExited
-	if err != nil {
-		// The executor is gone (killed, or the machine restarted under a
-		// recovered task): the exit status is lost with it.
-		res.ExitCode, res.Err = -1, fmt.Errorf("executor: %w", err)
-		state = drivers.TaskStateUnknown
-	} else {
-		res.ExitCode, res.Signal, completed = ps.ExitCode, ps.Signal, ps.Time
-		// The executor reports OOM kills only with libcontainer; read the
-		// task's cgroup instead.
-		res.OOMKilled = ps.OOMKilled || oomKilled(h.cfg)
+	switch {
+	case err != nil:
+		res.ExitCode, res.Err = -1, fmt.Errorf("supervisor: %w", err)
+		state = plugin.TaskStateUnknown
+	default:
+		res.ExitCode, res.Signal, res.OOMKilled = r.ExitCode, r.Signal, r.OOMKilled
+		if !r.ExitedAt.IsZero() {
+			completed = r.ExitedAt
+		}
+		if r.Err != "" {
+			res.Err = errors.New(r.Err)
+			state = plugin.TaskStateUnknown
+		}
 	}
 	h.mu.Lock()
 	h.procState, h.exitResult, h.completedAt = state, res, completed
@@ -107,69 +114,71 @@ func (h *taskHandle) run() {
 	close(h.doneCh)
 }
 
-// signal sends sig to the task's process group (the contract: helper
-// processes get it too) while the process runs; afterwards its pid may
-// belong to someone else.
-func (h *taskHandle) signal(sig syscall.Signal) error {
-	if !h.running() {
-		return nil
-	}
+// result is the exit result once the task ended.
+func (h *taskHandle) result() *plugin.ExitResult {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	r := *h.exitResult
+	return &r
+}
+
+func (h *taskHandle) markStop() {
 	h.mu.Lock()
 	if h.stopAt.IsZero() {
 		h.stopAt = time.Now()
 	}
 	h.mu.Unlock()
-	if err := syscall.Kill(-h.state.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("signal %v to process group %d: %w", sig, h.state.Pid, err)
+}
+
+// signal sends sig to the task's process group (the contract: helper
+// processes get it too) while the process runs.
+func (h *taskHandle) signal(sig syscall.Signal) error {
+	if !h.running() {
+		return nil
+	}
+	h.markStop()
+	if err := h.sup.Signal(sig); err != nil && !errors.Is(err, supervise.ErrExited) {
+		return err
 	}
 	return nil
 }
 
 // shutdown asks the process to checkpoint and exit with sig, waits up to
-// timeout, then has the executor kill the whole group.
-func (h *taskHandle) shutdown(sig syscall.Signal, timeout time.Duration) error {
-	if err := h.signal(sig); err != nil {
-		return err
+// timeout, then has every process of the task killed, and waits for the
+// end to be recorded.
+func (h *taskHandle) shutdown(ctx context.Context, sig syscall.Signal, timeout time.Duration) error {
+	if h.running() {
+		h.markStop()
+	}
+	if err := h.sup.Stop(ctx, sig, timeout); err != nil {
+		return fmt.Errorf("stop task %s: %w", h.name, err)
 	}
 	select {
 	case <-h.doneCh:
 		return nil
-	case <-time.After(timeout):
-	}
-	h.logger.Warn("training process did not exit within the kill timeout; killing its process group", "timeout", timeout)
-	if err := h.exec.Shutdown("SIGKILL", 0); err != nil && !h.pluginClient.Exited() {
-		return fmt.Errorf("executor: kill process group %d: %w", h.state.Pid, err)
-	}
-	select {
-	case <-h.doneCh:
-		return nil
-	case <-time.After(20 * time.Second):
-		return fmt.Errorf("process group %d still running 20s after SIGKILL", h.state.Pid)
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
 // watchProgress reads the progress file every pollEvery, keeps the last
-// one for InspectTask, copies it into the alloc dir when the process
-// writes it elsewhere, and publishes the few task events of
-// progressEvents. It reads once more after the process ends.
+// one for InspectTask, copies it to local/hadar-progress.json when the
+// process writes it elsewhere, and publishes the few task events of
+// progressEvents. It reads once more after the process ends. Every read
+// and write is confined to the task directory (see readProgress).
 func (h *taskHandle) watchProgress(ctx context.Context) {
 	t := time.NewTicker(h.pollEvery)
 	defer t.Stop()
-	ev := progressEvents{started: h.state.StartedAt, primed: h.recovered}
+	ev := progressEvents{started: h.state.StartedAt, primed: h.recovered, olderThan: h.checkpointOlderThan}
 	check := func(final bool) {
-		p, err := ReadProgress(h.state.ProgressFile)
-		if err != nil && !os.IsNotExist(err) {
+		p, err := h.readProgress()
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			h.logger.Debug("progress file unreadable", "error", err)
 		}
 		if err == nil {
 			h.mu.Lock()
 			h.progress = p
 			h.mu.Unlock()
-			if h.state.ProgressMirror != "" {
-				if err := writeJSONAtomic(h.state.ProgressMirror, p.raw); err != nil {
-					h.logger.Debug("progress not copied into the alloc dir", "error", err)
-				}
-			}
 		}
 		h.mu.RLock()
 		stopAt := h.stopAt
@@ -191,37 +200,71 @@ func (h *taskHandle) watchProgress(ctx context.Context) {
 	}
 }
 
+// readProgress reads the progress file as the driver (root): below the
+// task directory, never through a link, a regular file with one link
+// (so not a hard link to a file of someone else's), at most
+// maxProgressBytes; and mirrors it into the alloc filesystem's path.
+func (h *taskHandle) readProgress() (*Progress, error) {
+	td, err := confine.OpenDir("task directory", h.state.TaskDir)
+	if err != nil {
+		return nil, err
+	}
+	defer td.Close()
+	b, err := td.ReadFile("progress_file", h.state.Progress, maxProgressBytes)
+	if err != nil {
+		return nil, err
+	}
+	p, err := parseProgress(b)
+	if err != nil {
+		return nil, fmt.Errorf("progress file %s: %w", h.state.Progress, err)
+	}
+	if h.state.Mirror {
+		if err := td.WriteFile("progress copy", progressRel, b, 0o644); err != nil {
+			h.logger.Debug("progress not copied into the alloc dir", "error", err)
+		}
+	}
+	return p, nil
+}
+
+// checkpointOlderThan tells whether the checkpoint a progress file
+// names was last written before t (one the process found when it
+// started). Only a path in the task's checkpoint directory is looked at,
+// and without following a link: the path is the task's to write.
+func (h *taskHandle) checkpointOlderThan(path string, t time.Time) bool {
+	if h.state.Checkpoint == "" || h.state.CheckpointBase == "" || !filepath.IsAbs(path) {
+		return false
+	}
+	if rel, err := filepath.Rel(h.state.Checkpoint, filepath.Clean(path)); err != nil || rel == ".." || len(rel) > 2 && rel[:3] == "../" {
+		return false
+	}
+	base, err := confine.OpenDir("checkpoint directory", h.state.CheckpointBase)
+	if err != nil {
+		return false
+	}
+	defer base.Close()
+	st, err := base.Lstat("checkpoint", path)
+	if err != nil {
+		return false
+	}
+	return time.Unix(st.Mtim.Unix()).Before(t)
+}
+
 func (h *taskHandle) publish(msg string, details map[string]string) {
-	h.emit(&drivers.TaskEvent{
-		TaskID:      h.cfg.ID,
-		TaskName:    h.cfg.Name,
-		AllocID:     h.cfg.AllocID,
+	h.emit(&plugin.TaskEvent{
+		TaskID:      h.id,
+		TaskName:    h.name,
+		AllocID:     h.allocID,
 		Timestamp:   time.Now(),
 		Message:     msg,
 		Annotations: details,
 	})
 }
 
-// writeJSONAtomic writes b to path through a temporary file and a rename,
-// so a reader (the sidecar, through the alloc filesystem) never sees half
-// a file.
-func writeJSONAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
-	if err != nil {
-		return err
+// lookupSignal reads a signal name as Nomad sends it ("SIGTERM").
+func lookupSignal(name string) (syscall.Signal, error) {
+	s := unix.SignalNum(normalizeSignal(name))
+	if s == 0 {
+		return 0, fmt.Errorf("unknown signal %q; use a name such as SIGTERM or SIGINT", name)
 	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return s, nil
 }

@@ -8,32 +8,55 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hashicorp/nomad/plugins/drivers"
+	"github.com/hadar-sched/hadar/driver/confine"
+	"github.com/hadar-sched/hadar/driver/plugin"
 )
 
 // launch is what StartTask works out before starting anything.
 type launch struct {
-	command  string
-	args     []string
-	dir      string
-	env      map[string]string
-	user     taskUser
-	progress string // where the process writes its progress
-	// mirror is the alloc-fs path the progress is copied to when the
-	// process writes it elsewhere (progress_file outside the task dir);
-	// "" when progress already is there.
-	mirror      string
-	modelSource string
+	command string
+	args    []string
+	dir     string
+	env     map[string]string
+	user    taskUser
+	job     ids
+	// taskDir is the task directory, which the progress paths are in.
+	taskDir string
+	// progress is where the process writes its progress, relative to
+	// taskDir; mirror tells that it is not progressRel, so the driver
+	// copies it there.
+	progress string
+	mirror   bool
+	// checkpoint is the checkpoint directory; ckptBase the directory it
+	// was made in (the checkpoint root, or the allocation's data
+	// directory), through which the driver looks at it.
+	checkpoint, ckptBase string
+	stateDir             string
+	modelSource          string
 }
 
-// progressFileName is the progress file in the task's local/ directory:
-// the sidecar reads it with AllocFS().Cat(alloc, "<task>/local/hadar-progress.json").
+// progressRel is the progress file in the task directory: the sidecar
+// reads it with AllocFS().Cat(alloc, "<task>/local/hadar-progress.json").
+const progressRel = "local/" + progressFileName
+
 const progressFileName = "hadar-progress.json"
 
-func (d *Driver) plan(cfg *drivers.TaskConfig, tc *TaskConfig) (*launch, error) {
+// ids are a job's uid and gid (the same number from the driver's range;
+// the client's own when it is not root).
+type ids struct{ uid, gid int }
+
+func (d *Driver) plan(cfg *plugin.TaskConfig, tc *TaskConfig) (*launch, error) {
 	s := d.config()
 	taskDir := cfg.TaskDir()
-	u, err := resolveUser(s, cfg.User)
+	stateRoot := s.stateDir
+	if stateRoot == "" {
+		stateRoot = defaultStateDir(cfg.AllocDir)
+	}
+	job, err := jobIDs(s, cfg, stateRoot)
+	if err != nil {
+		return nil, err
+	}
+	u, err := resolveUser(s, cfg.User, job)
 	if err != nil {
 		return nil, err
 	}
@@ -52,15 +75,22 @@ func (d *Driver) plan(cfg *drivers.TaskConfig, tc *TaskConfig) (*launch, error) 
 	}
 	set := map[string]string{}
 
-	l := &launch{user: u, args: tc.Args}
-	l.progress = tc.ProgressFile
-	alloced := filepath.Join(taskDir.LocalDir, progressFileName)
-	if l.progress == "" {
-		l.progress = alloced
-	} else if l.progress != alloced {
-		l.mirror = alloced
+	l := &launch{user: u, job: job, args: tc.Args, taskDir: taskDir.Dir, progress: progressRel}
+	l.stateDir = filepath.Join(stateRoot, element(cfg.ID))
+	// The task directory is Nomad's (its parent is root's and not
+	// writable by tasks); what is inside belongs to the task.
+	td, err := confine.OpenDir("task directory", taskDir.Dir)
+	if err != nil {
+		return nil, err
 	}
-	set[EnvProgressFile] = l.progress
+	defer td.Close()
+	if tc.ProgressFile != "" {
+		if l.progress, err = td.Resolve("progress_file", tc.ProgressFile); err != nil {
+			return nil, err
+		}
+		l.mirror = l.progress != progressRel
+	}
+	set[EnvProgressFile] = filepath.Join(taskDir.Dir, l.progress)
 	set[EnvJobID] = cfg.JobID
 
 	copySuffix := ""
@@ -69,21 +99,18 @@ func (d *Driver) plan(cfg *drivers.TaskConfig, tc *TaskConfig) (*launch, error) 
 		// A forkable job the hadar sidecar placed: its units are HadarE
 		// copies that come and go, so it merges even without a hadare
 		// block (copies dynamic, merge_every the trainer's default).
-		h = &HadarEConfig{}
+		h = &HadarEConfig{CopyIndex: -1}
 	}
 	if h != nil {
 		idx, err := copyIndex(h, env)
 		if err != nil {
 			return nil, err
 		}
-		mergeDir := h.MergeDir
-		if mergeDir == "" {
-			if s.mergeRoot == "" {
-				return nil, fmt.Errorf("hadare: no merge directory; set hadare.merge_dir in the task or merge_root in the %s plugin block (a directory all copies can reach)", PluginName)
-			}
-			mergeDir = filepath.Join(s.mergeRoot, safe(cfg.Namespace), safe(cfg.JobID))
+		if s.mergeRoot == "" {
+			return nil, fmt.Errorf("hadare: no merge directory; set merge_root in the %s plugin block (a directory all copies can reach: each job gets <merge_root>/<namespace>/<job>)", PluginName)
 		}
-		if err := mkdirOwned(mergeDir, u); err != nil {
+		mergeDir, err := jobPath(s.mergeRoot, "merge_root", "hadare.merge_dir", h.MergeDir, cfg, job)
+		if err != nil {
 			return nil, fmt.Errorf("hadare: merge directory: %w", err)
 		}
 		set[EnvCopyIndex] = strconv.Itoa(idx)
@@ -99,9 +126,7 @@ func (d *Driver) plan(cfg *drivers.TaskConfig, tc *TaskConfig) (*launch, error) 
 		copySuffix = "copy-" + strconv.Itoa(idx)
 	}
 
-	ckpt := tc.CheckpointDir
 	switch {
-	case ckpt != "":
 	case s.checkpointRoot != "":
 		// Keyed by job, group and task, not allocation, so a job that is
 		// stopped and run again (or rescheduled onto a node sharing the
@@ -115,16 +140,26 @@ func (d *Driver) plan(cfg *drivers.TaskConfig, tc *TaskConfig) (*launch, error) 
 		if t := strings.TrimSpace(env[EnvTemplate]); t != "" {
 			group = t
 		}
-		ckpt = filepath.Join(s.checkpointRoot, safe(cfg.Namespace), safe(cfg.JobID), safe(group), safe(cfg.Name), copySuffix)
+		elems := []string{group, cfg.Name}
+		if copySuffix != "" {
+			elems = append(elems, copySuffix)
+		}
+		l.ckptBase = s.checkpointRoot
+		l.checkpoint, err = jobPath(s.checkpointRoot, "checkpoint_root", "checkpoint_dir", tc.CheckpointDir, cfg, job, elems...)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint directory: %w", err)
+		}
+	case tc.CheckpointDir != "":
+		return nil, fmt.Errorf("checkpoint_dir %q: the %s plugin block sets no checkpoint_root; a job's checkpoint_dir is a path in its directory there, so set checkpoint_root (or leave checkpoint_dir out: checkpoints then live in the allocation)", tc.CheckpointDir, PluginName)
 	default:
-		ckpt = filepath.Join(taskDir.SharedAllocDir, "data", "checkpoints", safe(cfg.Name))
+		l.ckptBase = taskDir.SharedAllocDir
+		if l.checkpoint, err = allocCheckpointDir(taskDir.SharedAllocDir, cfg.Name, job); err != nil {
+			return nil, fmt.Errorf("checkpoint directory: %w", err)
+		}
 	}
-	if err := mkdirOwned(ckpt, u); err != nil {
-		return nil, fmt.Errorf("checkpoint directory: %w", err)
-	}
-	set[EnvCheckpointDir] = ckpt
+	set[EnvCheckpointDir] = l.checkpoint
 	if tc.TotalSteps > 0 {
-		set[EnvTotalSteps] = strconv.FormatInt(tc.TotalSteps, 10)
+		set[EnvTotalSteps] = strconv.FormatInt(int64(tc.TotalSteps), 10)
 	}
 
 	models, source, modelErr := gpuModels(cfg.Env, cfg.DeviceEnv, d.openNVML)
@@ -158,14 +193,6 @@ func (d *Driver) plan(cfg *drivers.TaskConfig, tc *TaskConfig) (*launch, error) 
 		}
 		env[k] = v
 	}
-	if u.switches() {
-		// As a login would; the task's own values win.
-		for k, v := range map[string]string{"USER": u.name, "LOGNAME": u.name, "HOME": u.home} {
-			if _, ok := env[k]; !ok {
-				env[k] = v
-			}
-		}
-	}
 	l.env = env
 
 	if l.command, err = resolveCommand(tc.Command, taskDir.Dir, env["PATH"]); err != nil {
@@ -178,26 +205,121 @@ func (d *Driver) plan(cfg *drivers.TaskConfig, tc *TaskConfig) (*launch, error) 
 	return l, nil
 }
 
-// execCommand is what the executor starts: the program itself, or, for a
-// task that runs as another user, the shim that becomes that user and
-// execs the program (see privileges.go). The shim's check runs first, so
-// a program the user cannot start fails StartTask.
-func (d *Driver) execCommand(l *launch) (cmd string, args []string, err error) {
-	if !l.user.switches() {
-		return l.command, l.args, nil
+// jobIDs are the job's uid and gid: from the driver's range, recorded in
+// the first root that is set (checkpoint_root, merge_root, the state
+// directory), so that every node sharing that root gives the job the
+// same ids. A client that is not root uses its own.
+func jobIDs(s *settings, cfg *plugin.TaskConfig, stateRoot string) (ids, error) {
+	if os.Geteuid() != 0 {
+		return ids{os.Geteuid(), os.Getegid()}, nil
 	}
-	if d.self == "" {
-		return "", nil, fmt.Errorf("cannot find the %s binary to run the task as %s", PluginName, l.user.name)
+	field, path := "state_dir", stateRoot
+	switch {
+	case s.checkpointRoot != "":
+		field, path = "checkpoint_root", s.checkpointRoot
+	case s.mergeRoot != "":
+		field, path = "merge_root", s.mergeRoot
 	}
-	c, err := userCredentials(l.user.uid, l.user.gid)
+	if err := checkSubordinateIDs(s.idRange, "/etc/subuid", "/etc/subgid"); err != nil {
+		return ids{}, err
+	}
+	root, err := confine.OpenRoot(field, path)
 	if err != nil {
-		return "", nil, err
+		return ids{}, err
 	}
-	if err := checkAsUser(d.self, c, l.dir, l.command); err != nil {
-		return "", nil, err
+	defer root.Close()
+	a, err := confine.NewAllocator(root, s.idRange)
+	if err != nil {
+		return ids{}, fmt.Errorf("job ids: %w", err)
 	}
-	args = append(append(append([]string{DropArg}, c.args()...), l.command), l.args...)
-	return d.self, args, nil
+	defer a.Close()
+	uid, gid, err := a.IDs(namespace(cfg), cfg.JobID)
+	if err != nil {
+		return ids{}, fmt.Errorf("job ids: %w", err)
+	}
+	return ids{uid, gid}, nil
+}
+
+func namespace(cfg *plugin.TaskConfig) string {
+	if cfg.Namespace == "" {
+		return "default"
+	}
+	return cfg.Namespace
+}
+
+// jobPath makes a directory in the job's directory of root
+// (<root>/<namespace>/<job>, owned by the job): value, a path the job
+// gave in field (relative to the job's directory, or absolute under it),
+// or else the path of the driver's elems (none: the job's directory).
+// Nothing is followed through a link, created or chowned outside it.
+func jobPath(rootPath, rootField, field, value string, cfg *plugin.TaskConfig, job ids, elems ...string) (string, error) {
+	root, err := confine.OpenRoot(rootField, rootPath)
+	if err != nil {
+		return "", err
+	}
+	defer root.Close()
+	jd, err := root.JobDir(namespace(cfg), cfg.JobID, job.uid, job.gid)
+	if err != nil {
+		return "", err
+	}
+	defer jd.Close()
+	if value != "" {
+		return jd.MkdirAll(field, value)
+	}
+	return jd.Mkdir(elems...)
+}
+
+// allocCheckpointDir makes <alloc>/alloc/data/checkpoints/<task>, owned
+// by the job, without following a link the allocation's tasks may have
+// put there: the default checkpoint directory without a checkpoint_root,
+// which lasts as long as the allocation.
+func allocCheckpointDir(sharedAllocDir, task string, job ids) (string, error) {
+	// <alloc>/alloc is root's and not writable by tasks; data/ in it is
+	// everyone's.
+	data, err := confine.OpenDir("allocation data directory", filepath.Join(sharedAllocDir, "data"))
+	if err != nil {
+		return "", err
+	}
+	defer data.Close()
+	jd, err := data.WithIDs(job.uid, job.gid)
+	if err != nil {
+		return "", err
+	}
+	defer jd.Close()
+	dir, err := jd.Mkdir("checkpoints", task)
+	if err != nil {
+		return "", err
+	}
+	// One made before per-job ids (hadar-train v0.2, in an allocation
+	// that outlived the upgrade) is nobody's, and the job could not
+	// write it.
+	st, err := jd.Lstat("checkpoint directory", dir)
+	if err != nil {
+		return "", err
+	}
+	if int(st.Uid) != job.uid || int(st.Gid) != job.gid {
+		return "", fmt.Errorf("%s: owned by %d:%d, not this job's %d:%d: made before per-job ownership (hadar-train v0.2); to keep what it holds, chown -R %d:%d %s and chmod 2770 %s, else remove it",
+			dir, st.Uid, st.Gid, job.uid, job.gid, job.uid, job.gid, dir, dir)
+	}
+	return dir, nil
+}
+
+// defaultStateDir is where supervisor state lives when the plugin block
+// sets no state_dir: "hadar-train" in the Nomad client's data directory,
+// the parent of its alloc directory (<data_dir>/alloc/<alloc id>), which
+// only root can write.
+func defaultStateDir(allocDir string) string {
+	return filepath.Join(filepath.Dir(filepath.Dir(filepath.Clean(allocDir))), PluginName)
+}
+
+// element makes a name one path element (see confine.Element); the task
+// IDs Nomad makes (<alloc>/<task>/<random>) always can be one.
+func element(name string) string {
+	e, err := confine.Element(name)
+	if err != nil {
+		return "_"
+	}
+	return e
 }
 
 // sidecarCopy tells whether the task is a worker of a forkable job the
@@ -233,18 +355,19 @@ func copyIndex(h *HadarEConfig, env map[string]string) (int, error) {
 		return n, nil
 	}
 	v, fromEnv := env[EnvCopyIndex]
+	set := h.CopyIndex >= 0
 	switch {
-	case h.CopyIndex != nil && fromEnv:
+	case set && fromEnv:
 		n, err := parse(EnvCopyIndex, v)
 		if err != nil {
 			return 0, err
 		}
-		if n != *h.CopyIndex {
-			return 0, fmt.Errorf("hadare: copy_index %d disagrees with the task env's %s=%s; set one of them", *h.CopyIndex, EnvCopyIndex, v)
+		if n != h.CopyIndex {
+			return 0, fmt.Errorf("hadare: copy_index %d disagrees with the task env's %s=%s; set one of them", h.CopyIndex, EnvCopyIndex, v)
 		}
 		return n, nil
-	case h.CopyIndex != nil:
-		return *h.CopyIndex, nil
+	case set:
+		return h.CopyIndex, nil
 	case fromEnv:
 		return parse(EnvCopyIndex, v)
 	}
@@ -260,15 +383,6 @@ func copyIndex(h *HadarEConfig, env map[string]string) (int, error) {
 	return 0, nil
 }
 
-// mkdirOwned creates dir (and its parents) and gives dir itself to the
-// task's user.
-func mkdirOwned(dir string, u taskUser) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	return u.own(dir)
-}
-
 // resolveCommand finds the program: absolute as is, a relative path
 // against the task directory (like raw_exec), a bare name on the task's
 // PATH.
@@ -280,20 +394,15 @@ func resolveCommand(command, taskDir, path string) (string, error) {
 		return filepath.Join(taskDir, command), nil
 	}
 	for _, dir := range filepath.SplitList(path) {
+		if !filepath.IsAbs(dir) {
+			continue // a relative PATH entry would be the driver's, not the task's
+		}
 		p := filepath.Join(dir, command)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
 			return p, nil
 		}
 	}
 	return "", fmt.Errorf("command %q: not found on PATH %q; give an absolute path or a path relative to the task directory", command, path)
-}
-
-// safe makes a Nomad name usable as one path element.
-func safe(s string) string {
-	if s == "" {
-		return "_"
-	}
-	return strings.NewReplacer("/", "_", "..", "_").Replace(s)
 }
 
 // envList renders env as KEY=value lines, sorted.

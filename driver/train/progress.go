@@ -3,7 +3,6 @@ package train
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
 	"time"
 )
@@ -18,22 +17,15 @@ type Progress struct {
 	Updated     time.Time `json:"updated"`
 	// Merges counts the HadarE merges this copy took part in (optional).
 	Merges int `json:"merges"`
-
-	raw []byte // the file as read, copied verbatim into the alloc dir
 }
 
-// ReadProgress reads a progress file. The process replaces it atomically,
-// so a read never sees half a file.
-func ReadProgress(path string) (*Progress, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
+// parseProgress reads a progress file's content. The process replaces
+// the file atomically, so a read never sees half a file.
+func parseProgress(b []byte) (*Progress, error) {
 	var p Progress
 	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("progress file %s: %w", path, err)
+		return nil, err
 	}
-	p.raw = b
 	return &p, nil
 }
 
@@ -75,6 +67,9 @@ type progressEvents struct {
 	// primed: the driver reattached to a running process, so the progress
 	// seen first was published before the restart.
 	primed bool
+	// olderThan tells whether a checkpoint was written before a time
+	// (one the process found when it started); nil: never.
+	olderThan func(path string, t time.Time) bool
 
 	seen      bool
 	merged    bool
@@ -96,7 +91,7 @@ func (e *progressEvents) next(p *Progress, stopping, final bool) []event {
 			e.seen = true
 			e.lastCkpt = p.Checkpoint
 			e.merged = e.primed && p.Merges > 0
-			if p.Checkpoint != "" && (e.primed || olderThan(p.Checkpoint, e.started)) {
+			if p.Checkpoint != "" && (e.primed || e.olderThan != nil && e.olderThan(p.Checkpoint, e.started)) {
 				e.resumed = p.Checkpoint
 				if !e.primed {
 					out = append(out, event{fmt.Sprintf("resumed from checkpoint %s at step %d", p.Checkpoint, p.StepsDone), p.Annotations()})
@@ -121,13 +116,6 @@ func (e *progressEvents) next(p *Progress, stopping, final bool) []event {
 		}
 	}
 	return out
-}
-
-// olderThan tells whether path was last written before t (a checkpoint a
-// process found when it started).
-func olderThan(path string, t time.Time) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.ModTime().Before(t)
 }
 
 func (p *Progress) message(prefix string) string {

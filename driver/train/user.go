@@ -5,76 +5,67 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"slices"
 	"strconv"
 
-	"github.com/hashicorp/nomad/helper/users"
+	"github.com/hadar-sched/hadar/driver/supervise"
 )
 
 // taskUser is who a task runs as.
 type taskUser struct {
-	// name is the user to switch to; "" runs the task as the client's
-	// own user.
+	// name is the account the task runs as; "" for a job's own uid
+	// (no account has it) or the client's own user.
 	name     string
-	home     string
 	uid, gid int
+	// groups are exactly the supplementary groups.
+	groups []int
+	home   string
 }
 
-// switches tells whether the task runs as another user than the client.
-func (u taskUser) switches() bool { return u.name != "" && u.uid != os.Geteuid() }
+// spec is u as the supervisor takes it.
+func (u taskUser) spec(allowRoot bool) supervise.User {
+	return supervise.User{UID: u.uid, GID: u.gid, Groups: u.groups, AllowRoot: allowRoot, Name: u.name, Home: u.home, LoginEnv: u.name != ""}
+}
 
-// resolveUser decides who a task runs as: its `user`, else the plugin's
-// default_user, else the client's user. A client that is not root cannot
-// switch users: it runs tasks as itself and refuses a `user` naming
-// someone else. Running as root needs allow_root.
-func resolveUser(s *settings, taskUserName string) (taskUser, error) {
-	self, err := user.Current()
-	if err != nil {
-		return taskUser{}, fmt.Errorf("user: look up the client's own user: %w", err)
-	}
-	name := taskUserName
-	if name == "" {
-		name = s.defaultUser
-	}
+// resolveUser decides who a task runs as, given its job's ids (see
+// jobIDs): its `user`, else the plugin's default_user, each with the
+// job's group as a supplementary group so that it reaches the job's
+// directories; else the job's own uid and gid. A client that is not root
+// cannot switch users: it runs tasks as itself and refuses a `user`
+// naming someone else. Running as root needs allow_root.
+func resolveUser(s *settings, taskUserName string, job ids) (taskUser, error) {
 	if os.Geteuid() != 0 {
+		self, err := user.Current()
+		if err != nil {
+			return taskUser{}, fmt.Errorf("user: look up the client's own user: %w", err)
+		}
 		if taskUserName != "" && taskUserName != self.Username && taskUserName != self.Uid {
 			return taskUser{}, fmt.Errorf("user %q: the Nomad client runs as %q (uid %s), not root, so it cannot run tasks as another user; remove the task's user or run the client as root", taskUserName, self.Username, self.Uid)
 		}
-		name = ""
-	}
-	if name == "" {
 		uid, err1 := strconv.Atoi(self.Uid)
 		gid, err2 := strconv.Atoi(self.Gid)
 		if err := errors.Join(err1, err2); err != nil {
 			return taskUser{}, fmt.Errorf("user: the client's uid/gid: %w", err)
 		}
-		u := taskUser{uid: uid, gid: gid}
-		return u, checkRoot(s, u, self.Username+" (the Nomad client's user)")
+		return taskUser{uid: uid, gid: gid}, nil
 	}
-	uid, gid, home, err := users.LookupUnix(name)
+	name := taskUserName
+	if name == "" {
+		name = s.defaultUser
+	}
+	if name == "" {
+		return taskUser{uid: job.uid, gid: job.gid, groups: []int{job.gid}}, nil
+	}
+	u, err := supervise.LookupUser(name)
 	if err != nil {
-		return taskUser{}, fmt.Errorf("user %q: %w; set the task's user (or the plugin's default_user) to an existing user", name, err)
+		return taskUser{}, fmt.Errorf("user %q: %w; set the task's user (or the plugin's default_user) to an existing user, or leave both unset to run the task as its job's own uid", name, err)
 	}
-	u := taskUser{name: name, home: home, uid: uid, gid: gid}
-	return u, checkRoot(s, u, strconv.Quote(name))
-}
-
-func checkRoot(s *settings, u taskUser, who string) error {
-	if u.uid == 0 && !s.allowRoot {
-		return fmt.Errorf("user: the task would run as root (%s); set the task's user to an unprivileged user, or allow root tasks with allow_root = true in the %s plugin block", who, PluginName)
+	if (u.UID == 0 || u.GID == 0) && !s.allowRoot {
+		return taskUser{}, fmt.Errorf("user: the task would run as root (%q, uid %d gid %d); set the task's user to an unprivileged user, or allow root tasks with allow_root = true in the %s plugin block", name, u.UID, u.GID, PluginName)
 	}
-	return nil
-}
-
-// own makes dir belong to the task's user, so a task that runs as
-// another user than the client can write the directories the driver
-// creates for it. A client that is not root leaves them as they are
-// (its tasks run as itself).
-func (u taskUser) own(dir string) error {
-	if os.Geteuid() != 0 || (u.uid == os.Geteuid() && u.gid == os.Getegid()) {
-		return nil
+	groups := slices.Clone(u.Groups)
+	if !slices.Contains(groups, job.gid) {
+		groups = append(groups, job.gid)
 	}
-	if err := os.Chown(dir, u.uid, u.gid); err != nil {
-		return fmt.Errorf("give %s to uid %d: %w", dir, u.uid, err)
-	}
-	return nil
+	return taskUser{name: u.Name, uid: u.UID, gid: u.GID, groups: groups, home: u.Home}, nil
 }
