@@ -286,7 +286,7 @@ func (a *Agent) target(mj *managed, j *watch.Job, jd engine.JobDecision) (target
 		nu := jobform.Unit{ID: next}
 		for _, sl := range u.Slots {
 			for range sl.Count {
-				nu.Workers = append(nu.Workers, jobform.Worker{Node: sl.Node, Type: sl.Type, Models: a.models[sl.Node][sl.Type]})
+				nu.Workers = append(nu.Workers, jobform.Worker{Node: sl.Node, Type: sl.Type, Models: a.workerModels(mj, sl.Node, sl.Type)})
 			}
 		}
 		addr := a.addrs[nu.Workers[0].Node]
@@ -306,6 +306,16 @@ func (a *Agent) target(mj *managed, j *watch.Job, jd engine.JobDecision) (target
 		fresh = append(fresh, nu)
 	}
 	return out, fresh, nil
+}
+
+// workerModels are the device models a worker of mj on node is pinned to
+// for type t: those of the node the job's own device rules allow
+// (sidecar/feasible), else every model of that type there.
+func (a *Agent) workerModels(mj *managed, node string, t planner.GPUType) []string {
+	if f, ok := mj.feas.Nodes[node]; ok && len(f.Models[t]) > 0 {
+		return f.Models[t]
+	}
+	return a.models[node][t]
 }
 
 // unitOf finds the written unit on exactly the GPUs of u.

@@ -29,6 +29,7 @@ import (
 	"github.com/hadar-sched/hadar/planner/speed"
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/feasible"
 	"github.com/hadar-sched/hadar/sidecar/leader"
 	"github.com/hadar-sched/hadar/sidecar/state"
 	"github.com/hadar-sched/hadar/sidecar/watch"
@@ -43,6 +44,9 @@ type Agent struct {
 	watcher *watch.Watcher
 	applier *apply.Applier
 	prof    *jobProfile
+	// feas says where each managed job may run by Nomad's own placement
+	// rules (cached across cycles).
+	feas *feasible.Evaluator
 	net     *rackNetwork
 	types   GPUTypes
 	clock   func() time.Time
@@ -116,6 +120,8 @@ type managed struct {
 	units    int // highest unit number ever seen + 1
 	// refusals counts placements in a row Nomad refused or rolled back.
 	refusals int
+	// feas is where it may run, as last told to the engine.
+	feas feasible.Result
 }
 
 type invalidJob struct {
@@ -171,6 +177,7 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 		writing:  map[apply.Key]*pendingWrite{}, writeSem: make(chan struct{}, writers), wrote: make(chan struct{}, 1),
 	}
 	a.progress = w.Progress
+	a.feas = feasible.NewEvaluator(a.types.Type)
 	a.prof = newJobProfile(base)
 	a.net = newRackNetwork(a.prof)
 	if a.eng, a.est, err = a.newEngine(); err != nil {

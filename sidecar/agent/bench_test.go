@@ -97,8 +97,9 @@ func benchState(b testing.TB, n int) (*watch.Snapshot, *recordedNomad) {
 		for k := range 8 {
 			g.Instances = append(g.Instances, watch.GPU{ID: fmt.Sprintf("%s-%d", id, k), Healthy: true})
 		}
-		snap.Nodes[id] = &watch.Node{ID: id, Name: id, Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingEligible,
-			Rack: fmt.Sprintf("r%02d", i%20), Address: fmt.Sprintf("10.0.%d.%d", i/256, i%256), GPUs: []watch.GPUGroup{g}}
+		n := testNode(id, g)
+		n.Rack, n.Address = fmt.Sprintf("r%02d", i%20), fmt.Sprintf("10.0.%d.%d", i/256, i%256)
+		snap.Nodes[id] = n
 	}
 	jobs, err := trace.Synthesize(trace.SynthConfig{Jobs: n, Seed: 1, Profile: profile.Default(), Reference: "v100"})
 	if err != nil {
@@ -128,6 +129,15 @@ func benchState(b testing.TB, n int) (*watch.Snapshot, *recordedNomad) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// testNode is a ready GPU node as the watcher records one: in dc1's
+// default pool, with the hadar-train driver and room for many tasks.
+func testNode(id string, gpus ...watch.GPUGroup) *watch.Node {
+	return &watch.Node{ID: id, Name: id, Datacenter: "dc1", NodePool: "default", Status: api.NodeStatusReady,
+		SchedulingEligibility: api.NodeSchedulingEligible, Attributes: map[string]string{"kernel.name": "linux"},
+		Drivers: map[string]bool{"hadar-train": true}, Resources: watch.Resources{CPU: 64000, MemoryMB: 512 << 10, DiskMB: 1 << 20}, Cores: 32,
+		Rack: "r1", Address: "127.0.0.1", GPUs: gpus}
+}
 
 // observed turns what the recorded Nomad holds into the next snapshot:
 // every generated group runs.

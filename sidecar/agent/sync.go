@@ -3,13 +3,16 @@ package agent
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/sidecar/apply"
+	"github.com/hadar-sched/hadar/sidecar/feasible"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/watch"
@@ -29,7 +32,57 @@ func (a *Agent) sync(snap *watch.Snapshot, now float64) error {
 	a.syncJobs(snap, now)
 	a.reconcile(snap, now)
 	a.ports.Reset(a.usedPorts(snap), a.clock())
+	if err := a.syncEligibility(snap, now); err != nil {
+		return err
+	}
 	return a.eng.SetHeld(a.heldGPUs(snap), now)
+}
+
+// syncEligibility tells the engine where each managed job may run by
+// Nomad's own placement rules (sidecar/feasible), when that changed. A job
+// every node's every type allows is left unrestricted (nil): most jobs,
+// and nothing to keep in the engine's snapshot.
+func (a *Agent) syncEligibility(snap *watch.Snapshot, now float64) error {
+	for _, k := range sortedKeys(a.jobs) {
+		mj := a.jobs[k]
+		j := snap.Jobs[k]
+		if j == nil || j.Spec == nil {
+			continue
+		}
+		res := a.feas.Evaluate(j, snap)
+		if sameResult(res, mj.feas) {
+			continue
+		}
+		mj.feas = res
+		var el round.Eligible
+		if !a.allowsAll(res) {
+			el = res.Allowed()
+		}
+		if err := a.eng.SetEligible(mj.id, el, res.Why, now); err != nil {
+			return fmt.Errorf("job %s: %w", mj.id, err)
+		}
+	}
+	return nil
+}
+
+// sameResult reports whether two evaluations are the same one: the
+// evaluator hands back its cached result while nothing it depends on
+// changed.
+func sameResult(a, b feasible.Result) bool {
+	return a.Why == b.Why && a.Nodes != nil && b.Nodes != nil && reflect.ValueOf(a.Nodes).UnsafePointer() == reflect.ValueOf(b.Nodes).UnsafePointer()
+}
+
+// allowsAll reports whether res lets the job use every GPU type of every
+// node the engine plans on.
+func (a *Agent) allowsAll(res feasible.Result) bool {
+	for id, n := range a.nodes {
+		for t, k := range n.GPUs {
+			if k > 0 && !res.Allows(id, t) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // plannerNode is the engine's view of a Nomad node: its healthy GPUs per

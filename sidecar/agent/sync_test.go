@@ -3,12 +3,14 @@ package agent
 import (
 	"context"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
 
@@ -38,8 +40,7 @@ func gpuNode(id, model string, n int) *watch.Node {
 	for k := range n {
 		g.Instances = append(g.Instances, watch.GPU{ID: id + "-" + string(rune('a'+k)), Healthy: true})
 	}
-	return &watch.Node{ID: id, Name: id, Status: api.NodeStatusReady, SchedulingEligibility: api.NodeSchedulingEligible,
-		Rack: "r1", Address: "127.0.0.1", GPUs: []watch.GPUGroup{g}}
+	return testNode(id, g)
 }
 
 // The GPUs a managed job's allocations hold while hadar refuses its spec
@@ -100,4 +101,45 @@ func groupsOf(j *api.Job) (template, generated int) {
 		}
 	}
 	return
+}
+
+// The planner plans with Nomad's own placement rules: a job whose
+// constraint excludes a node is never placed there, and one no node can
+// run waits saying why, without a write Nomad would refuse.
+func TestPlansFollowNomadsPlacementRules(t *testing.T) {
+	good := map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "1000"}
+	snap, rec := noteState(t, []noteCase{{name: "not-n1", meta: good}, {name: "windows", meta: good}})
+	v100 := func(id string) *watch.Node {
+		return gpuNode(id, "Tesla V100-SXM2-16GB", 1)
+	}
+	snap.Nodes["n1"], snap.Nodes["n2"] = v100("n1"), v100("n2")
+	constrain := func(id string, c *api.Constraint) {
+		j := rec.jobs[id]
+		j.Constraints = append(j.Constraints, c)
+		spec, err := jobspec.Parse(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap.Jobs[watch.JobKey{Namespace: "default", ID: id}].Spec = &spec
+	}
+	constrain("not-n1", api.NewConstraint("${node.unique.name}", "!=", "n1"))
+	constrain("windows", api.NewConstraint("${attr.kernel.name}", "=", "windows"))
+	a := testAgent(t, rec, "gavel-maxmin")
+	if err := a.cycleOn(context.Background(), snap, true); err != nil {
+		t.Fatal(err)
+	}
+	a.settleWrites()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st, _ := a.eng.Job(engineID(watch.JobKey{Namespace: "default", ID: "not-n1"}))
+	if !st.Running || st.Placement.Units[0].Slots[0].Node != "n2" {
+		t.Fatalf("not-n1 runs %v on %v: want n2, the one node its constraint allows", st.Running, st.Placement)
+	}
+	st, _ = a.eng.Job(engineID(watch.JobKey{Namespace: "default", ID: "windows"}))
+	if st.Running || !strings.Contains(st.Reason.Why, "kernel.name") {
+		t.Fatalf("a job no node can run: running %v, why %q", st.Running, st.Reason.Why)
+	}
+	if _, gen := groupsOf(rec.jobs["windows"]); gen > 0 {
+		t.Fatal("a start Nomad would refuse was written")
+	}
 }
