@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
@@ -200,23 +201,23 @@ func (c *sidecarCluster) workersOf(id string) []placedWorker {
 
 // progressOf reads an allocation's progress file the way the sidecar
 // does, through Nomad's alloc filesystem.
-func (c *sidecarCluster) progressOf(allocID string) (run.Progress, error) {
+func (c *sidecarCluster) progressOf(allocID string) (contract.Progress, error) {
 	al, _, err := c.api.Allocations().Info(allocID, nil)
 	if err != nil {
-		return run.Progress{}, err
+		return contract.Progress{}, err
 	}
 	rc, err := c.api.AllocFS().Cat(al, "trainer/local/hadar-progress.json", nil)
 	if err != nil {
-		return run.Progress{}, err
+		return contract.Progress{}, err
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(rc)
 	if err != nil {
-		return run.Progress{}, err
+		return contract.Progress{}, err
 	}
-	var p run.Progress
+	var p contract.Progress
 	if err := json.Unmarshal(b, &p); err != nil {
-		return run.Progress{}, fmt.Errorf("progress file %q: %w", b, err)
+		return contract.Progress{}, fmt.Errorf("progress file %q: %w", b, err)
 	}
 	return p, nil
 }
@@ -306,13 +307,13 @@ func TestTrainerMixedUnitPace(t *testing.T) {
 	}
 
 	// Measure over 20 s of steady progress, from rank 0's progress file.
-	var p1, p2 run.Progress
+	var p1, p2 contract.Progress
 	c.waitFor("rank 0 trains", time.Minute, func() error {
 		var err error
 		if p1, err = c.progressOf(ws[0].alloc.ID); err != nil {
 			return err
 		}
-		if p1.State != run.StateRunning || p1.StepsDone < 20 {
+		if p1.State != contract.StateRunning || p1.StepsDone < 20 {
 			return fmt.Errorf("progress %+v", p1)
 		}
 		return nil
@@ -334,7 +335,7 @@ func TestTrainerMixedUnitPace(t *testing.T) {
 		t.Fatalf("the unit runs at %.2f steps/s; hadar's speed model says %g (±8%%)", rate, want)
 	}
 	p, err := c.progressOf(ws[1].alloc.ID)
-	if err != nil || p.Rank != 1 || p.State != run.StateRunning || p.StepsDone < p1.StepsDone {
+	if err != nil || p.Rank != 1 || p.State != contract.StateRunning || p.StepsDone < p1.StepsDone {
 		t.Fatalf("rank 1's progress %+v, %v: want it following rank 0", p, err)
 	}
 }
@@ -631,7 +632,7 @@ func TestTrainerHadarEForks(t *testing.T) {
 			t.Fatalf("the removed copy's progress: %v", err)
 		}
 		t.Logf("the removed copy %d: state %s, %d local steps, %d merged", removed, p.State, p.LocalSteps, merged[removed])
-		if p.State != run.StateStopped || p.LocalSteps != merged[removed] {
+		if p.State != contract.StateStopped || p.LocalSteps != merged[removed] {
 			t.Fatalf("the removed copy %d: progress %+v; want stopped with all its %d local steps merged (%d are)", removed, p, p.LocalSteps, merged[removed])
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/watch"
@@ -399,7 +400,7 @@ func TestWatchCluster(t *testing.T) {
 	alloc := s.AllocsOf(watch.JobKey{Namespace: "default", ID: "wa"})[0]
 
 	// Training progress through the allocation filesystem.
-	var p *watch.Progress
+	var p *contract.Progress
 	err = harness.Eventually(context.Background(), 30*time.Second, 250*time.Millisecond, func() error {
 		var err error
 		p, err = w.Progress(context.Background(), alloc)

@@ -6,14 +6,20 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/hadar-sched/hadar/internal/version"
 	"github.com/hadar-sched/hadar/trainer/run"
 )
 
 func main() {
+	if version.IsFlag(os.Args[1:]) {
+		fmt.Println(version.String("hadar-trainer"))
+		return
+	}
 	// SIGTERM (the driver's stop) and SIGINT cancel the run, which then
 	// checkpoints and exits 0.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/trainer/run"
 )
 
@@ -102,7 +103,7 @@ func TestSIGTERMCheckpointsAndResumes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("progress names checkpoint %q: %v", prog.Checkpoint, err)
 	}
-	if prog.State != run.StateStopped || ck.StepsDone != prog.StepsDone || ck.StepsDone >= 1500 {
+	if prog.State != contract.StateStopped || ck.StepsDone != prog.StepsDone || ck.StepsDone >= 1500 {
 		t.Fatalf("progress %+v, checkpoint at %d steps; want state stopped and one checkpoint mid-run", prog, ck.StepsDone)
 	}
 
@@ -226,7 +227,7 @@ func TestUnitProcessesStopAndFailFast(t *testing.T) {
 		t.Fatal(err)
 	}
 	ck, err := run.ReadCheckpoint(p0.Checkpoint)
-	if err != nil || p0.State != run.StateStopped || ck.StepsDone != p0.StepsDone {
+	if err != nil || p0.State != contract.StateStopped || ck.StepsDone != p0.StepsDone {
 		t.Fatalf("rank 0's progress %+v, checkpoint %v: want stopped at its checkpoint", p0, err)
 	}
 
@@ -255,7 +256,7 @@ func TestUnitProcessesStopAndFailFast(t *testing.T) {
 		t.Fatalf("rank 0's log does not say why it failed:\n%s", errs[0])
 	}
 	p0, err = run.ReadProgress(filepath.Join(dir, "progress-0.json"))
-	if err != nil || p0.State != run.StateFailed || p0.Checkpoint == "" {
+	if err != nil || p0.State != contract.StateFailed || p0.Checkpoint == "" {
 		t.Fatalf("rank 0's progress %+v, %v: want failed with a checkpoint", p0, err)
 	}
 }

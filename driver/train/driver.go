@@ -22,55 +22,27 @@ import (
 
 	log "github.com/hashicorp/go-hclog"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/driver/confine"
 	"github.com/hadar-sched/hadar/driver/device/nvml"
 	"github.com/hadar-sched/hadar/driver/plugin"
 	"github.com/hadar-sched/hadar/driver/plugin/hclspec"
 	"github.com/hadar-sched/hadar/driver/supervise"
 	"github.com/hadar-sched/hadar/driver/supervise/cgroup"
+	"github.com/hadar-sched/hadar/internal/version"
 )
 
 const (
 	// PluginName is the driver name jobspecs use and the plugin file name.
 	PluginName = "hadar-train"
-	// PluginVersion is reported to Nomad and as a node attribute.
-	PluginVersion = "v0.3.0"
 
 	fingerprintPeriod = 30 * time.Second
 )
 
-// The environment of docs/training-contract.md.
-const (
-	EnvProgressFile  = "HADAR_PROGRESS_FILE"
-	EnvCheckpointDir = "HADAR_CHECKPOINT_DIR"
-	EnvTotalSteps    = "HADAR_TOTAL_STEPS"
-	EnvStepsPerSec   = "HADAR_STEPS_PER_SEC"
-	EnvJobID         = "HADAR_JOB_ID"
-	EnvCopyIndex     = "HADAR_COPY_INDEX"
-	EnvCopies        = "HADAR_COPIES"
-	EnvMergeDir      = "HADAR_MERGE_DIR"
-	EnvMergeEvery    = "HADAR_MERGE_EVERY"
-	EnvGPUModel      = "HADAR_GPU_MODEL"
-	// EnvSpreadStepsPerSec is the emulated pace of the task's GPU model
-	// when its unit spans several nodes (emulate.spread_*).
-	EnvSpreadStepsPerSec = "HADAR_SPREAD_STEPS_PER_SEC"
-)
-
-// Variables the hadar sidecar puts in the env of the workers it places
-// (docs/sidecar.md, "The environment of a worker"); the driver reads them.
-const (
-	// EnvTemplate names the template group of a generated worker group:
-	// checkpoints are keyed by it, since the generated group's name
-	// changes with every placement.
-	EnvTemplate = "HADAR_TEMPLATE"
-	// EnvUnit is the placement unit's number; for a HadarE copy it is the
-	// copy's index.
-	EnvUnit = "HADAR_UNIT"
-	// envForkable is the job meta hadar.forkable as Nomad puts job meta in
-	// a task's env: NOMAD_META_ plus the key as written, and upper-cased
-	// (Nomad keeps dots in env names).
-	envForkable = "NOMAD_META_hadar.forkable"
-)
+// envForkable is the job meta hadar.forkable as Nomad puts job meta in a
+// task's env: NOMAD_META_ plus the key as written (Nomad keeps dots in env
+// names). The contract's own names are in package contract.
+const envForkable = "NOMAD_META_hadar.forkable"
 
 var capabilities = plugin.Capabilities{
 	SendSignals:       true,
@@ -127,7 +99,7 @@ func (d *Driver) Shutdown() {
 
 // PluginInfo identifies the plugin to Nomad.
 func (d *Driver) PluginInfo() plugin.Info {
-	return plugin.Info{Type: plugin.TypeDriver, Name: PluginName, Version: PluginVersion}
+	return plugin.Info{Type: plugin.TypeDriver, Name: PluginName, Version: version.Plugin()}
 }
 
 // ConfigSchema returns the plugin block's schema.
@@ -209,7 +181,7 @@ func (d *Driver) Fingerprint(ctx context.Context) (<-chan *plugin.DriverFingerpr
 					HealthDescription: plugin.DriverHealthy,
 					Attributes: map[string]plugin.Attribute{
 						"driver." + PluginName:              plugin.BoolAttr(true),
-						"driver." + PluginName + ".version": plugin.StringAttr(PluginVersion),
+						"driver." + PluginName + ".version": plugin.StringAttr(version.Plugin()),
 					},
 				}
 			}
@@ -302,11 +274,11 @@ func (d *Driver) StartTask(ctx context.Context, cfg *plugin.TaskConfig) (*plugin
 	// environment it was given, so operators see it in the task events.
 	started := map[string]string{
 		"hadar.gpus":              l.env["NVIDIA_VISIBLE_DEVICES"],
-		"hadar.gpu_model":         l.env[EnvGPUModel],
+		"hadar.gpu_model":         l.env[contract.EnvGPUModel],
 		"hadar.gpu_model_source":  l.modelSource,
-		"hadar.steps_per_sec":     l.env[EnvStepsPerSec],
-		"hadar.checkpoint_dir":    l.env[EnvCheckpointDir],
-		"hadar.progress_file":     l.env[EnvProgressFile],
+		"hadar.steps_per_sec":     l.env[contract.EnvStepsPerSec],
+		"hadar.checkpoint_dir":    l.env[contract.EnvCheckpointDir],
+		"hadar.progress_file":     l.env[contract.EnvProgressFile],
 		"hadar.progress_alloc_fs": filepath.Join(cfg.Name, progressRel),
 		"hadar.uid":               fmt.Sprint(l.user.uid),
 		"hadar.gid":               fmt.Sprint(l.user.gid),

@@ -20,6 +20,7 @@ import (
 
 	log "github.com/hashicorp/go-hclog"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/driver/device/nvml"
 	"github.com/hadar-sched/hadar/driver/plugin"
 	"github.com/hadar-sched/hadar/driver/plugin/plugintest"
@@ -659,8 +660,8 @@ func TestProgressFileConfined(t *testing.T) {
 	if _, err := os.Stat(secret); err != nil {
 		t.Fatalf("the root-only file named as progress_file: %v (the driver deleted it)", err)
 	}
-	if _, err := os.Stat(filepath.Join(cfg.TaskDir().LocalDir, progressFileName)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("something was written to local/%s: %v", progressFileName, err)
+	if _, err := os.Stat(filepath.Join(cfg.TaskDir().LocalDir, contract.ProgressFileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("something was written to local/%s: %v", contract.ProgressFileName, err)
 	}
 
 	// A link to it, planted where the driver reads progress.
@@ -684,7 +685,7 @@ func TestProgressFileConfined(t *testing.T) {
 			}
 			// Read only if the driver wrote a regular file there: the
 			// task's link itself points at the secret.
-			copied := filepath.Join(cfg.TaskDir().LocalDir, progressFileName)
+			copied := filepath.Join(cfg.TaskDir().LocalDir, contract.ProgressFileName)
 			if fi, err := os.Lstat(copied); err == nil && fi.Mode().IsRegular() {
 				if b, err := os.ReadFile(copied); err == nil && strings.Contains(string(b), "4242") {
 					t.Fatal("the root-only file was copied into local/")
@@ -1476,11 +1477,11 @@ func TestProgressEvents(t *testing.T) {
 	start := time.Now()
 	old := "/c/ckpt-100" // written before the run
 	olderThan := func(path string, at time.Time) bool { return path == old && at == start }
-	p := func(steps int64, ckpt string, merges int) *Progress {
-		return &Progress{StepsDone: steps, TotalSteps: 1000, Checkpoint: ckpt, Merges: merges}
+	p := func(steps int64, ckpt string, merges int) *contract.Progress {
+		return &contract.Progress{StepsDone: steps, TotalSteps: 1000, Checkpoint: ckpt, Merges: merges}
 	}
 	type step struct {
-		p              *Progress
+		p              *contract.Progress
 		stopping, done bool
 		want           []string // message prefixes
 	}
@@ -1540,7 +1541,7 @@ func TestProgressInAllocDir(t *testing.T) {
 	needRoot(t)
 	r := newRig(t, "")
 	cfg := r.task(`mkdir -p "$(dirname "$HADAR_PROGRESS_FILE")"; printf '{"steps_done":7,"total_steps":10}' > "$HADAR_PROGRESS_FILE"; sleep 60`, "", func(tc *TaskConfig) { tc.ProgressFile = "work/progress.json" })
-	alloced := filepath.Join(cfg.TaskDir().LocalDir, progressFileName)
+	alloced := filepath.Join(cfg.TaskDir().LocalDir, contract.ProgressFileName)
 	if err := os.WriteFile(alloced, []byte(`{"steps_done":999}`), 0o644); err != nil {
 		t.Fatal(err)
 	}

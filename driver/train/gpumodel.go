@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/driver/device/nvml"
 )
 
@@ -32,7 +33,7 @@ const envReservedModel = "HADAR_GPU_RESERVED_MODEL"
 //
 // It returns no models and no error when the task got no GPU.
 func gpuModels(env, deviceEnv map[string]string, openNVML func() nvml.Library) (models []string, source string, err error) {
-	if m := splitList(env[EnvGPUModel]); len(m) > 0 {
+	if m := splitList(env[contract.EnvGPUModel]); len(m) > 0 {
 		return m, modelFromTaskEnv, nil
 	}
 	if m := splitList(deviceEnv[envReservedModel]); len(m) > 0 {

@@ -14,6 +14,7 @@ import (
 	log "github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/driver/confine"
 	"github.com/hadar-sched/hadar/driver/plugin"
 	"github.com/hadar-sched/hadar/driver/supervise"
@@ -42,7 +43,7 @@ type taskHandle struct {
 	procState   plugin.TaskState
 	completedAt time.Time
 	exitResult  *plugin.ExitResult
-	progress    *Progress
+	progress    *contract.Progress
 	// stopAt is when a stop (or any signal) was sent: a checkpoint seen
 	// after it is the one the contract asks for.
 	stopAt time.Time
@@ -58,7 +59,7 @@ func (h *taskHandle) status() *plugin.TaskStatus {
 		"progress_file": filepath.Join(h.state.TaskDir, h.state.Progress),
 	}
 	if h.progress != nil {
-		for k, v := range h.progress.Annotations() {
+		for k, v := range annotations(h.progress) {
 			attrs[k] = v
 		}
 	}
@@ -204,7 +205,7 @@ func (h *taskHandle) watchProgress(ctx context.Context) {
 // task directory, never through a link, a regular file with one link
 // (so not a hard link to a file of someone else's), at most
 // maxProgressBytes; and mirrors it into the alloc filesystem's path.
-func (h *taskHandle) readProgress() (*Progress, error) {
+func (h *taskHandle) readProgress() (*contract.Progress, error) {
 	td, err := confine.OpenDir("task directory", h.state.TaskDir)
 	if err != nil {
 		return nil, err
@@ -214,7 +215,7 @@ func (h *taskHandle) readProgress() (*Progress, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := parseProgress(b)
+	p, err := contract.ParseProgress(b)
 	if err != nil {
 		return nil, fmt.Errorf("progress file %s: %w", h.state.Progress, err)
 	}

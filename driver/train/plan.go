@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/driver/confine"
 	"github.com/hadar-sched/hadar/driver/plugin"
 )
@@ -37,9 +38,7 @@ type launch struct {
 
 // progressRel is the progress file in the task directory: the sidecar
 // reads it with AllocFS().Cat(alloc, "<task>/local/hadar-progress.json").
-const progressRel = "local/" + progressFileName
-
-const progressFileName = "hadar-progress.json"
+const progressRel = "local/" + contract.ProgressFileName
 
 // ids are a job's uid and gid (the same number from the driver's range;
 // the client's own when it is not root).
@@ -90,8 +89,8 @@ func (d *Driver) plan(cfg *plugin.TaskConfig, tc *TaskConfig) (*launch, error) {
 		}
 		l.mirror = l.progress != progressRel
 	}
-	set[EnvProgressFile] = filepath.Join(taskDir.Dir, l.progress)
-	set[EnvJobID] = cfg.JobID
+	set[contract.EnvProgressFile] = filepath.Join(taskDir.Dir, l.progress)
+	set[contract.EnvJobID] = cfg.JobID
 
 	copySuffix := ""
 	h := tc.HadarE
@@ -113,15 +112,15 @@ func (d *Driver) plan(cfg *plugin.TaskConfig, tc *TaskConfig) (*launch, error) {
 		if err != nil {
 			return nil, fmt.Errorf("hadare: merge directory: %w", err)
 		}
-		set[EnvCopyIndex] = strconv.Itoa(idx)
+		set[contract.EnvCopyIndex] = strconv.Itoa(idx)
 		if h.Copies > 0 {
 			// Declared copies; without, the copies are whoever is in the
 			// merge directory (the sidecar forks and unforks at will).
-			set[EnvCopies] = strconv.Itoa(h.Copies)
+			set[contract.EnvCopies] = strconv.Itoa(h.Copies)
 		}
-		set[EnvMergeDir] = mergeDir
+		set[contract.EnvMergeDir] = mergeDir
 		if h.MergeEvery > 0 {
-			set[EnvMergeEvery] = strconv.Itoa(h.MergeEvery)
+			set[contract.EnvMergeEvery] = strconv.Itoa(h.MergeEvery)
 		}
 		copySuffix = "copy-" + strconv.Itoa(idx)
 	}
@@ -137,7 +136,7 @@ func (d *Driver) plan(cfg *plugin.TaskConfig, tc *TaskConfig) (*launch, error) {
 		// restarted job finds the checkpoint its last unit wrote, and all
 		// ranks of a unit share one directory.
 		group := cfg.TaskGroupName
-		if t := strings.TrimSpace(env[EnvTemplate]); t != "" {
+		if t := strings.TrimSpace(env[contract.EnvTemplate]); t != "" {
 			group = t
 		}
 		elems := []string{group, cfg.Name}
@@ -157,9 +156,9 @@ func (d *Driver) plan(cfg *plugin.TaskConfig, tc *TaskConfig) (*launch, error) {
 			return nil, fmt.Errorf("checkpoint directory: %w", err)
 		}
 	}
-	set[EnvCheckpointDir] = l.checkpoint
+	set[contract.EnvCheckpointDir] = l.checkpoint
 	if tc.TotalSteps > 0 {
-		set[EnvTotalSteps] = strconv.FormatInt(int64(tc.TotalSteps), 10)
+		set[contract.EnvTotalSteps] = strconv.FormatInt(int64(tc.TotalSteps), 10)
 	}
 
 	models, source, modelErr := gpuModels(cfg.Env, cfg.DeviceEnv, d.openNVML)
@@ -168,7 +167,7 @@ func (d *Driver) plan(cfg *plugin.TaskConfig, tc *TaskConfig) (*launch, error) {
 	}
 	l.modelSource = source
 	if len(models) > 0 && source != modelFromTaskEnv {
-		set[EnvGPUModel] = strings.Join(models, ",")
+		set[contract.EnvGPUModel] = strings.Join(models, ",")
 	}
 	if tc.Emulate != nil {
 		if len(models) == 0 && modelErr != nil {
@@ -178,9 +177,9 @@ func (d *Driver) plan(cfg *plugin.TaskConfig, tc *TaskConfig) (*launch, error) {
 		if err != nil {
 			return nil, err
 		}
-		set[EnvStepsPerSec] = strconv.FormatFloat(rate, 'g', -1, 64)
+		set[contract.EnvStepsPerSec] = strconv.FormatFloat(rate, 'g', -1, 64)
 		if spread, ok := tc.Emulate.spreadStepsPerSec(models); ok {
-			set[EnvSpreadStepsPerSec] = strconv.FormatFloat(spread, 'g', -1, 64)
+			set[contract.EnvSpreadStepsPerSec] = strconv.FormatFloat(spread, 'g', -1, 64)
 		}
 	}
 
@@ -326,7 +325,7 @@ func element(name string) string {
 // hadar sidecar placed (its env has HADAR_UNIT and the job's meta says
 // hadar.forkable = true).
 func sidecarCopy(env map[string]string) bool {
-	if strings.TrimSpace(env[EnvUnit]) == "" {
+	if strings.TrimSpace(env[contract.EnvUnit]) == "" {
 		return false
 	}
 	v, ok := env[envForkable]
@@ -354,28 +353,28 @@ func copyIndex(h *HadarEConfig, env map[string]string) (int, error) {
 		}
 		return n, nil
 	}
-	v, fromEnv := env[EnvCopyIndex]
+	v, fromEnv := env[contract.EnvCopyIndex]
 	set := h.CopyIndex >= 0
 	switch {
 	case set && fromEnv:
-		n, err := parse(EnvCopyIndex, v)
+		n, err := parse(contract.EnvCopyIndex, v)
 		if err != nil {
 			return 0, err
 		}
 		if n != h.CopyIndex {
-			return 0, fmt.Errorf("hadare: copy_index %d disagrees with the task env's %s=%s; set one of them", h.CopyIndex, EnvCopyIndex, v)
+			return 0, fmt.Errorf("hadare: copy_index %d disagrees with the task env's %s=%s; set one of them", h.CopyIndex, contract.EnvCopyIndex, v)
 		}
 		return n, nil
 	case set:
 		return h.CopyIndex, nil
 	case fromEnv:
-		return parse(EnvCopyIndex, v)
+		return parse(contract.EnvCopyIndex, v)
 	}
-	if v, ok := env[EnvUnit]; ok && strings.TrimSpace(v) != "" {
+	if v, ok := env[contract.EnvUnit]; ok && strings.TrimSpace(v) != "" {
 		if h.Copies > 0 {
 			return 0, fmt.Errorf("hadare: copies = %d, but the hadar sidecar placed this task as unit %s: under the sidecar, copies are its units and come and go; remove hadare.copies", h.Copies, v)
 		}
-		return parse(EnvUnit, v)
+		return parse(contract.EnvUnit, v)
 	}
 	if v, ok := env["NOMAD_ALLOC_INDEX"]; ok {
 		return parse("NOMAD_ALLOC_INDEX", v)

@@ -1,36 +1,15 @@
 package train
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/hadar-sched/hadar/contract"
 )
 
-// Progress is the progress file of docs/training-contract.md.
-type Progress struct {
-	StepsDone   int64     `json:"steps_done"`
-	TotalSteps  int64     `json:"total_steps"`
-	StepsPerSec float64   `json:"steps_per_sec"`
-	Loss        float64   `json:"loss"`
-	Checkpoint  string    `json:"checkpoint"`
-	Updated     time.Time `json:"updated"`
-	// Merges counts the HadarE merges this copy took part in (optional).
-	Merges int `json:"merges"`
-}
-
-// parseProgress reads a progress file's content. The process replaces
-// the file atomically, so a read never sees half a file.
-func parseProgress(b []byte) (*Progress, error) {
-	var p Progress
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
-}
-
-// Annotations renders p as task-event details and InspectTask attributes.
-func (p *Progress) Annotations() map[string]string {
+// annotations renders p as task-event details and InspectTask attributes.
+func annotations(p *contract.Progress) map[string]string {
 	return map[string]string{
 		"hadar.steps_done":    strconv.FormatInt(p.StepsDone, 10),
 		"hadar.total_steps":   strconv.FormatInt(p.TotalSteps, 10),
@@ -81,7 +60,7 @@ type progressEvents struct {
 
 // next returns the events due now, given the progress read (nil if none),
 // whether the process was signalled to stop, and whether it has ended.
-func (e *progressEvents) next(p *Progress, stopping, final bool) []event {
+func (e *progressEvents) next(p *contract.Progress, stopping, final bool) []event {
 	if e.final {
 		return nil
 	}
@@ -94,30 +73,30 @@ func (e *progressEvents) next(p *Progress, stopping, final bool) []event {
 			if p.Checkpoint != "" && (e.primed || e.olderThan != nil && e.olderThan(p.Checkpoint, e.started)) {
 				e.resumed = p.Checkpoint
 				if !e.primed {
-					out = append(out, event{fmt.Sprintf("resumed from checkpoint %s at step %d", p.Checkpoint, p.StepsDone), p.Annotations()})
+					out = append(out, event{fmt.Sprintf("resumed from checkpoint %s at step %d", p.Checkpoint, p.StepsDone), annotations(p)})
 				}
 			}
 		}
 		if !e.merged && p.Merges > 0 {
 			e.merged = true
-			out = append(out, event{fmt.Sprintf("first merge with the other copies done at step %d", p.StepsDone), p.Annotations()})
+			out = append(out, event{fmt.Sprintf("first merge with the other copies done at step %d", p.StepsDone), annotations(p)})
 		}
 		changed := p.Checkpoint != e.lastCkpt
 		e.lastCkpt = p.Checkpoint
 		if !e.ckptSaved && p.Checkpoint != "" && p.Checkpoint != e.resumed && ((stopping && changed) || final) {
 			e.ckptSaved = true
-			out = append(out, event{fmt.Sprintf("checkpoint saved at step %d: %s", p.StepsDone, p.Checkpoint), p.Annotations()})
+			out = append(out, event{fmt.Sprintf("checkpoint saved at step %d: %s", p.StepsDone, p.Checkpoint), annotations(p)})
 		}
 	}
 	if final {
 		e.final = true
 		if p != nil {
-			out = append(out, event{p.message("final progress"), p.Annotations()})
+			out = append(out, event{message(p, "final progress"), annotations(p)})
 		}
 	}
 	return out
 }
 
-func (p *Progress) message(prefix string) string {
+func message(p *contract.Progress, prefix string) string {
 	return fmt.Sprintf("%s: step %d/%d, %.3g steps/s, loss %.4g, checkpoint %q", prefix, p.StepsDone, p.TotalSteps, p.StepsPerSec, p.Loss, p.Checkpoint)
 }

@@ -13,23 +13,12 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 )
-
-// progressPath is where hadar-train publishes a task's progress in the
-// allocation's filesystem (docs/driver.md, "Where progress is published").
-const progressPath = "%s/local/hadar-progress.json"
-
-// progressFile is the part of the training contract's progress file the
-// demo shows.
-type progressFile struct {
-	StepsDone int64 `json:"steps_done"`
-	Merges    int   `json:"merges"`
-	State     string
-}
 
 // JobRow is one job as the demo shows it.
 type JobRow struct {
@@ -77,8 +66,8 @@ type monitor struct {
 	submitted map[string]time.Time
 	finished  map[string]time.Time
 	failed    map[string]string
-	final     map[string]progressFile // terminal allocation -> its last progress
-	lastRead  map[string]progressFile // running allocation -> last read
+	final     map[string]contract.Progress // terminal allocation -> its last progress
+	lastRead  map[string]contract.Progress // running allocation -> last read
 	readAt    time.Time
 	decisions int // decisions already turned into events
 	seenEvent map[string]bool
@@ -92,7 +81,7 @@ func newMonitor(c *api.Client, sidecar string, subs []Submission, infos []JobInf
 	m := &monitor{nomad: c, sidecar: sidecar, http: &http.Client{Timeout: 5 * time.Second}, subs: byArrival(subs),
 		info: map[string]JobInfo{}, nodeName: map[string]string{}, nodeRack: map[string]string{},
 		submitted: map[string]time.Time{}, finished: map[string]time.Time{}, failed: map[string]string{},
-		final: map[string]progressFile{}, lastRead: map[string]progressFile{}, seenEvent: map[string]bool{}}
+		final: map[string]contract.Progress{}, lastRead: map[string]contract.Progress{}, seenEvent: map[string]bool{}}
 	for _, ji := range infos {
 		m.info[ji.ID] = ji
 	}
@@ -286,7 +275,7 @@ func failure(a *api.AllocationListStub) string {
 
 // progressOf returns an allocation's last progress: read anew (every
 // other poll) while it runs, once when it has ended.
-func (m *monitor) progressOf(ctx context.Context, a *api.AllocationListStub, read bool) progressFile {
+func (m *monitor) progressOf(ctx context.Context, a *api.AllocationListStub, read bool) contract.Progress {
 	if p, ok := m.final[a.ID]; ok {
 		return p
 	}
@@ -295,7 +284,7 @@ func (m *monitor) progressOf(ctx context.Context, a *api.AllocationListStub, rea
 		return m.lastRead[a.ID]
 	}
 	if a.ClientStatus == api.AllocClientStatusPending {
-		return progressFile{}
+		return contract.Progress{}
 	}
 	p, err := m.readProgress(ctx, a)
 	if err != nil {
@@ -308,8 +297,8 @@ func (m *monitor) progressOf(ctx context.Context, a *api.AllocationListStub, rea
 	return p
 }
 
-func (m *monitor) readProgress(ctx context.Context, a *api.AllocationListStub) (progressFile, error) {
-	var p progressFile
+func (m *monitor) readProgress(ctx context.Context, a *api.AllocationListStub) (contract.Progress, error) {
+	var p contract.Progress
 	task := ""
 	for t := range a.TaskStates {
 		task = t
@@ -317,17 +306,21 @@ func (m *monitor) readProgress(ctx context.Context, a *api.AllocationListStub) (
 	if task == "" {
 		return p, fmt.Errorf("alloc %s: no task yet", a.ID)
 	}
-	q := (&api.QueryOptions{Namespace: a.Namespace, Params: map[string]string{"path": fmt.Sprintf(progressPath, task)}}).WithContext(ctx)
+	q := (&api.QueryOptions{Namespace: a.Namespace, Params: map[string]string{"path": strings.ReplaceAll(contract.ProgressAllocPath, "{task}", task)}}).WithContext(ctx)
 	rc, err := m.nomad.Raw().Response("/v1/client/fs/cat/"+url.PathEscape(a.ID), q)
 	if err != nil {
 		return p, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
+	b, err := io.ReadAll(io.LimitReader(rc, contract.MaxProgressBytes+1))
 	if err != nil {
 		return p, err
 	}
-	return p, json.Unmarshal(b, &p)
+	read, err := contract.ParseProgress(b)
+	if err != nil {
+		return p, err
+	}
+	return *read, nil
 }
 
 // taskEvents turns the driver's task events into demo events: a worker

@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/planner/placement"
@@ -28,8 +29,8 @@ import (
 	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/planner/speed"
 	"github.com/hadar-sched/hadar/sidecar/apply"
-	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/feasible"
+	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/leader"
 	"github.com/hadar-sched/hadar/sidecar/state"
 	"github.com/hadar-sched/hadar/sidecar/watch"
@@ -46,10 +47,10 @@ type Agent struct {
 	prof    *jobProfile
 	// feas says where each managed job may run by Nomad's own placement
 	// rules (cached across cycles).
-	feas *feasible.Evaluator
-	net     *rackNetwork
-	types   GPUTypes
-	clock   func() time.Time
+	feas  *feasible.Evaluator
+	net   *rackNetwork
+	types GPUTypes
+	clock func() time.Time
 
 	mu      sync.Mutex // guards the rest; HTTP handlers read under it
 	eng     *engine.Engine
@@ -76,7 +77,7 @@ type Agent struct {
 	warned  map[string]time.Time
 	onCycle func(engine.Kind, time.Duration) // see OnCycle; under mu
 	// progress reads a job's training progress (the watcher's reader).
-	progress func(context.Context, *watch.Alloc) (*watch.Progress, error)
+	progress func(context.Context, *watch.Alloc) (*contract.Progress, error)
 	// ahead is set while ReadAhead runs: boundaries then use the progress
 	// it read instead of reading themselves; boundary wakes it after each.
 	ahead    atomic.Bool

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/planner/trace"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
@@ -225,8 +226,8 @@ func benchRound(b *testing.B, policy string, durable bool) {
 		a.lease.Store(l)
 	}
 	steps := 0.0
-	a.progress = func(context.Context, *watch.Alloc) (*watch.Progress, error) {
-		return &watch.Progress{StepsDone: int64(steps)}, nil
+	a.progress = func(context.Context, *watch.Alloc) (*contract.Progress, error) {
+		return &contract.Progress{StepsDone: int64(steps)}, nil
 	}
 	ctx := context.Background()
 	// The first round admits and places the jobs.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
 
@@ -36,7 +37,7 @@ func TestBoundaryPlansOnProgressReadAhead(t *testing.T) {
 	var mu sync.Mutex
 	gate, asked := make(chan struct{}), make(chan struct{}, 1000)
 	steps := int64(0)
-	a.progress = func(ctx context.Context, _ *watch.Alloc) (*watch.Progress, error) {
+	a.progress = func(ctx context.Context, _ *watch.Alloc) (*contract.Progress, error) {
 		asked <- struct{}{}
 		select {
 		case <-gate:
@@ -45,7 +46,7 @@ func TestBoundaryPlansOnProgressReadAhead(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		return &watch.Progress{StepsDone: steps}, nil
+		return &contract.Progress{StepsDone: steps}, nil
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -30,6 +30,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 )
@@ -40,27 +41,6 @@ const (
 	ModelAttribute = "${device.model}"
 	// PortLabel is the rendezvous port of a unit's rank 0.
 	PortLabel = "hadar_rdzv"
-)
-
-// Environment the placed form gives every worker's GPU task: the names
-// torchrun (torch.distributed.run) sets, so an unchanged PyTorch DDP script
-// (init_method "env://") runs, plus hadar's own.
-const (
-	EnvRank           = "RANK"
-	EnvWorldSize      = "WORLD_SIZE"
-	EnvLocalRank      = "LOCAL_RANK"
-	EnvLocalWorldSize = "LOCAL_WORLD_SIZE"
-	EnvGroupRank      = "GROUP_RANK" // the node's index in the unit (torchrun's name)
-	EnvNodeRank       = "NODE_RANK"  // the same, the name launchers such as Lightning read
-	EnvMasterAddr     = "MASTER_ADDR"
-	EnvMasterPort     = "MASTER_PORT"
-	EnvUnit           = "HADAR_UNIT"         // the unit's number (stable while it runs; HadarE copies are units)
-	EnvTemplate       = "HADAR_TEMPLATE"     // the template group: checkpoints are keyed by it, not by the generated group
-	EnvGPUType        = "HADAR_GPU_TYPE"     // the planner's GPU type the worker was placed on
-	EnvGPUModel       = "HADAR_GPU_MODEL"    // the device model, when the node has one of that type
-	EnvSteps          = "HADAR_TOTAL_STEPS"  // hadar.steps
-	EnvManaged        = "HADAR_MANAGED_BY"   // "hadar-sidecar"
-	EnvPlacedAt       = "HADAR_PLACEMENT_ID" // the placement's ID: workers of one start share it
 )
 
 // Unit is one placement unit of a job as written: a number stable while it
@@ -298,15 +278,15 @@ func worker(t *api.TaskGroup, spec jobspec.Spec, u Unit, rank int) (*api.TaskGro
 		}
 	}
 	env := map[string]string{
-		EnvRank: strconv.Itoa(rank), EnvWorldSize: strconv.Itoa(len(u.Workers)),
-		EnvLocalRank: strconv.Itoa(local), EnvLocalWorldSize: strconv.Itoa(localSize),
-		EnvGroupRank: strconv.Itoa(slices.Index(nodes, w.Node)), EnvNodeRank: strconv.Itoa(slices.Index(nodes, w.Node)),
-		EnvMasterAddr: u.Workers[0].Addr, EnvMasterPort: strconv.Itoa(u.Port),
-		EnvUnit: strconv.Itoa(u.ID), EnvTemplate: spec.Group,
-		EnvGPUType: string(w.Type), EnvSteps: strconv.FormatInt(spec.Steps, 10), EnvManaged: "hadar-sidecar",
+		contract.EnvRank: strconv.Itoa(rank), contract.EnvWorldSize: strconv.Itoa(len(u.Workers)),
+		contract.EnvLocalRank: strconv.Itoa(local), contract.EnvLocalWorldSize: strconv.Itoa(localSize),
+		contract.EnvGroupRank: strconv.Itoa(slices.Index(nodes, w.Node)), contract.EnvNodeRank: strconv.Itoa(slices.Index(nodes, w.Node)),
+		contract.EnvMasterAddr: u.Workers[0].Addr, contract.EnvMasterPort: strconv.Itoa(u.Port),
+		contract.EnvUnit: strconv.Itoa(u.ID), contract.EnvTemplate: spec.Group,
+		contract.EnvGPUType: string(w.Type), contract.EnvTotalSteps: strconv.FormatInt(spec.Steps, 10), contract.EnvManagedBy: "hadar-sidecar",
 	}
 	if len(w.Models) == 1 {
-		env[EnvGPUModel] = w.Models[0]
+		env[contract.EnvGPUModel] = w.Models[0]
 	}
 	found := false
 	for _, task := range g.Tasks {
@@ -412,9 +392,9 @@ func readWorker(g *api.TaskGroup, spec jobspec.Spec) (Worker, int, error) {
 		if t == nil || t.Name != spec.Task {
 			continue
 		}
-		w.Type = planner.GPUType(t.Env[EnvGPUType])
-		w.Addr = t.Env[EnvMasterAddr]
-		if p, err := strconv.Atoi(t.Env[EnvMasterPort]); err == nil {
+		w.Type = planner.GPUType(t.Env[contract.EnvGPUType])
+		w.Addr = t.Env[contract.EnvMasterAddr]
+		if p, err := strconv.Atoi(t.Env[contract.EnvMasterPort]); err == nil {
 			port = p
 		}
 		if t.Resources != nil {
@@ -428,7 +408,7 @@ func readWorker(g *api.TaskGroup, spec jobspec.Spec) (Worker, int, error) {
 		}
 	}
 	if w.Type == "" {
-		return w, 0, fmt.Errorf("no %s in task %q's env", EnvGPUType, spec.Task)
+		return w, 0, fmt.Errorf("no %s in task %q's env", contract.EnvGPUType, spec.Task)
 	}
 	return w, port, nil
 }

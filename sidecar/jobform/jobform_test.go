@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 )
@@ -102,9 +103,9 @@ func TestPlacedForm(t *testing.T) {
 		t.Fatalf("node constraint %+v, want n2", node)
 	}
 	env := g.Tasks[0].Env
-	want := map[string]string{"LR": "0.1", EnvRank: "2", EnvWorldSize: "3", EnvLocalRank: "0", EnvLocalWorldSize: "1", EnvGroupRank: "1", EnvNodeRank: "1",
-		EnvMasterAddr: "10.0.0.1", EnvMasterPort: "29500", EnvUnit: "0", EnvTemplate: "train", EnvGPUType: "p100",
-		EnvSteps: "5000", EnvManaged: "hadar-sidecar"}
+	want := map[string]string{"LR": "0.1", contract.EnvRank: "2", contract.EnvWorldSize: "3", contract.EnvLocalRank: "0", contract.EnvLocalWorldSize: "1", contract.EnvGroupRank: "1", contract.EnvNodeRank: "1",
+		contract.EnvMasterAddr: "10.0.0.1", contract.EnvMasterPort: "29500", contract.EnvUnit: "0", contract.EnvTemplate: "train", contract.EnvGPUType: "p100",
+		contract.EnvTotalSteps: "5000", contract.EnvManagedBy: "hadar-sidecar"}
 	if !reflect.DeepEqual(env, want) {
 		t.Fatalf("env\n got %v\nwant %v", env, want)
 	}
@@ -115,7 +116,7 @@ func TestPlacedForm(t *testing.T) {
 	}
 	// Rank 0 holds the rendezvous port; rank 1 does not.
 	r0 := group(placed, "train-hadar-u0-w0")
-	if len(r0.Networks) != 1 || r0.Networks[0].ReservedPorts[0].Value != 29500 || r0.Tasks[0].Env[EnvGPUModel] != "Tesla V100-SXM2-16GB" {
+	if len(r0.Networks) != 1 || r0.Networks[0].ReservedPorts[0].Value != 29500 || r0.Tasks[0].Env[contract.EnvGPUModel] != "Tesla V100-SXM2-16GB" {
 		t.Fatalf("rank 0: networks %s, env %v", asJSON(t, r0.Networks), r0.Tasks[0].Env)
 	}
 	if len(group(placed, "train-hadar-u0-w1").Networks) != 0 {

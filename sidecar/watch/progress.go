@@ -2,40 +2,16 @@ package watch
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/contract"
 )
-
-// Progress is the training progress file of docs/training-contract.md, as
-// the training process last wrote it.
-type Progress struct {
-	// StepsDone counts the job's steps (for a HadarE copy: the job's
-	// merged total as the copy last saw it).
-	StepsDone   int64     `json:"steps_done"`
-	TotalSteps  int64     `json:"total_steps"`
-	StepsPerSec float64   `json:"steps_per_sec"`
-	Loss        float64   `json:"loss"`
-	Checkpoint  string    `json:"checkpoint"`
-	Updated     time.Time `json:"updated"`
-	// Optional fields hadar-trainer adds (zero when absent): its state
-	// ("running", "merging", "stopped", "done"), and for HadarE the copy's
-	// index, the number of copies and the copy's own steps.
-	State      string `json:"state"`
-	CopyIndex  int    `json:"copy_index"`
-	Copies     int    `json:"copies"`
-	LocalSteps int64  `json:"local_steps"`
-}
-
-// maxProgressBytes bounds a progress file read: the contract's file is a
-// few hundred bytes, and a runaway file must not exhaust the sidecar.
-const maxProgressBytes = 1 << 20
 
 // Progress reads the training progress of an allocation through Nomad's
 // allocation filesystem API (GET /v1/client/fs/cat/<alloc>), from the path
@@ -46,7 +22,7 @@ const maxProgressBytes = 1 << 20
 // (one more request per call) and then dials the node's own HTTP address,
 // which a sidecar outside the cluster network may not reach (each call
 // then waits api.ClientConnTimeout before falling back to the agent).
-func (w *Watcher) Progress(ctx context.Context, a *Alloc) (*Progress, error) {
+func (w *Watcher) Progress(ctx context.Context, a *Alloc) (*contract.Progress, error) {
 	p, err := w.progress(ctx, a)
 	w.count(func(s *Stats) {
 		s.ProgressReads++
@@ -57,7 +33,7 @@ func (w *Watcher) Progress(ctx context.Context, a *Alloc) (*Progress, error) {
 	return p, err
 }
 
-func (w *Watcher) progress(ctx context.Context, a *Alloc) (*Progress, error) {
+func (w *Watcher) progress(ctx context.Context, a *Alloc) (*contract.Progress, error) {
 	task, err := progressTask(a)
 	if err != nil {
 		return nil, err
@@ -69,18 +45,15 @@ func (w *Watcher) progress(ctx context.Context, a *Alloc) (*Progress, error) {
 		return nil, fmt.Errorf("alloc %s task %q: read progress file %s: %w", a.ID, task, path, err)
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxProgressBytes+1))
+	b, err := io.ReadAll(io.LimitReader(rc, contract.MaxProgressBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("alloc %s task %q: read progress file %s: %w", a.ID, task, path, err)
 	}
-	if len(b) > maxProgressBytes {
-		return nil, fmt.Errorf("alloc %s task %q: progress file %s is over %d bytes: want the small JSON object of docs/training-contract.md", a.ID, task, path, maxProgressBytes)
+	p, err := contract.ParseProgress(b)
+	if err != nil {
+		return nil, fmt.Errorf("alloc %s task %q: %s: %w (want the JSON object of docs/training-contract.md; it starts %q)", a.ID, task, path, err, b[:min(len(b), 64)])
 	}
-	var p Progress
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("alloc %s task %q: progress file %s: %w (want the JSON object of docs/training-contract.md; it starts %q)", a.ID, task, path, err, b[:min(len(b), 64)])
-	}
-	return &p, nil
+	return p, nil
 }
 
 // progressTask is the allocation's training task: the job spec's GPU task,

@@ -24,6 +24,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/contract"
 )
 
 // Config tunes a Watcher. Zero fields take the defaults shown.
@@ -56,7 +58,7 @@ const (
 	DefaultBackoffMin     = 500 * time.Millisecond
 	DefaultBackoffMax     = 30 * time.Second
 	DefaultTaskEvents     = 3
-	DefaultProgressPath   = "{task}/local/hadar-progress.json"
+	DefaultProgressPath   = contract.ProgressAllocPath
 )
 
 func (c Config) withDefaults() (Config, error) {

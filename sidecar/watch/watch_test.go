@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
+
+	"github.com/hadar-sched/hadar/contract"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -778,7 +780,7 @@ func TestProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Progress{StepsDone: 1200, TotalSteps: 5000, StepsPerSec: 41.5, Loss: 0.312, Checkpoint: "/alloc/data/checkpoints/ckpt-1200.json",
+	want := contract.Progress{StepsDone: 1200, TotalSteps: 5000, StepsPerSec: 41.5, Loss: 0.312, Checkpoint: "/alloc/data/checkpoints/ckpt-1200.json",
 		Updated: time.Date(2026, 11, 21, 23, 59, 0, 0, time.UTC), State: "running", Copies: 2, CopyIndex: 1, LocalSteps: 600}
 	if *p != want {
 		t.Fatalf("progress %+v, want %+v", *p, want)
@@ -799,7 +801,7 @@ func TestProgress(t *testing.T) {
 	}{
 		"not JSON":     {a, "steps", "docs/training-contract.md"},
 		"wrong type":   {a, `{"steps_done": "many"}`, "steps_done"},
-		"too big":      {a, `{"loss": "` + strings.Repeat("x", maxProgressBytes) + `"}`, "over"},
+		"too big":      {a, `{"loss": "` + strings.Repeat("x", contract.MaxProgressBytes) + `"}`, "more than"},
 		"missing file": {&Alloc{ID: "x2", Task: "trainer"}, "", "read progress file"},
 		"no task":      {&Alloc{ID: "x1", TaskStates: map[string]TaskState{"a": {}, "b": {}}}, "", `no training task known`},
 	} {

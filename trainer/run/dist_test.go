@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hadar-sched/hadar/contract"
 )
 
 // freePort returns a loopback port free at the time of the call.
@@ -125,7 +127,7 @@ func TestUnitRunsAtItsSlowestWorkersPace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if prog.State != StateDone || prog.StepsDone != steps || prog.Rank != 1 || prog.WorldSize != len(ws) {
+			if prog.State != contract.StateDone || prog.StepsDone != steps || prog.Rank != 1 || prog.WorldSize != len(ws) {
 				t.Fatalf("rank 1's progress %+v: want done at %d steps", prog, steps)
 			}
 		})
@@ -202,7 +204,7 @@ func TestUnitWorkerStoppedAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if prog.State != StateFailed || prog.Checkpoint == "" || prog.StepsDone == 0 {
+	if prog.State != contract.StateFailed || prog.Checkpoint == "" || prog.StepsDone == 0 {
 		t.Fatalf("rank 0's progress %+v: want failed with a checkpoint", prog)
 	}
 	if _, err := ReadCheckpoint(prog.Checkpoint); err != nil {
@@ -261,7 +263,7 @@ func TestUnitPeerLost(t *testing.T) {
 			t.Fatalf("rank 0: %v; want the unit broken by rank 1 lost", ws[0].err)
 		}
 		t.Logf("rank 0 failed %s after rank 1 vanished: %v", time.Since(lost).Round(time.Millisecond), ws[0].err)
-		if prog, err := ReadProgress(ws[0].o.ProgressFile); err != nil || prog.State != StateFailed || prog.Checkpoint == "" {
+		if prog, err := ReadProgress(ws[0].o.ProgressFile); err != nil || prog.State != contract.StateFailed || prog.Checkpoint == "" {
 			t.Fatalf("rank 0's progress %+v, %v: want failed with a checkpoint", prog, err)
 		}
 	})
@@ -318,7 +320,7 @@ func TestRendezvous(t *testing.T) {
 	if stranger.err == nil || !strings.Contains(stranger.err.Error(), "refused") || !strings.Contains(stranger.err.Error(), "unit 2") {
 		t.Fatalf("a worker of unit 2 at unit 1's port: %v; want refused", stranger.err)
 	}
-	if prog, err := ReadProgress(ws[0].o.ProgressFile); err != nil || prog.State != StateRendezvous || prog.LocalSteps != 0 {
+	if prog, err := ReadProgress(ws[0].o.ProgressFile); err != nil || prog.State != contract.StateRendezvous || prog.LocalSteps != 0 {
 		t.Fatalf("rank 0 while its unit gathers: %+v, %v; want no step, state rendezvous", prog, err)
 	}
 	wg.Wait()

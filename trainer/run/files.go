@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/trainer"
+
+	"github.com/hadar-sched/hadar/contract"
 )
 
 // writeFileAtomic writes data to a temporary file in path's directory and
@@ -52,47 +54,9 @@ func writeTemp(path string, data []byte) (string, error) {
 	return f.Name(), err
 }
 
-// Progress is the progress file of the contract. The fields after
-// "updated" are hadar-trainer's additions; readers ignore unknown fields.
-type Progress struct {
-	StepsDone   int64     `json:"steps_done"`
-	TotalSteps  int64     `json:"total_steps"`
-	StepsPerSec float64   `json:"steps_per_sec"`
-	Loss        float64   `json:"loss"`
-	Checkpoint  string    `json:"checkpoint,omitempty"`
-	Updated     time.Time `json:"updated"`
-
-	State      string `json:"state"`       // see the states below
-	CopyIndex  int    `json:"copy_index"`  // HadarE copy
-	Copies     int    `json:"copies"`      // HadarE copies: declared, else those merged in the last round
-	LocalSteps int64  `json:"local_steps"` // steps this copy did, including restored ones
-	Merges     int    `json:"merges"`      // merges this copy took part in
-	Round      int    `json:"round"`       // HadarE: the last merged round this copy adopted
-
-	// A unit of several workers (distributed emulation).
-	Rank      int `json:"rank"`
-	WorldSize int `json:"world_size"`
-	Unit      int `json:"unit"` // HADAR_UNIT, -1 unset
-	// UnitStepsPerSec is the unit's pace as its workers' paces predict it
-	// (the slowest worker's, spread-penalised when it spans nodes); 0
-	// when not emulated.
-	UnitStepsPerSec float64 `json:"unit_steps_per_sec,omitempty"`
-	Nodes           int     `json:"nodes,omitempty"` // nodes the unit spans
-}
-
-// Progress states.
-const (
-	StateRendezvous = "rendezvous" // waiting for the unit's other workers
-	StateJoining    = "joining"    // a HadarE copy waiting for the next round to take part
-	StateRunning    = "running"
-	StateMerging    = "merging"
-	StateStopped    = "stopped"
-	StateDone       = "done"
-	StateFailed     = "failed" // the unit broke (a peer was lost); the process exits non-zero
-)
-
 // WriteProgress replaces the progress file atomically.
-func WriteProgress(path string, p Progress) error {
+func WriteProgress(path string, p contract.Progress) error {
+	p.Version = contract.Version
 	b, err := json.Marshal(p)
 	if err != nil {
 		return fmt.Errorf("progress %s: %w", path, err)
@@ -101,16 +65,16 @@ func WriteProgress(path string, p Progress) error {
 }
 
 // ReadProgress reads a progress file (tests and tools).
-func ReadProgress(path string) (Progress, error) {
+func ReadProgress(path string) (contract.Progress, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return Progress{}, fmt.Errorf("progress: %w", err)
+		return contract.Progress{}, fmt.Errorf("progress: %w", err)
 	}
-	var p Progress
-	if err := json.Unmarshal(b, &p); err != nil {
-		return Progress{}, fmt.Errorf("progress %s: %w", path, err)
+	p, err := contract.ParseProgress(b)
+	if err != nil {
+		return contract.Progress{}, fmt.Errorf("%s: %w", path, err)
 	}
-	return p, nil
+	return *p, nil
 }
 
 // checkpointVersion is bumped when Checkpoint changes incompatibly.

@@ -10,6 +10,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/hadar-sched/hadar/contract"
 )
 
 // follower is a rank > 0 of a unit: it trains no model of its own but
@@ -47,7 +49,7 @@ func follow(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) 
 	// No progress file before rank 0's start message: the first one a
 	// rank writes names the checkpoint its unit resumed from (rank 0's),
 	// which is how the driver reports every rank's resume.
-	f := &follower{o: o, log: log, stdout: stdout, state: StateRendezvous, rate: o.StepsPerSec, progressAt: time.Now(), events: make(chan peerMsg, 16)}
+	f := &follower{o: o, log: log, stdout: stdout, state: contract.StateRendezvous, rate: o.StepsPerSec, progressAt: time.Now(), events: make(chan peerMsg, 16)}
 	addr := net.JoinHostPort(o.MasterAddr, strconv.Itoa(o.MasterPort))
 	conn, err := dialRetry(ctx, addr, time.Now().Add(o.RendezvousTimeout), f.tick)
 	if err != nil {
@@ -64,7 +66,7 @@ func follow(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) 
 		return Outcome{}, fmt.Errorf("rendezvous with rank 0 at %s: %w", addr, err)
 	}
 	log.Info("rendezvous: joined rank 0, waiting for the whole unit", "addr", addr, "rank", o.Rank, "world_size", o.WorldSize)
-	start, err := f.next(ctx, StateRendezvous)
+	start, err := f.next(ctx, contract.StateRendezvous)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return f.leave(), nil
@@ -79,7 +81,7 @@ func follow(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) 
 	if start.Spread {
 		f.rate = o.spreadPace()
 	}
-	f.state = StateRunning
+	f.state = contract.StateRunning
 	f.started = true
 	f.writeProgressLogged()
 	if start.Checkpoint != "" {
@@ -89,7 +91,7 @@ func follow(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) 
 	log.Info("training", "rank", o.Rank, "world_size", o.WorldSize, "steps_per_sec", f.rate, "unit_steps_per_sec", f.unitPace, "nodes", f.nodes)
 
 	for {
-		m, err := f.next(ctx, StateRunning)
+		m, err := f.next(ctx, contract.StateRunning)
 		if err != nil {
 			if ctx.Err() != nil {
 				return f.leave(), nil
@@ -207,7 +209,7 @@ func (f *follower) end(ctx context.Context, m wire) (Outcome, error) {
 	f.link.finish()
 	switch m.Reason {
 	case stopDone:
-		f.state = StateDone
+		f.state = contract.StateDone
 		f.writeProgressLogged()
 		f.log.Info("done", "steps_done", f.stepsDone, "rank", f.o.Rank)
 		if _, err := fmt.Fprintf(f.stdout, "final steps_done=%d rank=%d world_size=%d\n", f.stepsDone, f.o.Rank, f.o.WorldSize); err != nil {
@@ -259,7 +261,7 @@ func (f *follower) leave() Outcome {
 }
 
 func (f *follower) stopped() Outcome {
-	f.state = StateStopped
+	f.state = contract.StateStopped
 	f.writeProgressLogged()
 	f.log.Info("stopped", "steps_done", f.stepsDone, "rank", f.o.Rank, "checkpoint", f.checkpoint)
 	return f.outcome(true)
@@ -268,7 +270,7 @@ func (f *follower) stopped() Outcome {
 // broken records a broken unit in the progress file and returns the
 // error that makes the process exit 1.
 func (f *follower) broken(err error) (Outcome, error) {
-	f.state = StateFailed
+	f.state = contract.StateFailed
 	f.writeProgressLogged()
 	var ub *UnitBroken
 	if !errors.As(err, &ub) {
@@ -295,7 +297,7 @@ func (f *follower) writeProgressLogged() {
 	if !f.started {
 		return
 	}
-	err := WriteProgress(f.o.ProgressFile, Progress{
+	err := WriteProgress(f.o.ProgressFile, contract.Progress{
 		StepsDone: f.stepsDone, TotalSteps: int64(f.o.Steps), StepsPerSec: f.measured, Checkpoint: f.checkpoint,
 		Updated: time.Now().UTC().Truncate(time.Millisecond), State: f.state, CopyIndex: f.o.CopyIndex, Copies: f.o.Copies,
 		LocalSteps: f.local, Rank: f.o.Rank, WorldSize: f.o.WorldSize, Unit: f.o.Unit, UnitStepsPerSec: f.unitPace, Nodes: f.nodes,

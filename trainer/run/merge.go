@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/trainer"
+
+	"github.com/hadar-sched/hadar/contract"
 )
 
 // HadarE merging by membership (docs/trainer.md, "HadarE in the
@@ -138,7 +140,7 @@ func join(o Options, log *slog.Logger, mergeEvery int, init trainer.Params) (*me
 	if every <= 0 {
 		every = time.Second
 	}
-	hb, err := startHeartbeat(memberPath(m.dir, m.self), Member{Version: mergeFileVersion, JobID: o.JobID, Copy: m.self, State: StateJoining,
+	hb, err := startHeartbeat(memberPath(m.dir, m.self), Member{Version: mergeFileVersion, JobID: o.JobID, Copy: m.self, State: contract.StateJoining,
 		MergeEvery: mergeEvery, Host: host, PID: os.Getpid()}, every, log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("hadare: announce copy %d in %s: %w", m.self, m.dir, err)
@@ -227,7 +229,7 @@ func (m *membership) withJoiners(cands []candidate) []candidate {
 			continue
 		}
 		hb, err := readMember(filepath.Join(m.dir, "members", e.Name()))
-		if err != nil || hb == nil || hb.JobID != m.o.JobID || hb.State != StateJoining || m.stale(hb) {
+		if err != nil || hb == nil || hb.JobID != m.o.JobID || hb.State != contract.StateJoining || m.stale(hb) {
 			continue
 		}
 		if i := slices.IndexFunc(cands, func(x candidate) bool { return x.copy == c }); i >= 0 {
@@ -429,7 +431,7 @@ func (m *membership) closedFrom(r int) (*Merged, error) {
 // for the other members' files, up to --merge-timeout, then it closes the
 // round itself unless another copy did. check reports a broken unit.
 func (m *membership) waitRound(ctx context.Context, r int, base *Merged, tick func(), check func() error) (*Merged, error) {
-	m.hb.set(StateMerging, r)
+	m.hb.set(contract.StateMerging, r)
 	deadline := time.Now().Add(m.o.MergeTimeout)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -463,7 +465,7 @@ func (m *membership) waitRound(ctx context.Context, r int, base *Merged, tick fu
 // closing it, this copy closes it (the job's copies all went and came
 // back): nobody else would.
 func (m *membership) waitJoin(ctx context.Context, base *Merged, tick func(), check func() error) (*Merged, error) {
-	m.hb.set(StateJoining, base.Round+1)
+	m.hb.set(contract.StateJoining, base.Round+1)
 	for {
 		mg, err := m.latest()
 		if err != nil {

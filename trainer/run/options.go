@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/trainer"
+
+	"github.com/hadar-sched/hadar/contract"
 )
 
 // Options configure one training process.
@@ -119,26 +121,26 @@ func ParseTrainArgs(args []string, getenv func(string) string, usage io.Writer) 
 	// The contract's environment variables and the flags they stand in for
 	// when the flag is not given on the command line.
 	envBindings := []struct{ env, flag string }{
-		{"HADAR_PROGRESS_FILE", "progress-file"},
-		{"HADAR_CHECKPOINT_DIR", "checkpoint-dir"},
-		{"HADAR_TOTAL_STEPS", "steps"},
-		{"HADAR_STEPS_PER_SEC", "steps-per-sec"},
-		{"HADAR_JOB_ID", "job-id"},
-		{"HADAR_COPY_INDEX", "copy-index"},
-		{"HADAR_COPIES", "copies"},
-		{"HADAR_MERGE_DIR", "merge-dir"},
-		{"HADAR_MERGE_EVERY", "merge-every"},
+		{contract.EnvProgressFile, "progress-file"},
+		{contract.EnvCheckpointDir, "checkpoint-dir"},
+		{contract.EnvTotalSteps, "steps"},
+		{contract.EnvStepsPerSec, "steps-per-sec"},
+		{contract.EnvJobID, "job-id"},
+		{contract.EnvCopyIndex, "copy-index"},
+		{contract.EnvCopies, "copies"},
+		{contract.EnvMergeDir, "merge-dir"},
+		{contract.EnvMergeEvery, "merge-every"},
 		{"HADAR_MERGE_INTERVAL", "merge-interval"},
-		{"HADAR_UNIT", "unit"},
-		{"HADAR_GPU_MODEL", "gpu-model"},
-		{"HADAR_SPREAD_STEPS_PER_SEC", "spread-steps-per-sec"},
+		{contract.EnvUnit, "unit"},
+		{contract.EnvGPUModel, "gpu-model"},
+		{contract.EnvSpreadStepsPerSec, "spread-steps-per-sec"},
 		// torchrun's names, as the hadar sidecar sets them.
-		{"RANK", "rank"},
-		{"WORLD_SIZE", "world-size"},
-		{"MASTER_ADDR", "master-addr"},
-		{"MASTER_PORT", "master-port"},
-		{"GROUP_RANK", "node-rank"},
-		{"NODE_RANK", "node-rank"},
+		{contract.EnvRank, "rank"},
+		{contract.EnvWorldSize, "world-size"},
+		{contract.EnvMasterAddr, "master-addr"},
+		{contract.EnvMasterPort, "master-port"},
+		{contract.EnvGroupRank, "node-rank"},
+		{contract.EnvNodeRank, "node-rank"},
 	}
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
@@ -161,7 +163,7 @@ func ParseTrainArgs(args []string, getenv func(string) string, usage io.Writer) 
 	}
 	o.heartbeatEvery = time.Second
 	if o.ProgressFile == "" {
-		o.ProgressFile = filepath.Join(getenv("NOMAD_TASK_DIR"), "hadar-progress.json")
+		o.ProgressFile = filepath.Join(getenv("NOMAD_TASK_DIR"), contract.ProgressFileName)
 	}
 	if o.CheckpointDir == "" {
 		o.CheckpointDir = filepath.Join(getenv("NOMAD_ALLOC_DIR"), "data", "checkpoints")

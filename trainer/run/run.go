@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/trainer"
+
+	"github.com/hadar-sched/hadar/contract"
 )
 
 // Outcome is what Run did, for callers that look further than the exit
@@ -118,13 +120,13 @@ func Run(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) (Ou
 	if err != nil {
 		return Outcome{}, err
 	}
-	p := &process{o: o, log: log, sgd: sgd, test: test, init: init, roundTarget: -1, state: StateRunning, copies: o.Copies, ctx: ctx}
+	p := &process{o: o, log: log, sgd: sgd, test: test, init: init, roundTarget: -1, state: contract.StateRunning, copies: o.Copies, ctx: ctx}
 	if err := p.resume(); err != nil {
 		return Outcome{}, err
 	}
 	p.progressAt, p.progressSteps = time.Now(), sgd.Steps()
 	if o.Distributed() {
-		p.state = StateRendezvous
+		p.state = contract.StateRendezvous
 	}
 	if err := p.writeProgress(); err != nil {
 		return Outcome{}, err
@@ -143,7 +145,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) (Ou
 		}
 		p.group = g
 		defer g.close()
-		p.state = StateRunning
+		p.state = contract.StateRunning
 	}
 	if o.Merging() {
 		p.mergeEvery = p.ownMergeEvery()
@@ -170,7 +172,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) (Ou
 		return p.fail(err)
 	}
 
-	p.state = StateDone
+	p.state = contract.StateDone
 	if p.members != nil {
 		p.members.hb.stop(MemberDone)
 	}
@@ -205,9 +207,9 @@ func (p *process) stop(broken *UnitBroken) (Outcome, error) {
 	if p.members != nil {
 		p.leave()
 	}
-	p.state = StateStopped
+	p.state = contract.StateStopped
 	if broken != nil {
-		p.state = StateFailed
+		p.state = contract.StateFailed
 	}
 	if err := p.saveCheckpoint(); err != nil {
 		return p.fail(fmt.Errorf("stopping: %w", err))
@@ -231,7 +233,7 @@ func (p *process) stop(broken *UnitBroken) (Outcome, error) {
 	}
 	p.log.Warn("the unit broke; waiting for this worker's own stop before failing", "err", broken, "grace", p.o.StopGrace)
 	if waitSignal(p.ctx, p.o.StopGrace) {
-		p.state = StateStopped
+		p.state = contract.StateStopped
 		p.writeProgressLogged()
 		return p.outcome(true), nil
 	}
@@ -414,7 +416,7 @@ func (p *process) adopt(mg *Merged, mine int) error {
 	if mg.Round == 0 {
 		p.copies = max(len(mg.Targets), p.o.Copies)
 	}
-	p.state = StateRunning
+	p.state = contract.StateRunning
 	p.log.Debug("hadare: adopted round", "round", mg.Round, "members", mg.Members, "steps_done", mg.StepsDone, "targets", mg.Targets)
 	return nil
 }
@@ -434,11 +436,11 @@ func (p *process) nextRound(ctx context.Context) error {
 		t = min(t, int64(p.o.Steps)-p.jobSteps)
 		if t > 0 {
 			p.roundTarget = t
-			p.members.hb.set(StateRunning, p.round+1)
+			p.members.hb.set(contract.StateRunning, p.round+1)
 			return nil
 		}
 	}
-	p.state = StateJoining
+	p.state = contract.StateJoining
 	p.writeProgressLogged()
 	mg, err := p.members.waitJoin(ctx, p.latest, p.tick, p.checkPeers)
 	if err != nil {
@@ -451,7 +453,7 @@ func (p *process) nextRound(ctx context.Context) error {
 // closed round's parameters.
 func (p *process) merge(ctx context.Context) error {
 	r := p.round + 1
-	p.state = StateMerging
+	p.state = contract.StateMerging
 	p.writeProgressLogged()
 	if err := p.members.contribute(r, p.sinceMerge, p.sgd.Params(), false); err != nil {
 		return err
@@ -473,7 +475,7 @@ func (p *process) merge(ctx context.Context) error {
 func (p *process) leave() {
 	r := p.round + 1
 	_, member := p.latest.Target(p.o.CopyIndex)
-	member = member && p.state != StateJoining
+	member = member && p.state != contract.StateJoining
 	mg, err := p.members.leave(r, p.latest, p.sinceMerge, p.sgd.Params(), member)
 	if err != nil {
 		p.log.Warn("hadare: leaving", "err", err)
@@ -521,7 +523,7 @@ func (p *process) writeProgress() error {
 			p.rate = float64(p.sgd.Steps()-p.progressSteps) / dt.Seconds()
 		}
 	}
-	pr := Progress{
+	pr := contract.Progress{
 		StepsDone: p.jobSteps, TotalSteps: int64(p.o.Steps), StepsPerSec: p.rate, Loss: p.loss,
 		Checkpoint: p.checkpoint, Updated: time.Now().UTC().Truncate(time.Millisecond),
 		State: p.state, CopyIndex: p.o.CopyIndex, Copies: p.copies, LocalSteps: p.sgd.Steps(), Merges: p.merges, Round: p.round,

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/trainer"
+
+	"github.com/hadar-sched/hadar/contract"
 )
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -119,7 +121,7 @@ func TestStopAndResumeMatchesUninterrupted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ck.StepsDone != stopped.StepsDone || prog.StepsDone != ck.StepsDone || prog.State != StateStopped || prog.Checkpoint != stopped.Checkpoint {
+	if ck.StepsDone != stopped.StepsDone || prog.StepsDone != ck.StepsDone || prog.State != contract.StateStopped || prog.Checkpoint != stopped.Checkpoint {
 		t.Fatalf("checkpoint at %d steps, progress %+v; want both at %d, state stopped, naming the checkpoint", ck.StepsDone, prog, stopped.StepsDone)
 	}
 
@@ -280,7 +282,7 @@ func TestPaceIsHonoured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if prog.StepsPerSec < 150*0.6 || prog.StepsPerSec > 150*1.4 || prog.State != StateDone {
+	if prog.StepsPerSec < 150*0.6 || prog.StepsPerSec > 150*1.4 || prog.State != contract.StateDone {
 		t.Fatalf("progress %+v: want about 150 steps/s and state done", prog)
 	}
 }

@@ -3,7 +3,9 @@ package nodesim
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -275,5 +277,39 @@ func TestBuildNodeShape(t *testing.T) {
 	}
 	if n.NodeResources.Processors.Topology == nil || n.ComputedClass == "" {
 		t.Errorf("no processor topology or computed class: the scheduler needs both")
+	}
+}
+
+// The simulated progress file is the training contract's (contract/ in the
+// main module, which this test-tool module does not import): every field
+// it writes is one the contract's fixture has, with a value of the same
+// JSON kind, and the state is one of the contract's or "waiting" and
+// "restoring", which only the simulator shows.
+func TestProgressFileFollowsTheContract(t *testing.T) {
+	b, err := os.ReadFile("../../../../contract/testdata/progress-full.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fixture map[string]any
+	if err := json.Unmarshal(b, &fixture); err != nil {
+		t.Fatal(err)
+	}
+	out, err := json.Marshal(progressFile{StepsDone: 3, TotalSteps: 10, StepsPerSec: 1.5, Updated: time.Now(), State: "running"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours map[string]any
+	if err := json.Unmarshal(out, &ours); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range ours {
+		fv, ok := fixture[k]
+		if !ok {
+			t.Errorf("field %q is not in the contract's progress file", k)
+			continue
+		}
+		if fmt.Sprintf("%T", fv) != fmt.Sprintf("%T", v) {
+			t.Errorf("field %q: %T here, %T in the contract", k, v, fv)
+		}
 	}
 }
