@@ -37,34 +37,56 @@ type jobNet struct {
 // jobs can have (1 up to the scale factor, for HadarE's smaller copies)
 // whose consolidated throughput prof knows, on each of types.
 func NewNetwork(tp *netmodel.Topology, rep *netmodel.CalibrationReport, prof speed.Profile, jobs []planner.Job, types []planner.GPUType) (*Network, error) {
-	n := &Network{tp: tp, jobs: map[jobKey]*jobNet{}}
+	n := EmptyNetwork(tp)
 	for _, jb := range jobs {
 		for k := 1; k <= jb.ScaleFactor; k++ {
-			key := jobKey{jb.Model, k}
-			if _, ok := n.jobs[key]; ok {
+			if n.Calibrated(jb.Model, k) {
 				continue
 			}
-			cons := map[string]float64{}
-			ref := map[planner.GPUType]float64{}
-			for _, t := range types {
-				thr, err := prof.Throughput(jb.Model, k, t, false)
-				if err != nil || !(thr > 0) {
-					continue // the profile lacks this size or type: no slowdown there
-				}
-				cons[string(t)] = thr
-				ref[t] = float64(k) / thr
-			}
-			if len(cons) == 0 {
-				continue
-			}
-			jc, err := rep.Job(jb.Model, k, cons)
-			if err != nil {
+			if err := n.Calibrate(rep, prof, jb.Model, jb.Model, k, types); err != nil {
 				return nil, fmt.Errorf("network model for job %s (%s on %d GPUs): %w", jb.ID, jb.Model, k, err)
 			}
-			n.jobs[key] = &jobNet{comm: jc, ref: ref}
 		}
 	}
 	return n, nil
+}
+
+// Calibrated reports whether units of k workers of model are priced.
+func (n *Network) Calibrated(model string, k int) bool {
+	_, ok := n.jobs[jobKey{model, k}]
+	return ok
+}
+
+// Calibrate prices units of k workers of model from now on: netmodel's
+// calibration of family (the model's Gavel family: model itself, or the
+// model a job that declares its own figures names) with model's
+// consolidated throughputs on types. A model no type of which prof knows
+// is left unpriced (nil error: no slowdown there).
+func (n *Network) Calibrate(rep *netmodel.CalibrationReport, prof speed.Profile, model, family string, k int, types []planner.GPUType) error {
+	cons := map[string]float64{}
+	ref := map[planner.GPUType]float64{}
+	for _, t := range types {
+		thr, err := prof.Throughput(model, k, t, false)
+		if err != nil || !(thr > 0) {
+			continue // the profile lacks this size or type: no slowdown there
+		}
+		cons[string(t)] = thr
+		ref[t] = float64(k) / thr
+	}
+	if len(cons) == 0 {
+		return nil
+	}
+	jc, err := rep.Job(family, k, cons)
+	if err != nil {
+		return err
+	}
+	n.jobs[jobKey{model, k}] = &jobNet{comm: jc, ref: ref}
+	return nil
+}
+
+// EmptyNetwork is a network on tp that prices nothing until Calibrate.
+func EmptyNetwork(tp *netmodel.Topology) *Network {
+	return &Network{tp: tp, jobs: map[jobKey]*jobNet{}}
 }
 
 // Topology returns the topology the network prices on.

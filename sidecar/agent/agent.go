@@ -22,6 +22,7 @@ import (
 
 	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/belief"
 	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/profile"
@@ -44,11 +45,11 @@ type Agent struct {
 	client  *api.Client
 	watcher *watch.Watcher
 	applier *apply.Applier
-	prof    *jobProfile
+	prof    *belief.Profile
 	// feas says where each managed job may run by Nomad's own placement
 	// rules (cached across cycles).
 	feas  *feasible.Evaluator
-	net   *rackNetwork
+	net   *belief.Network
 	types GPUTypes
 	clock func() time.Time
 
@@ -179,8 +180,10 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 	}
 	a.progress = w.Progress
 	a.feas = feasible.NewEvaluator(a.types.Type)
-	a.prof = newJobProfile(base)
-	a.net = newRackNetwork(a.prof)
+	a.prof = belief.NewProfile(base)
+	if a.net, err = belief.NewNetwork(a.prof, nil); err != nil {
+		return nil, fmt.Errorf("sidecar: the network model: %w", err)
+	}
 	if a.eng, a.est, err = a.newEngine(); err != nil {
 		return nil, err
 	}

@@ -74,9 +74,15 @@ type Config struct {
 
 // NomadConfig is the connection to Nomad.
 type NomadConfig struct {
-	Address    string `hcl:"address,optional"`
-	Region     string `hcl:"region,optional"`
-	Token      string `hcl:"token,optional"`
+	// Address is Nomad's HTTP API, or the Task API's socket
+	// (unix://<secrets dir>/api.sock) for a sidecar deployed as a job.
+	Address string `hcl:"address,optional"`
+	Region  string `hcl:"region,optional"`
+	Token   string `hcl:"token,optional"`
+	// TokenFile holds the token instead, read on every request: a
+	// workload identity's token, which Nomad rewrites when it renews it
+	// (docs/deploy.md).
+	TokenFile  string `hcl:"token_file,optional"`
 	CACert     string `hcl:"ca_cert,optional"`
 	ClientCert string `hcl:"client_cert,optional"`
 	ClientKey  string `hcl:"client_key,optional"`
@@ -121,6 +127,20 @@ type HTTPConfig struct {
 	// AllowInsecureHTTP serves plain HTTP beyond loopback: an operator's
 	// explicit choice (a private network, or a proxy in front).
 	AllowInsecureHTTP bool `hcl:"allow_insecure_http,optional"`
+	// Authentication of the status API's callers (docs/status.md,
+	// "Authentication"); with none of these set, every caller that reaches
+	// the listener sees everything (loopback by default).
+	// ClientCA is a PEM bundle: callers presenting a certificate it signed
+	// (mutual TLS; needs TLSCert) see everything.
+	ClientCA string `hcl:"client_ca,optional"`
+	// AuthToken is a bearer token (Authorization: Bearer <token>) whose
+	// holder sees everything.
+	AuthToken string `hcl:"auth_token,optional"`
+	// NomadAuth accepts Nomad ACL tokens (Authorization: Bearer, or
+	// X-Nomad-Token): Nomad must know the token, and its holder sees the
+	// jobs of the namespaces it may read in Nomad, and the cluster's nodes
+	// only with node read.
+	NomadAuth bool `hcl:"nomad_auth,optional"`
 }
 
 // Defaults.
@@ -280,6 +300,15 @@ func (c Config) Resolve() (Settings, error) {
 	}
 	if s.HTTP.Address == "" {
 		s.HTTP.Address = DefaultHTTPAddress
+	}
+	if s.Nomad.Token != "" && s.Nomad.TokenFile != "" {
+		return s, fmt.Errorf("sidecar config: nomad.token and nomad.token_file both set: keep one (token_file for a workload identity Nomad renews)")
+	}
+	if s.HTTP.ClientCA != "" && s.HTTP.TLSCert == "" {
+		return s, fmt.Errorf("sidecar config: http.client_ca = %q needs TLS on the listener: give http.tls_cert and http.tls_key too (client certificates are checked in the TLS handshake)", s.HTTP.ClientCA)
+	}
+	if t := s.HTTP.AuthToken; t != "" && len(t) < 16 {
+		return s, fmt.Errorf("sidecar config: http.auth_token is %d characters: want at least 16 (e.g. the output of `openssl rand -hex 32`)", len(t))
 	}
 	switch s.State.Store {
 	case "":

@@ -110,7 +110,7 @@ func (a *Agent) reload(ctx context.Context) error {
 		return err
 	}
 	for _, mj := range a.jobs {
-		a.prof.forget(mj.model)
+		a.prof.Forget(mj.model)
 	}
 	a.jobs, a.nodes, a.drained = map[watch.JobKey]*managed{}, map[string]planner.Node{}, map[string]bool{}
 	return a.openState(ctx, a.store)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/belief"
 	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
@@ -60,29 +61,29 @@ func (a *Agent) openState(ctx context.Context, store state.Store) error {
 	jobs := map[watch.JobKey]*managed{}
 	for _, b := range st.Jobs {
 		k := watch.JobKey{Namespace: b.Spec.Namespace, ID: b.Spec.JobID}
-		jobs[k] = &managed{key: k, id: engineID(k), spec: b.Spec, version: b.Version, model: a.prof.register(b.Spec),
+		jobs[k] = &managed{key: k, id: engineID(k), spec: b.Spec, version: b.Version, model: a.declare(b.Spec),
 			units: b.Units, failures: b.Failures, refusals: b.Refusals}
 	}
 	eng, est, err := a.buildEngine(saved.Engine)
 	if err != nil {
 		for _, mj := range jobs {
-			a.prof.forget(mj.model)
+			a.prof.Forget(mj.model)
 		}
 		return fmt.Errorf("%w: %s: %v (move it aside to start afresh from Nomad)", state.ErrUnreadable, store.Where(), err)
 	}
 	for k, mj := range jobs {
 		if _, ok := eng.Job(mj.id); !ok {
-			a.prof.forget(mj.model)
+			a.prof.Forget(mj.model)
 			delete(jobs, k)
 			continue
 		}
-		a.net.setSensitivity(mj.id, mj.spec.Sensitivity)
+		a.net.SetSensitivity(mj.id, mj.spec.Sensitivity)
 	}
 	a.eng, a.est, a.jobs = eng, est, jobs
 	nodes, drained := eng.Nodes()
 	for _, n := range nodes {
 		a.nodes[n.ID] = n
-		a.net.setRack(n.ID, n.Rack)
+		a.net.SetNode(belief.Node{ID: n.ID, Rack: n.Rack, GPUs: n.GPUs})
 	}
 	a.drained = drained
 	a.history, a.rounds, a.next = st.History, st.Rounds, st.Next

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/belief"
 	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/feasible"
@@ -109,7 +110,7 @@ func (a *Agent) plannerNode(n *watch.Node) (planner.Node, bool) {
 	}
 	a.models[n.ID] = models
 	a.addrs[n.ID] = n.Address
-	a.net.setRack(n.ID, pn.Rack)
+	a.net.SetNode(belief.Node{ID: n.ID, Rack: pn.Rack, GPUs: pn.GPUs, Meta: n.Meta})
 	if len(pn.GPUs) == 0 {
 		return planner.Node{}, false
 	}
@@ -140,6 +141,7 @@ func (a *Agent) syncNodes(snap *watch.Snapshot, now float64) error {
 			return fmt.Errorf("node %s left: %w", id, err)
 		}
 		a.log.Info("node left the plan", "node", id, "jobs_interrupted", len(hit))
+		a.net.RemoveNode(id)
 		delete(a.nodes, id)
 		delete(a.drained, id)
 	}
@@ -267,11 +269,25 @@ func sameSpec(a, b jobspec.Spec) bool {
 		a.Group == b.Group && a.Task == b.Task && a.MinRunTime == b.MinRunTime
 }
 
+// declare records a job's own figures (hadar.throughput) with the
+// profile, and returns the model name it is planned under.
+func (a *Agent) declare(s jobspec.Spec) string {
+	key := belief.ModelKey(s.Model, s.Throughput != nil, s.Namespace+"/"+s.JobID)
+	if s.Throughput != nil {
+		d := belief.Declared{Model: s.Model, Workers: s.Workers, Throughput: map[planner.GPUType]float64{}, Sensitivity: s.Sensitivity}
+		for t, v := range s.Throughput {
+			d.Throughput[planner.GPUType(t)] = v
+		}
+		a.prof.Declare(key, d)
+	}
+	return key
+}
+
 // admit hands a valid managed job to the engine.
 func (a *Agent) admit(snap *watch.Snapshot, j *watch.Job, now float64) {
 	k := j.Key()
 	s := *j.Spec
-	model := a.prof.register(s)
+	model := a.declare(s)
 	arrival := float64(j.SubmitTime.UnixNano()) / 1e9
 	if j.SubmitTime.IsZero() || arrival > now {
 		arrival = now
@@ -282,7 +298,7 @@ func (a *Agent) admit(snap *watch.Snapshot, j *watch.Job, now float64) {
 		jb.MaxCopies = 0
 	}
 	if err := a.eng.Admit(jb, now); err != nil {
-		a.prof.forget(model)
+		a.prof.Forget(model)
 		fe := &jobspec.FieldError{Job: s.JobID, Namespace: s.Namespace, Field: jobspec.KeyModel, Value: s.Model,
 			Want: fmt.Sprintf("a job the throughput profile can plan: %v; give hadar.throughput for the GPU types it runs on, or a profiled hadar.workers", err)}
 		if iv, ok := a.invalid[k]; !ok || iv.err.Error() != fe.Error() {
@@ -292,7 +308,7 @@ func (a *Agent) admit(snap *watch.Snapshot, j *watch.Job, now float64) {
 		return
 	}
 	delete(a.invalid, k)
-	a.net.setSensitivity(jb.ID, s.Sensitivity)
+	a.net.SetSensitivity(jb.ID, s.Sensitivity)
 	mj := &managed{key: k, id: jb.ID, spec: s, version: j.Version, model: model, arrival: j.SubmitTime}
 	mj.units = nextUnit(snap, j)
 	a.jobs[k] = mj
@@ -350,7 +366,7 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 			a.log.Info("managed job complete", "job", mj.key.String())
 			a.note(Event{Time: a.clock(), Job: mj.id, Result: "complete"})
 		}
-		a.prof.forget(mj.model)
+		a.prof.Forget(mj.model)
 		delete(a.jobs, mj.key)
 	case failed != "":
 		mj.failures++
@@ -382,7 +398,7 @@ func (a *Agent) forget(mj *managed, now float64) {
 		a.log.Debug("forget", "job", mj.id, "error", err)
 	}
 	a.applier.Cancel(apply.Key(mj.key))
-	a.prof.forget(mj.model)
+	a.prof.Forget(mj.model)
 	delete(a.jobs, mj.key)
 }
 
