@@ -300,21 +300,12 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			o.Speed = plan
 			pc := placeCfg
 			pc.Speed = plan
-			if run.place != placement.Pack {
-				// Pack is each scheduler's own placement: no placer, so
-				// the default behaviour stays exactly as it was.
-				pl, err := placement.New(run.place, pc)
-				if err != nil {
-					errs[i] = err
-					return
-				}
-				placers[i], o.Placer = pl, pl
-			}
-			sched, err := registry.New(run.policy, o)
+			sched, pl, err := registry.Build(run.policy, run.place, o, pc)
 			if err != nil {
 				errs[i] = err
 				return
 			}
+			placers[i], _ = pl.(*placement.Policy)
 			cfg := sim.Config{
 				Cluster: cluster, Jobs: jobs, Speed: model, Plan: plan, Estimate: est, Events: events,
 				Round: f.round.Seconds(), RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), MinRunTime: f.minRun.Seconds(), Fidelity: fid,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/belief"
 	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/planner/registry"
@@ -32,113 +33,80 @@ var DefaultSettings = SidecarSettings{
 	RestartCost: 5 * time.Second, MergeCost: 2 * time.Second, GangTimeout: "60s", StopTimeout: "30s",
 }
 
-// jobFigures is what a speed model knows of one job of the workload.
-type jobFigures struct {
+// truthFigures is what a job of the workload really does: its emulated
+// paces per type at its width, and over several nodes.
+type truthFigures struct {
 	paces, spread map[planner.GPUType]float64
 	workers       int
-	sensitivity   float64
-	// gavel is the profile model of a job that names one (hadar.model)
-	// and declares no throughput: its figures come from the profile.
-	gavel string
 }
 
-// workloadProfile is a speed.Profile over the demo's jobs, by the model
-// key plannerJobs gives them. With truth it gives what the emulation
-// makes the jobs do (their emulate paces, spread paces over several
-// nodes); without, what the sidecar believes (the profile, or the job's
-// declared hadar.throughput, paying the square root of its sensitivity
-// when spread within a rack, as sidecar/agent's jobProfile does).
-type workloadProfile struct {
-	base  *profile.Profile
-	jobs  map[string]jobFigures
-	truth bool
-}
+// truthProfile is a speed.Profile of what the emulation makes the demo's
+// jobs do, by the model key plannerJobs gives them ("job:<id>").
+type truthProfile map[string]truthFigures
 
-func (p workloadProfile) Throughput(model string, sf int, t planner.GPUType, spread bool) (float64, error) {
-	f, ok := p.jobs[model]
+func (p truthProfile) Throughput(model string, sf int, t planner.GPUType, spread bool) (float64, error) {
+	f, ok := p[model]
 	if !ok {
-		return p.base.Throughput(model, sf, t, spread)
-	}
-	if f.gavel != "" {
-		return p.base.Throughput(f.gavel, sf, t, spread)
+		return 0, fmt.Errorf("no job of model %q in the workload", model)
 	}
 	v := f.paces[t]
-	if spread {
-		switch {
-		case p.truth && f.spread[t] > 0:
-			v = f.spread[t]
-		case !p.truth && f.sensitivity > 1:
-			v /= math.Sqrt(f.sensitivity)
-		}
+	if spread && f.spread[t] > 0 {
+		v = f.spread[t]
 	}
-	// Declared for the job's width; a narrower HadarE copy scales down.
+	// At the job's width; a narrower HadarE copy scales down.
 	return v * float64(sf) / float64(f.workers), nil
 }
 
-// rackNetwork is the sidecar's belief about where workers sit (as
-// sidecar/agent's rackNetwork): over several nodes of one rack the
-// profile's spread penalty, across racks the job's sensitivity when larger.
-type rackNetwork struct {
-	prof workloadProfile
-	rack map[string]string
-	sens map[string]float64
-}
-
-func (n rackNetwork) Slowdown(job planner.Job, u planner.Unit, _ float64) float64 {
-	if u.Nodes() <= 1 {
-		return 1
-	}
-	slow := 1.0
-	for _, t := range u.Types() {
-		c, err1 := n.prof.Throughput(job.Model, u.GPUs(), t, false)
-		s, err2 := n.prof.Throughput(job.Model, u.GPUs(), t, true)
-		if err1 == nil && err2 == nil && c > 0 && s > 0 {
-			slow = math.Max(slow, c/s)
-		}
-	}
-	racks := map[string]bool{}
-	for _, sl := range u.Slots {
-		racks[n.rack[sl.Node]] = true
-	}
-	if len(racks) > 1 {
-		slow = math.Max(slow, n.sens[job.ID])
-	}
-	return slow
-}
-
-// plannerJobs turns the workload into planner jobs (arrival = submit
-// offset) and the figures of each model key.
-func plannerJobs(jobs []JobInfo, managedOnly bool) ([]planner.Job, map[string]jobFigures) {
-	figs := map[string]jobFigures{}
+// plannerJobs turns the workload into planner jobs, each of its own model
+// key "job:<id>" (arrival = submit offset), and what each really does.
+// A managed job is converted as the sidecar converts it (jobspec.Spec.Job).
+func plannerJobs(jobs []JobInfo, managedOnly bool) ([]planner.Job, truthProfile) {
+	truth := truthProfile{}
 	var out []planner.Job
 	for _, ji := range jobs {
 		if managedOnly && !ji.Managed {
 			continue
 		}
-		pj := planner.Job{ID: ji.ID, ScaleFactor: ji.GPUs, TotalSteps: ji.Steps, Weight: 1, Arrival: ji.At.Seconds(), MaxCopies: 1}
-		f := jobFigures{paces: ji.Paces, spread: ji.Spread, workers: ji.GPUs}
-		pj.Model = "job:" + ji.ID
+		pj := planner.Job{ID: ji.ID, ScaleFactor: ji.GPUs, TotalSteps: ji.Steps, Weight: 1, MaxCopies: 1}
 		if ji.Managed {
-			pj.Weight = ji.Spec.Weight
-			f.sensitivity = ji.Spec.Sensitivity
-			if ji.Spec.Forkable {
-				pj.MaxCopies = 0
-			}
-			if ji.Spec.Throughput == nil {
-				f.gavel = ji.Spec.Model
-			} else {
-				f.paces = map[planner.GPUType]float64{}
-				for t, v := range ji.Spec.Throughput {
-					f.paces[planner.GPUType(t)] = v
-				}
-			}
-		} else if ji.Pinned != "" {
+			pj = ji.Spec.Job(ji.ID, 0)
+			pj.TotalSteps = ji.Steps
+		}
+		pj.Model, pj.Arrival = "job:"+ji.ID, ji.At.Seconds()
+		f := truthFigures{paces: ji.Paces, spread: ji.Spread, workers: ji.GPUs}
+		if !ji.Managed && ji.Pinned != "" {
 			f.paces = map[planner.GPUType]float64{ji.Pinned: ji.Paces[ji.Pinned]}
 		}
-		figs[pj.Model] = f
+		truth[pj.Model] = f
 		out = append(out, pj)
 	}
-	return out, figs
+	return out, truth
+}
+
+// beliefOf is what the sidecar believes of the workload's managed jobs on
+// cluster (planner/belief, as sidecar/agent builds it): their declared
+// figures or hadar.model's profile, their sensitivities, the racks.
+func beliefOf(cluster planner.Cluster, jobs []JobInfo) (speed.Model, error) {
+	bel := belief.NewProfile(profile.Default())
+	net, err := belief.NewNetwork(bel, nil)
+	if err != nil {
+		return speed.Model{}, err
+	}
+	for _, n := range cluster.Nodes {
+		net.SetNode(belief.Node{ID: n.ID, Rack: n.Rack, GPUs: n.GPUs})
+	}
+	for _, ji := range jobs {
+		if !ji.Managed {
+			continue
+		}
+		d, ok := ji.Spec.Declared()
+		if !ok {
+			d = belief.Declared{Model: ji.Spec.Model, Workers: ji.Spec.Workers, Sensitivity: ji.Spec.Sensitivity}
+		}
+		bel.Declare("job:"+ji.ID, d)
+		net.SetSensitivity(ji.ID, ji.Spec.Sensitivity)
+	}
+	return speed.Model{Profile: bel, Network: net}, nil
 }
 
 // Prediction is the simulator's completion time of each job, in seconds
@@ -173,28 +141,16 @@ func PredictHadar(ctx context.Context, nodes []NodeSpec, jobs []JobInfo, s Sidec
 		d := ji.Steps / ji.Paces[t]
 		pred.JCT[ji.ID], pred.Finish[ji.ID] = d, ji.At.Seconds()+d
 	}
-	pjobs, figs := plannerJobs(jobs, true)
-	base := profile.Default()
-	truth := speed.Model{Profile: workloadProfile{base: base, jobs: figs, truth: true}}
-	belief := workloadProfile{base: base, jobs: figs}
-	net := rackNetwork{prof: belief, rack: map[string]string{}, sens: map[string]float64{}}
-	for _, n := range cluster.Nodes {
-		net.rack[n.ID] = n.Rack
+	pjobs, truthProf := plannerJobs(jobs, true)
+	truth := speed.Model{Profile: truthProf}
+	plan, err := beliefOf(cluster, jobs)
+	if err != nil {
+		return pred, err
 	}
-	for _, j := range pjobs {
-		net.sens[j.ID] = figs[j.Model].sensitivity
-	}
-	plan := speed.Model{Profile: belief, Network: net}
 	// The scheduler as sidecar/agent builds it.
-	opts := registry.Options{Speed: plan, RestartCost: s.RestartCost.Seconds(), MergeCost: s.MergeCost.Seconds()}
-	if s.Placement != placement.Pack {
-		pl, err := placement.New(s.Placement, placement.Config{Speed: plan, MinRunTime: s.MinRunTime.Seconds(), RestartCost: s.RestartCost.Seconds()})
-		if err != nil {
-			return pred, err
-		}
-		opts.Placer = pl
-	}
-	sched, err := registry.New(s.Policy, opts)
+	sched, _, err := registry.Build(s.Policy, s.Placement,
+		registry.Options{Speed: plan, RestartCost: s.RestartCost.Seconds(), MergeCost: s.MergeCost.Seconds()},
+		placement.Config{MinRunTime: s.MinRunTime.Seconds(), RestartCost: s.RestartCost.Seconds()})
 	if err != nil {
 		return pred, err
 	}
@@ -248,8 +204,8 @@ func (r *recorder) Schedule(v *round.View) ([]planner.Placement, error) {
 func PredictNomad(ctx context.Context, nodes []NodeSpec, jobs []JobInfo, round time.Duration) (Prediction, error) {
 	cluster := PlannerCluster(nodes)
 	pred := Prediction{Policy: "nomad-fifo (model)", JCT: map[string]float64{}, Finish: map[string]float64{}}
-	pjobs, figs := plannerJobs(jobs, false)
-	truth := speed.Model{Profile: workloadProfile{base: profile.Default(), jobs: figs, truth: true}}
+	pjobs, truthProf := plannerJobs(jobs, false)
+	truth := speed.Model{Profile: truthProf}
 	res, err := sim.Run(ctx, sim.Config{Cluster: cluster, Jobs: pjobs, Speed: truth, Round: round.Seconds()}, NomadModel{})
 	if err != nil {
 		return pred, fmt.Errorf("simulating Nomad's placement: %w", err)

@@ -152,6 +152,30 @@ func New(name string, o Options) (round.Scheduler, error) {
 	return s, nil
 }
 
+// Build is the one way a scheduler is made from settings: the policy, and
+// the placement policy by name with its configuration (pc.Speed defaults
+// to o.Speed). "pack" means no placer: each policy keeps its own
+// placement (lease extension, then packing), exactly as without one. The
+// placer is returned too, for its reports (nil with pack).
+func Build(policy, placementName string, o Options, pc placement.Config) (round.Scheduler, placement.Placer, error) {
+	var pl placement.Placer
+	if placementName != placement.Pack {
+		if pc.Speed.Profile == nil {
+			pc.Speed = o.Speed
+		}
+		var err error
+		if pl, err = placement.New(placementName, pc); err != nil {
+			return nil, nil, err
+		}
+		o.Placer = pl
+	}
+	sched, err := New(policy, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sched, pl, nil
+}
+
 // Prices orders o.PricePerHour (or the defaults) by o.Types.
 func Prices(o Options) ([]float64, error) {
 	src := o.PricePerHour

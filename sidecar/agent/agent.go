@@ -321,15 +321,9 @@ func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates,
 		return nil, nil, err
 	}
 	model := speed.Model{Profile: est, Network: a.net}
-	pl, err := placement.New(a.cfg.Placement, placement.Config{Speed: model, MinRunTime: a.cfg.MinRunTimeD.Seconds(), RestartCost: a.cfg.RestartCostD.Seconds()})
-	if err != nil {
-		return nil, nil, err
-	}
-	opts := registry.Options{Speed: model, RestartCost: a.cfg.RestartCostD.Seconds(), MergeCost: a.cfg.MergeCostD.Seconds()}
-	if a.cfg.Placement != placement.Pack {
-		opts.Placer = pl
-	}
-	sched, err := registry.New(a.cfg.Policy, opts)
+	sched, _, err := registry.Build(a.cfg.Policy, a.cfg.Placement,
+		registry.Options{Speed: model, RestartCost: a.cfg.RestartCostD.Seconds(), MergeCost: a.cfg.MergeCostD.Seconds()},
+		placement.Config{MinRunTime: a.cfg.MinRunTimeD.Seconds(), RestartCost: a.cfg.RestartCostD.Seconds()})
 	if err != nil {
 		return nil, nil, err
 	}

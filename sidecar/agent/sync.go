@@ -272,15 +272,10 @@ func sameSpec(a, b jobspec.Spec) bool {
 // declare records a job's own figures (hadar.throughput) with the
 // profile, and returns the model name it is planned under.
 func (a *Agent) declare(s jobspec.Spec) string {
-	key := belief.ModelKey(s.Model, s.Throughput != nil, s.Namespace+"/"+s.JobID)
-	if s.Throughput != nil {
-		d := belief.Declared{Model: s.Model, Workers: s.Workers, Throughput: map[planner.GPUType]float64{}, Sensitivity: s.Sensitivity}
-		for t, v := range s.Throughput {
-			d.Throughput[planner.GPUType(t)] = v
-		}
-		a.prof.Declare(key, d)
+	if d, ok := s.Declared(); ok {
+		a.prof.Declare(s.ModelKey(), d)
 	}
-	return key
+	return s.ModelKey()
 }
 
 // admit hands a valid managed job to the engine.
@@ -292,11 +287,7 @@ func (a *Agent) admit(snap *watch.Snapshot, j *watch.Job, now float64) {
 	if j.SubmitTime.IsZero() || arrival > now {
 		arrival = now
 	}
-	jb := planner.Job{ID: engineID(k), Model: model, ScaleFactor: s.Workers, TotalSteps: float64(s.Steps), Weight: s.Weight, Arrival: arrival, MaxCopies: 1,
-		MinRunTime: s.MinRunTime.Seconds()}
-	if s.Forkable {
-		jb.MaxCopies = 0
-	}
+	jb := s.Job(engineID(k), arrival)
 	if err := a.eng.Admit(jb, now); err != nil {
 		a.prof.Forget(model)
 		fe := &jobspec.FieldError{Job: s.JobID, Namespace: s.Namespace, Field: jobspec.KeyModel, Value: s.Model,
