@@ -27,7 +27,7 @@ type pendingWrite struct {
 	job    *apply.Job
 	target []jobform.Unit
 	fresh  []jobform.Unit
-	after  []apply.Key
+	after  []watch.JobKey
 	ev     Event
 	err    error
 	leaves bool          // it set a.leaving for its job
@@ -51,7 +51,7 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 	waited := false
 	for _, jd := range d.Changes() {
 		if mj := byID[jd.Job]; mj != nil {
-			if pw := a.writing[apply.Key(mj.key)]; pw != nil {
+			if pw := a.writing[mj.key]; pw != nil {
 				<-pw.done
 				waited = true
 			}
@@ -70,7 +70,7 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 		if j == nil || j.Raw == nil || j.Spec == nil {
 			continue
 		}
-		w := &pendingWrite{mj: mj, jd: jd, job: &apply.Job{Key: apply.Key(mj.key), Raw: j.Raw, Spec: *j.Spec, JobModifyIndex: j.JobModifyIndex},
+		w := &pendingWrite{mj: mj, jd: jd, job: &apply.Job{Key: mj.key, Raw: j.Raw, Spec: *j.Spec, JobModifyIndex: j.JobModifyIndex},
 			ev: Event{Time: a.clock(), Job: jd.Job, Action: jd.Action, Why: jd.Reason.Why, Kind: d.Kind, Reason: jd.Reason}, done: make(chan struct{})}
 		w.ev.To = append(w.ev.To, jd.To.Units...)
 		w.target, w.fresh, w.err = a.target(mj, j, jd)
@@ -242,8 +242,8 @@ func released(jd engine.JobDecision) map[gpuSlot]int {
 }
 
 // sortedLeaving lists the jobs of leaving in a stable order.
-func sortedLeaving(m map[apply.Key]map[gpuSlot]int) []apply.Key {
-	out := make([]apply.Key, 0, len(m))
+func sortedLeaving(m map[watch.JobKey]map[gpuSlot]int) []watch.JobKey {
+	out := make([]watch.JobKey, 0, len(m))
 	for k := range m {
 		out = append(out, k)
 	}
@@ -270,7 +270,7 @@ func takesFrom(fresh []jobform.Unit, rel map[gpuSlot]int) bool {
 // their type. fresh are the new units (their numbers are the job's only
 // once written).
 func (a *Agent) target(mj *managed, j *watch.Job, jd engine.JobDecision) (target, fresh []jobform.Unit, err error) {
-	current, err := jobform.Units(j.Raw, *j.Spec)
+	current, err := j.Units, j.UnitsErr
 	if err != nil {
 		return nil, nil, err
 	}
@@ -334,17 +334,17 @@ type clusterView struct {
 	snap *watch.Snapshot
 }
 
-func (c clusterView) Job(k apply.Key) *apply.Job {
-	j := c.snap.Jobs[watch.JobKey(k)]
+func (c clusterView) Job(k watch.JobKey) *apply.Job {
+	j := c.snap.Jobs[k]
 	if j == nil || j.Raw == nil || j.Spec == nil || j.Stop {
 		return nil
 	}
 	return &apply.Job{Key: k, Raw: j.Raw, Spec: *j.Spec, JobModifyIndex: j.JobModifyIndex}
 }
 
-func (c clusterView) Group(k apply.Key, group string) apply.Group {
+func (c clusterView) Group(k watch.JobKey, group string) apply.Group {
 	g := apply.Group{Ended: true}
-	for _, al := range c.snap.AllocsOf(watch.JobKey(k)) {
+	for _, al := range c.snap.AllocsOf(k) {
 		if al.TaskGroup != group {
 			continue
 		}
@@ -355,7 +355,7 @@ func (c clusterView) Group(k apply.Key, group string) apply.Group {
 			g.Running = true
 		}
 	}
-	for _, ev := range c.snap.BlockedEvalsOf(watch.JobKey(k)) {
+	for _, ev := range c.snap.BlockedEvalsOf(k) {
 		if m := ev.FailedTGAllocs[group]; m != nil {
 			g.Failed = apply.Explain(m)
 		}

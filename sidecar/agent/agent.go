@@ -60,7 +60,7 @@ type Agent struct {
 	invalid map[watch.JobKey]invalidJob
 	// leaving holds the GPUs each job with an operation in flight gives
 	// up: a later decision's start on them waits for its workers to end.
-	leaving map[apply.Key]map[gpuSlot]int
+	leaving map[watch.JobKey]map[gpuSlot]int
 	nodes   map[string]planner.Node // what the engine was told, by ID
 	drained map[string]bool
 	addrs   map[string]string                       // node address by ID
@@ -88,7 +88,7 @@ type Agent struct {
 	// writing are the jobs whose write goes out in the background (act),
 	// written those that returned, for collectWrites (under wmu); writes
 	// counts the goroutines, writeSem bounds them, wrote wakes Run.
-	writing  map[apply.Key]*pendingWrite
+	writing  map[watch.JobKey]*pendingWrite
 	wmu      sync.Mutex
 	written  []*pendingWrite
 	writes   sync.WaitGroup
@@ -172,11 +172,11 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 	host, _ := os.Hostname()
 	a := &Agent{
 		id: fmt.Sprintf("%s-%d", host, os.Getpid()), cfg: cfg, log: logger, client: client, watcher: w, types: NewGPUTypes(cfg.GPUTypes),
-		clock: time.Now, jobs: map[watch.JobKey]*managed{}, invalid: map[watch.JobKey]invalidJob{}, leaving: map[apply.Key]map[gpuSlot]int{},
+		clock: time.Now, jobs: map[watch.JobKey]*managed{}, invalid: map[watch.JobKey]invalidJob{}, leaving: map[watch.JobKey]map[gpuSlot]int{},
 		nodes: map[string]planner.Node{}, drained: map[string]bool{}, addrs: map[string]string{},
 		models: map[string]map[planner.GPUType][]string{}, ports: apply.NewPorts(cfg.PortLow, cfg.PortHigh),
 		boundary: make(chan struct{}, 1),
-		writing:  map[apply.Key]*pendingWrite{}, writeSem: make(chan struct{}, writers), wrote: make(chan struct{}, 1),
+		writing:  map[watch.JobKey]*pendingWrite{}, writeSem: make(chan struct{}, writers), wrote: make(chan struct{}, 1),
 	}
 	a.progress = w.Progress
 	a.feas = feasible.NewEvaluator(a.types.Type)
@@ -534,7 +534,7 @@ const (
 
 // outcome records how an operation ended.
 func (a *Agent) outcome(o apply.Outcome) {
-	mj := a.jobs[watch.JobKey(o.Key)]
+	mj := a.jobs[o.Key]
 	switch o.Phase {
 	case apply.Failed:
 		a.note(Event{Time: a.clock(), Job: o.Key.String(), Result: "failed: " + o.Err.Error()})
@@ -563,7 +563,7 @@ func (a *Agent) note(ev Event) {
 }
 
 // engineID is the engine's job ID of a Nomad job.
-func engineID(k watch.JobKey) string { return k.Namespace + "/" + k.ID }
+func engineID(k watch.JobKey) string { return k.String() }
 
 // sortedKeys lists map keys sorted.
 func sortedKeys[V any](m map[watch.JobKey]V) []watch.JobKey {

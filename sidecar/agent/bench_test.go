@@ -118,13 +118,13 @@ func benchState(b testing.TB, n int) (*watch.Snapshot, *recordedNomad) {
 		j.AddTaskGroup(api.NewTaskGroup("train", 1).AddTask(task))
 		idx := uint64(10)
 		j.JobModifyIndex, j.Version, j.Status = &idx, ptr(uint64(0)), ptr("pending")
-		spec, err := jobspec.Parse(j)
-		if err != nil {
-			b.Fatal(err)
-		}
 		rec.jobs[jb.ID] = j
-		snap.Jobs[watch.JobKey{Namespace: "default", ID: jb.ID}] = &watch.Job{Namespace: "default", ID: jb.ID, Type: "batch", Status: "pending",
-			JobModifyIndex: idx, Managed: true, Spec: &spec, Raw: j, SubmitTime: time.Now()}
+		wj := watch.NewJob(j)
+		if wj.Spec == nil {
+			b.Fatal(wj.SpecErr)
+		}
+		wj.SubmitTime = time.Now()
+		snap.Jobs[wj.Key()] = wj
 	}
 	return snap, rec
 }
@@ -149,9 +149,9 @@ func observed(snap *watch.Snapshot, rec *recordedNomad) *watch.Snapshot {
 	next.Jobs, next.Allocs = map[watch.JobKey]*watch.Job{}, map[string]*watch.Alloc{}
 	for k, j := range snap.Jobs {
 		raw := rec.jobs[k.ID]
-		c := *j
-		c.Raw, c.JobModifyIndex, c.Status = raw, *raw.JobModifyIndex, "running"
-		next.Jobs[k] = &c
+		c := watch.NewJob(raw)
+		c.Status, c.SubmitTime = "running", j.SubmitTime
+		next.Jobs[k] = c
 		for _, g := range raw.TaskGroups {
 			if _, _, _, gen := jobform.ParseGroupName(*g.Name); !gen {
 				continue

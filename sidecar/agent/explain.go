@@ -122,7 +122,7 @@ func (a *Agent) planView(snap *watch.Snapshot) PlanView {
 			jv.WaitingS = now - st.WaitingSince
 		}
 		if mj != nil {
-			if op := a.applier.InFlight(apply.Key(mj.key)); op != nil {
+			if op := a.applier.InFlight(mj.key); op != nil {
 				jv.State = string(op.Phase)
 			}
 			jv.Nomad = nomadReason(snap, mj.key)

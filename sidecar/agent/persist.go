@@ -9,7 +9,6 @@ import (
 	"github.com/hadar-sched/hadar/planner/belief"
 	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/sidecar/apply"
-	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/state"
 	"github.com/hadar-sched/hadar/sidecar/watch"
@@ -187,7 +186,7 @@ func (a *Agent) carries(snap *watch.Snapshot, e state.Entry) bool {
 		if engineID(j.Key()) != e.Job || j.Raw == nil || j.Spec == nil {
 			continue
 		}
-		us, err := jobform.Units(j.Raw, *j.Spec)
+		us, err := j.Units, j.UnitsErr
 		if err != nil || len(us) != len(e.Units) {
 			return false
 		}

@@ -119,7 +119,7 @@ func hasNote(job *api.Job) bool {
 // writeNote registers job (a note added or removed) against index, fenced
 // and journaled as the applier's writes are, and returns the new index.
 func (a *Agent) writeNote(ctx context.Context, k watch.JobKey, job *api.Job, index uint64, kind string) (uint64, error) {
-	w := apply.Write{Job: apply.Key(k), Kind: kind, ReadIndex: index}
+	w := apply.Write{Job: k, Kind: kind, ReadIndex: index}
 	if err := a.fence(ctx, w); err != nil {
 		return 0, err
 	}

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"net/http/httptest"
 	"slices"
 	"testing"
@@ -58,17 +57,8 @@ func noteState(t *testing.T, cases []noteCase) (*watch.Snapshot, *recordedNomad)
 		idx := uint64(10 + i)
 		j.JobModifyIndex, j.Version, j.Status = &idx, ptr(uint64(0)), ptr("pending")
 		rec.jobs[id] = j
-		wj := &watch.Job{Namespace: "default", ID: id, Type: "batch", Status: "pending", JobModifyIndex: idx, Managed: true, Raw: j, SubmitTime: time.Now()}
-		spec, err := jobspec.Parse(j)
-		if err != nil {
-			var fe *jobspec.FieldError
-			if !errors.As(err, &fe) {
-				t.Fatal(err)
-			}
-			wj.SpecErr = fe
-		} else {
-			wj.Spec = &spec
-		}
+		wj := watch.NewJob(j)
+		wj.SubmitTime = time.Now()
 		snap.Jobs[wj.Key()] = wj
 		if c.running {
 			snap.Allocs[id+"/a"] = &watch.Alloc{ID: id + "/a", Namespace: "default", JobID: id, TaskGroup: jobform.GroupName("train", 0, 0),
@@ -155,10 +145,9 @@ func observedJobs(snap *watch.Snapshot, rec *recordedNomad) *watch.Snapshot {
 	next := *snap
 	next.Jobs = map[watch.JobKey]*watch.Job{}
 	for k, j := range snap.Jobs {
-		c := *j
-		c.Raw = rec.jobs[k.ID]
-		c.JobModifyIndex = *c.Raw.JobModifyIndex
-		next.Jobs[k] = &c
+		c := watch.NewJob(rec.jobs[k.ID])
+		c.SubmitTime = j.SubmitTime
+		next.Jobs[k] = c
 	}
 	return &next
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/belief"
 	"github.com/hadar-sched/hadar/planner/round"
-	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/feasible"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
@@ -336,7 +335,7 @@ func deref(s *string) string {
 // workers exited 0, else a failure, retried from its checkpoint a few
 // times before hadar gives up.
 func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now float64) {
-	if a.applier.InFlight(apply.Key(j.Key())) != nil {
+	if a.applier.InFlight(watch.JobKey(j.Key())) != nil {
 		return // our own write is in flight: Nomad's status is stale
 	}
 	complete, failed := false, ""
@@ -388,7 +387,7 @@ func (a *Agent) forget(mj *managed, now float64) {
 	if err := a.eng.Fail(mj.id, now); err != nil {
 		a.log.Debug("forget", "job", mj.id, "error", err)
 	}
-	a.applier.Cancel(apply.Key(mj.key))
+	a.applier.Cancel(mj.key)
 	a.prof.Forget(mj.model)
 	delete(a.jobs, mj.key)
 }
@@ -398,7 +397,7 @@ func (a *Agent) forget(mj *managed, now float64) {
 // workers of a unit end a few seconds apart, and a finishing unit is not a
 // broken one), none asked to stop.
 func running(snap *watch.Snapshot, j *watch.Job) ([]jobform.Unit, error) {
-	units, err := jobform.Units(j.Raw, *j.Spec)
+	units, err := j.Units, j.UnitsErr
 	if err != nil {
 		return nil, err
 	}
@@ -432,7 +431,7 @@ func (a *Agent) reconcile(snap *watch.Snapshot, now float64) {
 	for _, k := range sortedKeys(a.jobs) {
 		mj := a.jobs[k]
 		j := snap.Jobs[k]
-		if j == nil || j.Spec == nil || a.applier.InFlight(apply.Key(k)) != nil {
+		if j == nil || j.Spec == nil || a.applier.InFlight(k) != nil {
 			continue
 		}
 		st, ok := a.eng.Job(mj.id)
@@ -499,7 +498,7 @@ func (a *Agent) usedPorts(snap *watch.Snapshot) map[string][]int {
 		if j.Spec == nil || j.Raw == nil {
 			continue
 		}
-		us, err := jobform.Units(j.Raw, *j.Spec)
+		us, err := j.Units, j.UnitsErr
 		if err != nil {
 			continue
 		}

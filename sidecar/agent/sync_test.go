@@ -10,7 +10,6 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
-	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
 
@@ -116,11 +115,10 @@ func TestPlansFollowNomadsPlacementRules(t *testing.T) {
 	constrain := func(id string, c *api.Constraint) {
 		j := rec.jobs[id]
 		j.Constraints = append(j.Constraints, c)
-		spec, err := jobspec.Parse(j)
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap.Jobs[watch.JobKey{Namespace: "default", ID: id}].Spec = &spec
+		k := watch.JobKey{Namespace: "default", ID: id}
+		wj := watch.NewJob(j)
+		wj.SubmitTime = snap.Jobs[k].SubmitTime
+		snap.Jobs[k] = wj
 	}
 	constrain("not-n1", api.NewConstraint("${node.unique.name}", "!=", "n1"))
 	constrain("windows", api.NewConstraint("${attr.kernel.name}", "=", "windows"))

@@ -36,6 +36,7 @@ import (
 
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/watch"
 )
 
 // Jobs is the part of the Nomad API apply writes through.
@@ -45,14 +46,9 @@ type Jobs interface {
 	RegisterOpts(job *api.Job, opts *api.RegisterOptions, q *api.WriteOptions) (*api.JobRegisterResponse, *api.WriteMeta, error)
 }
 
-// Key names a job.
-type Key struct{ Namespace, ID string }
-
-func (k Key) String() string { return k.Namespace + "/" + k.ID }
-
 // Job is what apply needs of a managed job as last read from Nomad.
 type Job struct {
-	Key  Key
+	Key  watch.JobKey
 	Raw  *api.Job
 	Spec jobspec.Spec
 	// JobModifyIndex is the index the next write must be made against.
@@ -71,9 +67,9 @@ type Group struct {
 // Cluster is what apply reads of the watched cluster.
 type Cluster interface {
 	// Job returns the managed job as last read, nil if it is gone.
-	Job(k Key) *Job
+	Job(k watch.JobKey) *Job
 	// Group returns the state of a job's task group.
-	Group(k Key, group string) Group
+	Group(k watch.JobKey, group string) Group
 }
 
 // Config of an Applier.
@@ -97,7 +93,7 @@ type Config struct {
 
 // Write is one registration, as the journal records it.
 type Write struct {
-	Job  Key
+	Job  watch.JobKey
 	Kind string
 	// Units is the placement written; empty for the held form.
 	Units []jobform.Unit
@@ -113,13 +109,13 @@ type Applier struct {
 	jobs Jobs
 	cfg  Config
 	mu   sync.Mutex
-	ops  map[Key]*Op
+	ops  map[watch.JobKey]*Op
 	// Writes counts registrations made (dry runs included), by kind.
 	writes map[string]int
 	// own is, per job, the JobModifyIndex of hadar's last write: a
 	// decision planned on a view from before that write still stands on
 	// it (the engine assumed the write).
-	own map[Key]uint64
+	own map[watch.JobKey]uint64
 }
 
 // New returns an Applier writing through jobs.
@@ -130,7 +126,7 @@ func New(jobs Jobs, cfg Config) *Applier {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Applier{jobs: jobs, cfg: cfg, ops: map[Key]*Op{}, writes: map[string]int{}, own: map[Key]uint64{}}
+	return &Applier{jobs: jobs, cfg: cfg, ops: map[watch.JobKey]*Op{}, writes: map[string]int{}, own: map[watch.JobKey]uint64{}}
 }
 
 // Phase of an operation.
@@ -157,7 +153,7 @@ const (
 
 // Op is one change of a job's placement in flight.
 type Op struct {
-	Key Key
+	Key watch.JobKey
 	// Target is the placement being reached (empty: the job is held).
 	Target []jobform.Unit
 	// Keep are the units that run on through the change.
@@ -170,7 +166,7 @@ type Op struct {
 	Removed []string
 	// After are the jobs whose stopping workers hold GPUs the new units
 	// take: the new units are written once those have ended.
-	After   []Key
+	After   []watch.JobKey
 	Err     error
 	Started time.Time
 	// stopped: the removed workers have ended (a move may still wait on
@@ -186,7 +182,7 @@ type Op struct {
 
 // Outcome is an operation that ended, reported by Step.
 type Outcome struct {
-	Key   Key
+	Key   watch.JobKey
 	Phase Phase // Done or Failed
 	Err   error
 	// Target is what runs now: the target when Done, the kept units (or
@@ -227,7 +223,7 @@ func (a *Applier) Writes() map[string]int {
 }
 
 // InFlight returns the job's operation, nil when none.
-func (a *Applier) InFlight(k Key) *Op {
+func (a *Applier) InFlight(k watch.JobKey) *Op {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if op := a.ops[k]; op != nil {
@@ -264,14 +260,14 @@ func (a *Applier) Begin(ctx context.Context, j *Job, target []jobform.Unit) (*Op
 // written only once those jobs' stopping workers have ended, or their
 // StopTimeout passed (then the start is tried anyway, and Nomad's plan
 // says whether it fits).
-func (a *Applier) BeginAfter(ctx context.Context, j *Job, target []jobform.Unit, after []Key) (*Op, error) {
+func (a *Applier) BeginAfter(ctx context.Context, j *Job, target []jobform.Unit, after []watch.JobKey) (*Op, error) {
 	return a.BeginReserved(ctx, a.Reserve(j.Key), j, target, after)
 }
 
 // Reserve marks the job's operation as being written, so that it shows
 // in flight, and other jobs' starts wait on it, before BeginReserved runs
 // (on another goroutine): it replaces any operation of the job.
-func (a *Applier) Reserve(k Key) *Op {
+func (a *Applier) Reserve(k watch.JobKey) *Op {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	op := &Op{Key: k, Phase: Writing, Started: a.cfg.Now()}
@@ -282,7 +278,7 @@ func (a *Applier) Reserve(k Key) *Op {
 // BeginReserved is BeginAfter on the reservation r of job j. If r was
 // cancelled meanwhile (a lost lease), the write may still be made but the
 // operation is not followed: Nomad is the truth.
-func (a *Applier) BeginReserved(ctx context.Context, r *Op, j *Job, target []jobform.Unit, after []Key) (*Op, error) {
+func (a *Applier) BeginReserved(ctx context.Context, r *Op, j *Job, target []jobform.Unit, after []watch.JobKey) (*Op, error) {
 	op, err := a.begin(ctx, j, target, after)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -296,7 +292,7 @@ func (a *Applier) BeginReserved(ctx context.Context, r *Op, j *Job, target []job
 	return op, err
 }
 
-func (a *Applier) begin(ctx context.Context, j *Job, target []jobform.Unit, after []Key) (*Op, error) {
+func (a *Applier) begin(ctx context.Context, j *Job, target []jobform.Unit, after []watch.JobKey) (*Op, error) {
 	planned := []uint64{j.JobModifyIndex}
 	a.mu.Lock()
 	if own := a.own[j.Key]; own > j.JobModifyIndex {
@@ -311,7 +307,7 @@ func (a *Applier) begin(ctx context.Context, j *Job, target []jobform.Unit, afte
 	if err != nil {
 		return nil, err
 	}
-	op := &Op{Key: j.Key, Target: target, Started: a.cfg.Now(), After: slices.DeleteFunc(slices.Clone(after), func(k Key) bool { return k == j.Key }),
+	op := &Op{Key: j.Key, Target: target, Started: a.cfg.Now(), After: slices.DeleteFunc(slices.Clone(after), func(k watch.JobKey) bool { return k == j.Key }),
 		index: j.JobModifyIndex, spec: j.Spec}
 	for _, u := range target {
 		if c := find(current, u.ID); c != nil && sameUnit(*c, u) {
@@ -703,12 +699,12 @@ func (a *Applier) waits(op *Op, now time.Time) bool {
 // the next leader decides anew from Nomad).
 func (a *Applier) CancelAll() {
 	a.mu.Lock()
-	a.ops = map[Key]*Op{}
+	a.ops = map[watch.JobKey]*Op{}
 	a.mu.Unlock()
 }
 
 // Cancel forgets the job's operation (a newer decision replaces it).
-func (a *Applier) Cancel(k Key) {
+func (a *Applier) Cancel(k watch.JobKey) {
 	a.mu.Lock()
 	delete(a.ops, k)
 	a.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/watch"
 )
 
 // fakeJobs keeps one job in memory and answers Nomad's three job calls the
@@ -63,11 +64,11 @@ type fakeCluster struct {
 	groups map[string]Group
 }
 
-func (c *fakeCluster) Job(k Key) *Job {
+func (c *fakeCluster) Job(k watch.JobKey) *Job {
 	return &Job{Key: k, Raw: c.f.job, Spec: spec(c.f.job), JobModifyIndex: c.f.index}
 }
 
-func (c *fakeCluster) Group(_ Key, g string) Group {
+func (c *fakeCluster) Group(_ watch.JobKey, g string) Group {
 	if st, ok := c.groups[g]; ok {
 		return st
 	}
@@ -117,7 +118,7 @@ func setup(t *testing.T) (*Applier, *fakeJobs, *fakeCluster, *clock) {
 	return a, f, &fakeCluster{f: f, groups: map[string]Group{}}, c
 }
 
-var key = Key{"default", "j"}
+var key = watch.JobKey{Namespace: "default", ID: "j"}
 
 func TestGangStartSucceedsWhenEveryWorkerRuns(t *testing.T) {
 	a, f, cl, _ := setup(t)
@@ -364,12 +365,12 @@ type twoCluster struct {
 	groups map[string]Group
 }
 
-func (c *twoCluster) Job(k Key) *Job {
+func (c *twoCluster) Job(k watch.JobKey) *Job {
 	f := c.js[k.ID]
 	return &Job{Key: k, Raw: f.job, Spec: spec(f.job), JobModifyIndex: f.index}
 }
 
-func (c *twoCluster) Group(k Key, g string) Group {
+func (c *twoCluster) Group(k watch.JobKey, g string) Group {
 	if st, ok := c.groups[k.ID+"/"+g]; ok {
 		return st
 	}
@@ -395,7 +396,7 @@ func setupTwo(t *testing.T) (*Applier, twoJobs, *twoCluster, *clock) {
 func TestStartWaitsForTheJobLeavingItsGPUs(t *testing.T) {
 	a, js, cl, c := setupTwo(t)
 	ctx := context.Background()
-	x, y := Key{"default", "x"}, Key{"default", "y"}
+	x, y := watch.JobKey{Namespace: "default", ID: "x"}, watch.JobKey{Namespace: "default", ID: "y"}
 	if _, err := a.Begin(ctx, cl.Job(x), []jobform.Unit{unit(0, 29500, "n1")}); err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +408,7 @@ func TestStartWaitsForTheJobLeavingItsGPUs(t *testing.T) {
 	if op, err := a.Begin(ctx, cl.Job(x), nil); err != nil || op.Phase != Stopping {
 		t.Fatalf("x's stop: %+v, %v", op, err)
 	}
-	op, err := a.BeginAfter(ctx, cl.Job(y), []jobform.Unit{unit(0, 29501, "n1")}, []Key{x, y})
+	op, err := a.BeginAfter(ctx, cl.Job(y), []jobform.Unit{unit(0, 29501, "n1")}, []watch.JobKey{x, y})
 	if err != nil || op.Phase != Waiting || len(js["y"].registers) != 0 {
 		t.Fatalf("y's start: %+v, %v, %d writes: want waiting, unwritten", op, err, len(js["y"].registers))
 	}
@@ -445,7 +446,7 @@ func TestStartWaitsForTheJobLeavingItsGPUs(t *testing.T) {
 func TestStartAfterAStuckStopIsTriedAtTheTimeout(t *testing.T) {
 	a, js, cl, c := setupTwo(t)
 	ctx := context.Background()
-	x, y := Key{"default", "x"}, Key{"default", "y"}
+	x, y := watch.JobKey{Namespace: "default", ID: "x"}, watch.JobKey{Namespace: "default", ID: "y"}
 	if _, err := a.Begin(ctx, cl.Job(x), []jobform.Unit{unit(0, 29500, "n1")}); err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +456,7 @@ func TestStartAfterAStuckStopIsTriedAtTheTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl.groups["x/train-hadar-u0-w0"] = Group{}
-	if _, err := a.BeginAfter(ctx, cl.Job(y), []jobform.Unit{unit(0, 29501, "n1")}, []Key{x}); err != nil {
+	if _, err := a.BeginAfter(ctx, cl.Job(y), []jobform.Unit{unit(0, 29501, "n1")}, []watch.JobKey{x}); err != nil {
 		t.Fatal(err)
 	}
 	c.t = c.t.Add(29 * time.Second)
@@ -481,8 +482,8 @@ func TestStartAfterAStuckStopIsTriedAtTheTimeout(t *testing.T) {
 func TestMoveWaitsForTheOtherJobToo(t *testing.T) {
 	a, js, cl, _ := setupTwo(t)
 	ctx := context.Background()
-	x, y := Key{"default", "x"}, Key{"default", "y"}
-	for _, k := range []Key{x, y} {
+	x, y := watch.JobKey{Namespace: "default", ID: "x"}, watch.JobKey{Namespace: "default", ID: "y"}
+	for _, k := range []watch.JobKey{x, y} {
 		if _, err := a.Begin(ctx, cl.Job(k), []jobform.Unit{unit(0, 29500, "n-"+k.ID)}); err != nil {
 			t.Fatal(err)
 		}
@@ -493,7 +494,7 @@ func TestMoveWaitsForTheOtherJobToo(t *testing.T) {
 	if _, err := a.Begin(ctx, cl.Job(x), nil); err != nil {
 		t.Fatal(err)
 	}
-	if op, err := a.BeginAfter(ctx, cl.Job(y), []jobform.Unit{unit(1, 29501, "n-x")}, []Key{x}); err != nil || op.Phase != Stopping {
+	if op, err := a.BeginAfter(ctx, cl.Job(y), []jobform.Unit{unit(1, 29501, "n-x")}, []watch.JobKey{x}); err != nil || op.Phase != Stopping {
 		t.Fatalf("y's move: %+v, %v", op, err)
 	}
 	cl.groups["x/train-hadar-u0-w0"] = Group{}
@@ -534,7 +535,7 @@ func TestNoWriteRunsAFinishedWorkerAgain(t *testing.T) {
 func TestReservedWriteIsInFlightUntilItReturns(t *testing.T) {
 	a, js, cl, c := setupTwo(t)
 	ctx := context.Background()
-	x, y := Key{"default", "x"}, Key{"default", "y"}
+	x, y := watch.JobKey{Namespace: "default", ID: "x"}, watch.JobKey{Namespace: "default", ID: "y"}
 	if _, err := a.Begin(ctx, cl.Job(x), []jobform.Unit{unit(0, 29500, "n1")}); err != nil {
 		t.Fatal(err)
 	}
@@ -547,7 +548,7 @@ func TestReservedWriteIsInFlightUntilItReturns(t *testing.T) {
 	if got := a.InFlight(x); got == nil || got.Phase != Writing {
 		t.Fatalf("x in flight: %+v, want writing", got)
 	}
-	op, err := a.BeginAfter(ctx, cl.Job(y), []jobform.Unit{unit(0, 29501, "n1")}, []Key{x})
+	op, err := a.BeginAfter(ctx, cl.Job(y), []jobform.Unit{unit(0, 29501, "n1")}, []watch.JobKey{x})
 	if err != nil || op.Phase != Waiting {
 		t.Fatalf("y's start: %+v, %v", op, err)
 	}
@@ -572,7 +573,7 @@ func TestReservedWriteIsInFlightUntilItReturns(t *testing.T) {
 	}
 
 	// A failed write leaves nothing in flight.
-	z := Key{"default", "gone"}
+	z := watch.JobKey{Namespace: "default", ID: "gone"}
 	rz := a.Reserve(z)
 	if _, err := a.BeginReserved(ctx, rz, &Job{Key: z, Raw: js["x"].job, Spec: spec(js["x"].job)}, nil, nil); err == nil {
 		t.Fatal("a write of a job Nomad does not have succeeded")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 )
 
@@ -314,6 +315,11 @@ type Job struct {
 	Spec *jobspec.Spec
 	// SpecErr is why a managed job's spec is refused.
 	SpecErr *jobspec.FieldError
+	// Units are a valid managed job's placement units as written
+	// (jobform.Units, parsed once here); UnitsErr why they could not be
+	// read (a generated group a person edited out of shape).
+	Units    []jobform.Unit
+	UnitsErr error
 	// Raw is the full job as Nomad returned it (managed jobs only). Never
 	// modify it; re-read the job before writing it back.
 	Raw *api.Job
@@ -599,6 +605,10 @@ func convertGPUGroup(d *api.NodeDeviceResource) GPUGroup {
 
 // convertJob summarizes a full job; for a managed one it parses the spec
 // and keeps the job itself.
+// NewJob is the view of a job as Nomad returns it, as the watcher makes
+// it: for tools and tests that build snapshots of their own.
+func NewJob(j *api.Job) *Job { return convertJob(j) }
+
 func convertJob(j *api.Job) *Job {
 	out := &Job{
 		Namespace: deref(j.Namespace), ID: deref(j.ID), Name: deref(j.Name), Type: deref(j.Type),
@@ -625,6 +635,7 @@ func convertJob(j *api.Job) *Job {
 			out.SpecErr = err.(*jobspec.FieldError) // Parse returns no other type
 		} else {
 			out.Spec = &spec
+			out.Units, out.UnitsErr = jobform.Units(j, spec)
 		}
 	}
 	return out

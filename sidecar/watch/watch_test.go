@@ -490,6 +490,16 @@ func TestIndexGoesBack(t *testing.T) {
 	if w.Snapshot().Jobs[JobKey{"default", "ghost"}] != nil {
 		t.Fatal("applied an event from the past")
 	}
+	// The new session's stream is live (it delivered an event) before the
+	// restart below cuts it: a restart during its re-list would leave a
+	// stream opened after the cut, which only the periodic resync ends.
+	f.write(false, f.jobEvent(managed("c"), true))
+	eventually(t, "job c on the new stream", func() error {
+		if w.Snapshot().Jobs[JobKey{"default", "c"}] == nil {
+			return errors.New("missing")
+		}
+		return nil
+	})
 
 	// The server restarts with less state: a lower index, job a gone, and
 	// node n1 back with the same modify index but another rack.
