@@ -32,7 +32,6 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/feasible"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
-	"github.com/hadar-sched/hadar/sidecar/leader"
 	"github.com/hadar-sched/hadar/sidecar/state"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
@@ -105,9 +104,8 @@ type Agent struct {
 	planIndex  atomic.Uint64
 	saveErr    error
 
-	// Election: the lock (nil without one) and the lease while leading.
-	lock  leader.Lock
-	lease atomic.Pointer[leader.Lease]
+	// lead is this replica's part in the election.
+	lead
 }
 
 // managed is a job admitted to the engine.
@@ -222,45 +220,6 @@ func (a *Agent) fence(ctx context.Context, w apply.Write) error {
 	return a.journal(ctx, w)
 }
 
-// guard is the fence's check, asked again right before each registration
-// (apply.Config.Guard): without an election every write may go; with one,
-// only under the lease the write was decided under, while it is valid and
-// still this replica's current one.
-func (a *Agent) guard(ctx context.Context) error {
-	if a.lock == nil {
-		return nil
-	}
-	l := leaseOf(ctx)
-	if l == nil || !l.Valid() || a.lease.Load() != l {
-		return errNotLeader
-	}
-	return nil
-}
-
-// leaseKey carries, in a write's context, the lease it was decided under.
-type leaseKey struct{}
-
-func leaseOf(ctx context.Context) *leader.Lease {
-	l, _ := ctx.Value(leaseKey{}).(*leader.Lease)
-	return l
-}
-
-// underLease returns the context a write decided now runs in: with an
-// election, one that ends when the current lease is lost or lapses and
-// that names that lease (ok false when this replica holds none); without,
-// ctx itself.
-func (a *Agent) underLease(ctx context.Context) (context.Context, context.CancelFunc, bool) {
-	if a.lock == nil {
-		return ctx, func() {}, true
-	}
-	l := a.lease.Load()
-	if l == nil {
-		return ctx, func() {}, false
-	}
-	lctx, cancel := l.Context(ctx)
-	return context.WithValue(lctx, leaseKey{}, l), cancel, true
-}
-
 // openStore opens the configured state store (nil for "none").
 func openStore(cfg Settings, client *api.Client) (state.Store, error) {
 	switch cfg.State.Store {
@@ -302,12 +261,6 @@ func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 // leaderID and generation name this replica and its lock generation in
 // the journal (without an election: its ID, generation 0).
 func (a *Agent) leaderID() string { return a.id }
-func (a *Agent) generation() uint64 {
-	if l := a.lease.Load(); l != nil {
-		return l.Generation
-	}
-	return 0
-}
 
 // newEngine builds the estimates, the scheduler with its placement policy,
 // and an engine over them: a fresh one, or one restored from a snapshot.

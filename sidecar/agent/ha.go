@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"sync/atomic"
 	"time"
 
 	consul "github.com/hashicorp/consul/api"
@@ -35,6 +36,14 @@ func newLock(cfg Settings, client *api.Client, id string, a *Agent) (leader.Lock
 	return leader.NewNomad(client, cfg.Leader.Namespace, cfg.Leader.Path, lc)
 }
 
+// lead is a replica's part in the election: the lock (nil without an
+// election) and the lease while it holds it, and the checks every write
+// passes (the fence).
+type lead struct {
+	lock  leader.Lock
+	lease atomic.Pointer[leader.Lease]
+}
+
 // acting reports whether this replica may write to Nomad now: not a dry
 // run, and the leader (or no election configured). Called under a.mu.
 func (a *Agent) acting() bool {
@@ -43,14 +52,61 @@ func (a *Agent) acting() bool {
 
 // leading reports whether this replica holds the lease (always true
 // without an election).
-func (a *Agent) leading() bool {
-	l := a.lease.Load()
-	return a.lock == nil || (l != nil && l.Valid())
+func (l *lead) leading() bool {
+	ls := l.lease.Load()
+	return l.lock == nil || (ls != nil && ls.Valid())
 }
 
 // Leading reports whether this replica leads (always true without an
 // election), for status.
 func (a *Agent) Leading() bool { return a.leading() }
+
+// generation is the current lease's generation (0 without one).
+func (l *lead) generation() uint64 {
+	if ls := l.lease.Load(); ls != nil {
+		return ls.Generation
+	}
+	return 0
+}
+
+// guard is the fence's check, asked again right before each registration
+// (apply.Config.Guard): without an election every write may go; with one,
+// only under the lease the write was decided under, while it is valid and
+// still this replica's current one.
+func (l *lead) guard(ctx context.Context) error {
+	if l.lock == nil {
+		return nil
+	}
+	ls := leaseOf(ctx)
+	if ls == nil || !ls.Valid() || l.lease.Load() != ls {
+		return errNotLeader
+	}
+	return nil
+}
+
+// leaseKey carries, in a write's context, the lease it was decided under.
+type leaseKey struct{}
+
+func leaseOf(ctx context.Context) *leader.Lease {
+	ls, _ := ctx.Value(leaseKey{}).(*leader.Lease)
+	return ls
+}
+
+// underLease returns the context a write decided now runs in: with an
+// election, one that ends when the current lease is lost or lapses and
+// that names that lease (ok false when this replica holds none); without,
+// ctx itself.
+func (l *lead) underLease(ctx context.Context) (context.Context, context.CancelFunc, bool) {
+	if l.lock == nil {
+		return ctx, func() {}, true
+	}
+	ls := l.lease.Load()
+	if ls == nil {
+		return ctx, func() {}, false
+	}
+	lctx, cancel := ls.Context(ctx)
+	return context.WithValue(lctx, leaseKey{}, ls), cancel, true
+}
 
 // campaign holds the lock whenever it can: while it does, this replica
 // acts; when the lease is lost it stops acting at once, drops its writes

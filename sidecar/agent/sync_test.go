@@ -141,3 +141,115 @@ func TestPlansFollowNomadsPlacementRules(t *testing.T) {
 		t.Fatal("a start Nomad would refuse was written")
 	}
 }
+
+// placedRaw is the job as hadar writes it placed: one unit, one worker on
+// node, plus the allocation of that worker with the given client status.
+func placedJob(t *testing.T, snap *watch.Snapshot, rec *recordedNomad, id, node, status string) {
+	t.Helper()
+	raw := rec.jobs[id]
+	spec := *snap.Jobs[watch.JobKey{Namespace: "default", ID: id}].Spec
+	u := jobform.Unit{ID: 0, Port: 29500, Workers: []jobform.Worker{{Node: node, Type: "v100", Models: []string{"Tesla V100-SXM2-16GB"}, Addr: "127.0.0.1"}}}
+	placed, err := jobform.Placed(raw, spec, []jobform.Unit{u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := *raw.JobModifyIndex + 1
+	placed.JobModifyIndex, placed.Version = &idx, ptr(uint64(1))
+	rec.jobs[id] = placed
+	wj := watch.NewJob(placed)
+	wj.SubmitTime = snap.Jobs[wj.Key()].SubmitTime
+	snap.Jobs[wj.Key()] = wj
+	g := jobform.GroupName(spec.Group, 0, 0)
+	snap.Allocs[id+"/"+g] = &watch.Alloc{ID: id + "/" + g, Namespace: "default", JobID: id, TaskGroup: g, NodeID: node, Task: "t",
+		JobVersion: 1, DesiredStatus: api.AllocDesiredStatusRun, ClientStatus: status, GPUs: map[string]int{"Tesla V100-SXM2-16GB": 1}}
+}
+
+// sync's three parts on a view of Nomad: admission (valid jobs in, refused
+// specs kept apart with their error), reconcile (Nomad is the truth: a job
+// found running is adopted where it runs, one whose workers died waits
+// again), finished (complete, or failed: retried from its checkpoint, then
+// given up).
+func TestSyncAdmitsReconcilesAndFinishes(t *testing.T) {
+	good := map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "1000"}
+	snap, rec := noteState(t, []noteCase{{name: "run", meta: good}, {name: "bad", meta: map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "x"}}})
+	snap.Nodes["n1"], snap.Nodes["n2"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 1), gpuNode("n2", "Tesla V100-SXM2-16GB", 1)
+	a := testAgent(t, rec, "gavel-maxmin")
+	run := watch.JobKey{Namespace: "default", ID: "run"}
+	sync := func(now float64) {
+		t.Helper()
+		if err := a.sync(snap, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+
+	// Admission.
+	sync(now)
+	if _, ok := a.jobs[run]; !ok {
+		t.Fatal("the valid job was not admitted")
+	}
+	if iv, ok := a.invalid[watch.JobKey{Namespace: "default", ID: "bad"}]; !ok || !strings.Contains(iv.err.Error(), "hadar.steps") {
+		t.Fatalf("the bad spec: %+v, %v", iv, ok)
+	}
+	if st, _ := a.eng.Job(engineID(run)); st.Running {
+		t.Fatal("admitted as running")
+	}
+
+	// Nomad runs it on n2 (a restart found it so): adopted there.
+	placedJob(t, snap, rec, "run", "n2", api.AllocClientStatusRunning)
+	sync(now + 1)
+	st, _ := a.eng.Job(engineID(run))
+	if !st.Running || st.Placement.Units[0].Slots[0].Node != "n2" {
+		t.Fatalf("not adopted where Nomad runs it: %v on %v", st.Running, st.Placement)
+	}
+
+	// Its worker is lost: it waits again, counted as a failure, and is
+	// retried (still planned) until the fourth.
+	for n := 1; n <= maxFailures+1; n++ {
+		snap.Allocs["run/"+jobform.GroupName("train", 0, 0)].ClientStatus = api.AllocClientStatusLost
+		snap.Jobs[run].Status = "dead"
+		sync(now + 1 + float64(n))
+		if n <= maxFailures {
+			st, ok := a.eng.Job(engineID(run))
+			if !ok || st.Running || a.jobs[run].failures != n {
+				t.Fatalf("failure %d: planned %v, running %v, failures %d", n, ok, st.Running, a.jobs[run].failures)
+			}
+			continue
+		}
+		if _, ok := a.eng.Job(engineID(run)); ok || a.jobs[run] != nil {
+			t.Fatalf("after %d failures the job is still planned", n)
+		}
+		if last := a.history[len(a.history)-1]; !strings.Contains(last.Result, "failed for good") {
+			t.Fatalf("history %+v", last)
+		}
+	}
+}
+
+// A job whose workers all completed leaves the plan as complete.
+func TestSyncFinishesACompleteJob(t *testing.T) {
+	good := map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "1000"}
+	snap, rec := noteState(t, []noteCase{{name: "done", meta: good}})
+	snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 1)
+	a := testAgent(t, rec, "gavel-maxmin")
+	k := watch.JobKey{Namespace: "default", ID: "done"}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	placedJob(t, snap, rec, "done", "n1", api.AllocClientStatusRunning)
+	if err := a.sync(snap, now); err != nil {
+		t.Fatal(err)
+	}
+	snap.Allocs["done/"+jobform.GroupName("train", 0, 0)].ClientStatus = api.AllocClientStatusComplete
+	snap.Jobs[k].Status = "dead"
+	if err := a.sync(snap, now+1); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.eng.Job(engineID(k)); ok || a.jobs[k] != nil {
+		t.Fatal("a complete job is still planned")
+	}
+	if last := a.history[len(a.history)-1]; last.Result != "complete" {
+		t.Fatalf("history %+v", last)
+	}
+}
