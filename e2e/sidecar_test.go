@@ -553,9 +553,11 @@ func TestSidecarRefusesAndRespects(t *testing.T) {
 		t.Fatalf("the bad job has %d allocations", n)
 	}
 
-	// 2. A gang whose second worker Nomad cannot place: only V100s, two
-	// workers, and a constraint that keeps it off v100-b, the only other
-	// node with a free V100.
+	// 2. A gang whose second worker could only go where its own
+	// constraint forbids: only V100s, two workers, and a constraint that
+	// keeps it off v100-b, the only other node with a free V100. hadar
+	// plans with Nomad's placement rules (sidecar/feasible): it never plans
+	// the gang there, so it never writes a start Nomad would refuse.
 	gang := scJob{id: "gang", steps: 200, workers: 2, gated: true, task: `      constraint {
         attribute = "${node.unique.name}"
         operator  = "!="
@@ -568,14 +570,17 @@ func TestSidecarRefusesAndRespects(t *testing.T) {
 	if _, _, err := c.api.Jobs().Register(gj, nil); err != nil {
 		t.Fatal(err)
 	}
-	c.waitFor("the gang waits with Nomad's reason", 60*time.Second, func() error {
+	c.waitFor("the gang is planned and waits", 60*time.Second, func() error {
 		jv := c.planOf(a, "gang")
-		if jv.State != "waiting" || !strings.Contains(jv.Reason.Why, "cannot place") {
+		if jv.State != "waiting" || jv.Reason.Why == "" {
 			return fmt.Errorf("state %s, why %q", jv.State, jv.Reason.Why)
 		}
 		return nil
 	})
 	c.waitCycles(a, 3)
+	if jv := c.planOf(a, "gang"); jv.State != "waiting" || len(jv.Units) != 0 {
+		t.Fatalf("the gang: %s on %+v; want it waiting: its constraint excludes the only free V100s", jv.State, jv.Units)
+	}
 	if n := len(c.allocs("gang")); n != 0 {
 		t.Fatalf("the gang has %d allocations: a worker started without its peer", n)
 	}
