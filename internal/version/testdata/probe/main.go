@@ -1,0 +1,14 @@
+// Command probe prints what package version reports, for the package's
+// test of the link stamp.
+package main
+
+import (
+	"fmt"
+
+	"github.com/hadar-sched/hadar/internal/version"
+)
+
+func main() {
+	fmt.Println(version.String("probe"))
+	fmt.Println(version.Plugin())
+}
