@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/internal/demo"
+	"github.com/hadar-sched/hadar/internal/version"
 )
 
 func main() {
@@ -28,6 +29,10 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if version.IsFlag(args) {
+		fmt.Fprintln(stdout, version.String("hadar-demo"))
+		return 0
+	}
 	if len(args) > 0 && args[0] == "stop" {
 		if err := stop(args[1:], stdout, stderr); err != nil {
 			fmt.Fprintf(stderr, "hadar-demo stop: %v\n", err)

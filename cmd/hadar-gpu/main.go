@@ -3,12 +3,22 @@
 package main
 
 import (
+	"fmt"
+	"os"
+
 	"github.com/hadar-sched/hadar/driver/device"
 	"github.com/hadar-sched/hadar/driver/lifeline"
 	"github.com/hadar-sched/hadar/driver/plugin"
+	"github.com/hadar-sched/hadar/internal/version"
 )
 
 func main() {
+	// Nomad starts a plugin without arguments; an operator checking the
+	// installed release runs it with -version.
+	if version.IsFlag(os.Args[1:]) {
+		fmt.Println(version.String(device.PluginName))
+		return
+	}
 	logger := plugin.NewLogger()
 	// The agent does not always kill its plugins (it leaves them
 	// running when it fails after loading them).

@@ -5,12 +5,14 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/hadar-sched/hadar/driver/lifeline"
 	"github.com/hadar-sched/hadar/driver/plugin"
 	"github.com/hadar-sched/hadar/driver/supervise"
 	"github.com/hadar-sched/hadar/driver/train"
+	"github.com/hadar-sched/hadar/internal/version"
 )
 
 func main() {
@@ -18,6 +20,10 @@ func main() {
 	// nor exit with the agent.
 	if len(os.Args) > 1 && os.Args[1] == supervise.Command {
 		os.Exit(supervise.Main(os.Args[2:]))
+	}
+	if version.IsFlag(os.Args[1:]) {
+		fmt.Println(version.String(train.PluginName))
+		return
 	}
 	logger := plugin.NewLogger()
 	// The agent does not always kill its plugins (it leaves them running

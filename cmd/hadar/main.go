@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/hadar-sched/hadar/internal/version"
 )
 
 const usage = `usage: hadar <command> [flags]
@@ -20,6 +22,7 @@ commands:
   status   what a running sidecar shows: GPUs, running jobs, the queue and why (docs/status.md)
   policies list the policies hadar sim knows
   netmodel calibrate: print the network model's fit to Gavel's throughputs
+  version  print hadar's release (also -version)
 
 Run 'hadar <command> -h' for a command's flags.
 `
@@ -49,6 +52,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runPolicies(stdout)
 	case "netmodel":
 		err = runNetmodel(args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, version.String("hadar"))
+		return 0
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -16,7 +16,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/internal/version"
 	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/nomadclient"
 	"github.com/hadar-sched/hadar/sidecar/status"
 	"github.com/hadar-sched/hadar/sidecar/telemetry"
 )
@@ -33,6 +35,10 @@ type sidecarFlags struct {
 	// plain HTTP.
 	httpCert, httpKey string
 	httpInsecure      bool
+	// Nomad's connection, as Nomad's CLI takes it (hadar plan): over the
+	// config file's nomad block, which is over NOMAD_* (the environment).
+	nomad     nomadclient.Config
+	namespace string
 }
 
 func (f *sidecarFlags) register(fs *flag.FlagSet, daemon bool) {
@@ -47,6 +53,13 @@ func (f *sidecarFlags) register(fs *flag.FlagSet, daemon bool) {
 		fs.BoolVar(&f.httpInsecure, "http-allow-insecure", false, "serve the status API as plain HTTP on an address beyond loopback")
 	} else {
 		fs.BoolVar(&f.json, "json", false, "print the plan as JSON")
+		fs.StringVar(&f.nomad.Address, "address", "", "Nomad's HTTP API (overrides the config's nomad.address and NOMAD_ADDR)")
+		fs.StringVar(&f.nomad.Region, "region", "", "Nomad region (overrides nomad.region and NOMAD_REGION)")
+		fs.StringVar(&f.nomad.Token, "token", "", "Nomad ACL token (overrides nomad.token and NOMAD_TOKEN; better in NOMAD_TOKEN: a flag shows in ps)")
+		fs.StringVar(&f.nomad.CACert, "ca-cert", "", "CA certificate to verify Nomad's TLS (overrides NOMAD_CACERT)")
+		fs.StringVar(&f.nomad.ClientCert, "client-cert", "", "client certificate for Nomad's mutual TLS (overrides NOMAD_CLIENT_CERT)")
+		fs.StringVar(&f.nomad.ClientKey, "client-key", "", "client key for -client-cert (overrides NOMAD_CLIENT_KEY)")
+		fs.StringVar(&f.namespace, "namespace", "", "show only the jobs of this namespace (default $HADAR_NAMESPACE, else $NOMAD_NAMESPACE, else all; \"*\" for all); the plan is the whole cluster's either way")
 	}
 }
 
@@ -69,34 +82,70 @@ func (f *sidecarFlags) settings(dryRun bool) (agent.Settings, error) {
 	return cfg.Resolve()
 }
 
-// nomadClient builds the Nomad API client: Nomad's environment variables,
-// then the config's nomad block over them.
-func nomadClient(s agent.Settings) (*api.Client, error) {
-	c := api.DefaultConfig()
+// nomadConfig is the Nomad connection: Nomad's environment variables,
+// the config's nomad block over them, the flags over both.
+func nomadConfig(s agent.Settings, flags nomadclient.Config) nomadclient.Config {
 	n := s.Nomad
-	if n.Address != "" {
-		c.Address = n.Address
-	}
-	if n.Region != "" {
-		c.Region = n.Region
-	}
-	if n.Token != "" {
-		c.SecretID = n.Token
-	}
-	if n.CACert != "" {
-		c.TLSConfig.CACert = n.CACert
-	}
-	if n.ClientCert != "" {
-		c.TLSConfig.ClientCert = n.ClientCert
-	}
-	if n.ClientKey != "" {
-		c.TLSConfig.ClientKey = n.ClientKey
-	}
-	client, err := api.NewClient(c)
+	file := nomadclient.Config{Address: n.Address, Region: n.Region, Token: n.Token, TokenFile: n.TokenFile, AuthMethod: n.AuthMethod,
+		CACert: n.CACert, ClientCert: n.ClientCert, ClientKey: n.ClientKey}
+	return nomadclient.FromEnv(os.Getenv).Over(file).Over(flags)
+}
+
+// checkNomad refuses a Nomad hadar cannot work with (nomadclient.Check),
+// and logs a release it is not tested on. Nomad not answering yet (a
+// sidecar started beside it) is retried for a minute.
+func checkNomad(ctx context.Context, client *api.Client, log hclog.Logger) error {
+	var r nomadclient.Report
+	err := retryFor(ctx, time.Minute, func() error {
+		var err error
+		r, err = nomadclient.Inspect(ctx, client)
+		if err != nil && !strings.Contains(err.Error(), "permission denied") {
+			log.Warn("Nomad's version: not read yet, retrying", "error", err)
+			return err
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("nomad client for %s: %w", c.Address, err)
+		return err
 	}
-	return client, nil
+	if r.Refused != "" {
+		return errors.New(r.Refused)
+	}
+	if r.Warning != "" {
+		log.Warn(r.Warning)
+	}
+	log.Info("Nomad", "region", r.Region, "servers", len(r.Servers), "oldest", r.Oldest)
+	return nil
+}
+
+// retryFor calls f until it returns nil, ctx ends, or within has
+// passed (then f's last error), every 2 seconds.
+func retryFor(ctx context.Context, within time.Duration, f func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// statusAuth is the status API's authentication from the http block.
+func statusAuth(s agent.Settings, nc nomadclient.Config) (status.Auth, error) {
+	auth := status.Auth{Token: s.HTTP.AuthToken, ClientCerts: s.HTTP.ClientCA != ""}
+	if s.HTTP.NomadAuth {
+		anon, err := nomadclient.Anonymous(nc)
+		if err != nil {
+			return auth, err
+		}
+		auth.Nomad = status.NewNomadTokens(anon)
+	}
+	return auth, nil
 }
 
 func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -115,15 +164,25 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	listener := status.Listener{Address: s.HTTP.Address, CertFile: cmp.Or(f.httpCert, s.HTTP.TLSCert),
-		KeyFile: cmp.Or(f.httpKey, s.HTTP.TLSKey), AllowInsecure: f.httpInsecure || s.HTTP.AllowInsecureHTTP}
+		KeyFile: cmp.Or(f.httpKey, s.HTTP.TLSKey), AllowInsecure: f.httpInsecure || s.HTTP.AllowInsecureHTTP,
+		ClientCA: s.HTTP.ClientCA, RequireClientCert: s.HTTP.ClientCA != "" && s.HTTP.AuthToken == "" && !s.HTTP.NomadAuth}
 	// Before Nomad is contacted: a listener that may not open stops the
 	// sidecar at once, with the fix.
 	if err := listener.Check(); err != nil {
 		return err
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "hadar", Level: hclog.LevelFromString(s.LogLevel), Output: stderr})
-	client, err := nomadClient(s)
+	log.Info("hadar sidecar", "version", version.Version())
+	nc := nomadConfig(s, nomadclient.Config{})
+	client, err := nomadclient.New(nc)
 	if err != nil {
+		return err
+	}
+	auth, err := statusAuth(s, nc)
+	if err != nil {
+		return err
+	}
+	if err := checkNomad(ctx, client, log); err != nil {
 		return err
 	}
 	a, err := agent.New(s, client, log)
@@ -138,11 +197,13 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	a.OnCycle(tel.ObserveRound)
 	go tel.Run(ctx)
-	token := s.Nomad.Token
-	if token == "" {
-		token = os.Getenv("NOMAD_TOKEN")
+	secrets := []string{nc.Token}
+	if nc.TokenFile != "" {
+		if tok, err := (&nomadclient.TokenFile{Path: nc.TokenFile}).Token(); err == nil {
+			secrets = append(secrets, tok)
+		}
 	}
-	srv := status.New(a, status.Options{Logger: log.Named("http"), Telemetry: tel, Secrets: []string{token}})
+	srv := status.New(a, status.Options{Logger: log.Named("http"), Telemetry: tel, Secrets: secrets, Auth: auth})
 	errc := make(chan error, 1)
 	go func() {
 		err := srv.Serve(ctx, listener, func(addr net.Addr) {
@@ -177,21 +238,25 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	client, err := nomadClient(s)
+	client, err := nomadclient.New(nomadConfig(s, f.nomad))
 	if err != nil {
 		return err
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "hadar", Level: hclog.Warn, Output: stderr})
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := nomadclient.Check(ctx, client); err != nil {
+		return err
+	}
 	a, err := agent.New(s, client, log)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
 	p, err := a.PlanOnce(ctx)
 	if err != nil {
 		return err
 	}
+	p = onlyNamespace(p, namespaceOf(f.namespace))
 	if f.json {
 		return writeJSON(stdout, p)
 	}
@@ -199,6 +264,36 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	agent.WriteTable(&b, p)
 	_, err = io.WriteString(stdout, b.String())
 	return err
+}
+
+// namespaceOf is the namespace a CLI shows: the flag, else HADAR_NAMESPACE,
+// else NOMAD_NAMESPACE, else every one ("" or "*").
+func namespaceOf(flag string) string {
+	ns := cmp.Or(flag, os.Getenv("HADAR_NAMESPACE"), os.Getenv("NOMAD_NAMESPACE"))
+	if ns == "*" {
+		return ""
+	}
+	return ns
+}
+
+// onlyNamespace keeps the jobs of one namespace ("" keeps every one).
+func onlyNamespace(p agent.PlanView, ns string) agent.PlanView {
+	if ns == "" {
+		return p
+	}
+	jobs, refused := []agent.JobView{}, []agent.RefusedJob{}
+	for _, j := range p.Jobs {
+		if strings.HasPrefix(j.ID, ns+"/") {
+			jobs = append(jobs, j)
+		}
+	}
+	for _, r := range p.Refused {
+		if strings.HasPrefix(r.Job, ns+"/") {
+			refused = append(refused, r)
+		}
+	}
+	p.Jobs, p.Refused = jobs, refused
+	return p
 }
 
 func writeJSON(w io.Writer, v any) error {

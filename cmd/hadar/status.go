@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -27,9 +28,15 @@ import (
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("hadar status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", agent.DefaultHTTPAddress, "the sidecar's status API: host:port, or an http:// or https:// URL")
+	var c statusConn
+	fs.StringVar(&c.addr, "address", "", "the sidecar's status API: host:port, or an http:// or https:// URL (default $HADAR_ADDR, else "+agent.DefaultHTTPAddress+")")
+	fs.StringVar(&c.addr, "addr", "", "the same as -address")
+	fs.StringVar(&c.token, "token", "", "token for a status API that asks for one: its own token or a Nomad ACL token (default $HADAR_TOKEN, else $NOMAD_TOKEN)")
+	fs.StringVar(&c.caCert, "ca-cert", "", "CA certificate (PEM) to verify an https status API with (default $HADAR_CACERT)")
+	fs.StringVar(&c.clientCert, "client-cert", "", "client certificate (PEM) for a status API that checks them (default $HADAR_CLIENT_CERT)")
+	fs.StringVar(&c.clientKey, "client-key", "", "key of -client-cert (default $HADAR_CLIENT_KEY)")
+	namespace := fs.String("namespace", "", "show only this namespace's jobs (default $HADAR_NAMESPACE, else $NOMAD_NAMESPACE, else all; \"*\" for all)")
 	asJSON := fs.Bool("json", false, "print the API's JSON answer")
-	caCert := fs.String("ca-cert", "", "CA certificate (PEM) to verify an https status API with")
 	decisions := fs.Int("decisions", 10, "recent decisions to print")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: hadar status [flags] [namespace/job | job]\n\nWithout a job: the cluster's GPUs, the running jobs and the queue. With one: that job, why it waits or where it runs, and where it ran.\n\n")
@@ -45,7 +52,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fs.Usage()
 		return errUsage
 	}
-	base, client, err := statusClient(*addr, *caCert)
+	c = c.withEnv(os.Getenv)
+	base, client, err := statusClient(c)
 	if err != nil {
 		return err
 	}
@@ -53,7 +61,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() == 1 {
 		path = "/v1/jobs/" + strings.Trim(fs.Arg(0), "/")
 	}
-	body, err := fetchStatus(ctx, client, base, path)
+	if ns := namespaceOf(*namespace); ns != "" {
+		path += "?namespace=" + url.QueryEscape(ns)
+	}
+	body, err := fetchStatus(ctx, client, base, path, c.token)
 	if err != nil {
 		return err
 	}
@@ -79,42 +90,76 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return err
 }
 
-// statusClient turns -addr into a base URL and an HTTP client for it.
-func statusClient(addr, caCert string) (string, *http.Client, error) {
+// statusConn is how `hadar status` reaches the sidecar's status API.
+type statusConn struct {
+	addr, token                   string
+	caCert, clientCert, clientKey string
+}
+
+// withEnv fills what the flags left empty from HADAR_* (the status API's
+// own), then NOMAD_TOKEN: a Nomad ACL token is what a sidecar with
+// nomad_auth accepts.
+func (c statusConn) withEnv(getenv func(string) string) statusConn {
+	c.addr = cmp.Or(c.addr, getenv("HADAR_ADDR"), agent.DefaultHTTPAddress)
+	c.token = cmp.Or(c.token, getenv("HADAR_TOKEN"), getenv("NOMAD_TOKEN"))
+	c.caCert = cmp.Or(c.caCert, getenv("HADAR_CACERT"))
+	c.clientCert = cmp.Or(c.clientCert, getenv("HADAR_CLIENT_CERT"))
+	c.clientKey = cmp.Or(c.clientKey, getenv("HADAR_CLIENT_KEY"))
+	return c
+}
+
+// statusClient turns the address into a base URL and an HTTP client for it.
+func statusClient(c statusConn) (string, *http.Client, error) {
+	addr := c.addr
 	base := addr
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
-		if caCert != "" {
+		if c.caCert != "" || c.clientCert != "" {
 			base = "https://" + addr
 		}
 	}
 	u, err := url.Parse(base)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return "", nil, fmt.Errorf("-addr %q: want host:port or an http:// or https:// URL, e.g. %q", addr, agent.DefaultHTTPAddress)
+		return "", nil, fmt.Errorf("-address %q: want host:port or an http:// or https:// URL, e.g. %q", addr, agent.DefaultHTTPAddress)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	if caCert != "" {
-		pem, err := os.ReadFile(caCert)
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.caCert != "" {
+		pem, err := os.ReadFile(c.caCert)
 		if err != nil {
 			return "", nil, fmt.Errorf("-ca-cert: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return "", nil, fmt.Errorf("-ca-cert %s: no PEM certificate in it", caCert)
+			return "", nil, fmt.Errorf("-ca-cert %s: no PEM certificate in it", c.caCert)
 		}
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		cfg.RootCAs = pool
 	}
+	if (c.clientCert == "") != (c.clientKey == "") {
+		return "", nil, fmt.Errorf("-client-cert and -client-key go together; got cert %q, key %q", c.clientCert, c.clientKey)
+	}
+	if c.clientCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.clientCert, c.clientKey)
+		if err != nil {
+			return "", nil, fmt.Errorf("-client-cert %s, -client-key %s: %w", c.clientCert, c.clientKey, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	tr.TLSClientConfig = cfg
 	return strings.TrimRight(u.String(), "/"), &http.Client{Transport: tr, Timeout: 15 * time.Second}, nil
 }
 
-func fetchStatus(ctx context.Context, client *http.Client, base, path string) ([]byte, error) {
+func fetchStatus(ctx context.Context, client *http.Client, base, path, token string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 	if err != nil {
 		return nil, err
 	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the sidecar at %s: %w (is `hadar sidecar` running there? -addr says where)", base, err)
+		return nil, fmt.Errorf("cannot reach the sidecar at %s: %w (is `hadar sidecar` running there? -address says where)", base, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
@@ -125,7 +170,17 @@ func fetchStatus(ctx context.Context, client *http.Client, base, path string) ([
 		var e struct {
 			Error string `json:"error"`
 		}
+		msg := resp.Status
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		switch resp.StatusCode {
+		case http.StatusUnauthorized:
+			return nil, fmt.Errorf("%s%s: %s (give -token, HADAR_TOKEN or NOMAD_TOKEN)", base, path, msg)
+		case http.StatusForbidden:
+			return nil, fmt.Errorf("%s%s: %s", base, path, msg)
+		}
+		if e.Error != "" {
 			return nil, errors.New(e.Error)
 		}
 		return nil, fmt.Errorf("%s%s: %s", base, path, resp.Status)
@@ -228,7 +283,11 @@ func writeStatus(b *strings.Builder, base string, st status.Status, decisions in
 			for _, g := range n.GPUs {
 				var hs []string
 				for _, h := range g.Holders {
-					s := fmt.Sprintf("%s x%d", h.Job, h.Count)
+					job := h.Job
+					if job == "" {
+						job = "(a job of another namespace)"
+					}
+					s := fmt.Sprintf("%s x%d", job, h.Count)
 					if !h.Managed {
 						s += " (not hadar's)"
 					}

@@ -18,14 +18,13 @@ import (
 	"github.com/hadar-sched/hadar/driver/device/nvml"
 	"github.com/hadar-sched/hadar/driver/plugin"
 	"github.com/hadar-sched/hadar/driver/plugin/hclspec"
+	"github.com/hadar-sched/hadar/internal/version"
 )
 
 const (
 	// PluginName is the plugin file name operators reference in the
 	// agent's plugin block.
 	PluginName = "hadar-gpu"
-	// PluginVersion is reported to Nomad.
-	PluginVersion = "v0.1.0"
 
 	vendor     = "nvidia"
 	deviceType = plugin.DeviceTypeGPU
@@ -76,7 +75,7 @@ func NewWithLibrary(logger log.Logger, open func() nvml.Library) *Plugin {
 
 // PluginInfo identifies the plugin to Nomad.
 func (p *Plugin) PluginInfo() plugin.Info {
-	return plugin.Info{Type: plugin.TypeDevice, Name: PluginName, Version: PluginVersion}
+	return plugin.Info{Type: plugin.TypeDevice, Name: PluginName, Version: version.Plugin()}
 }
 
 // ConfigSchema returns the plugin block's schema.

@@ -82,7 +82,12 @@ type NomadConfig struct {
 	// TokenFile holds the token instead, read on every request: a
 	// workload identity's token, which Nomad rewrites when it renews it
 	// (docs/deploy.md).
-	TokenFile  string `hcl:"token_file,optional"`
+	TokenFile string `hcl:"token_file,optional"`
+	// AuthMethod, with TokenFile, logs in to this Nomad JWT auth method
+	// with the workload identity and uses the ACL token it gives: Nomad up
+	// to 1.11.3 refuses a workload identity for planning a job
+	// (docs/deploy.md, "The auth method").
+	AuthMethod string `hcl:"auth_method,optional"`
 	CACert     string `hcl:"ca_cert,optional"`
 	ClientCert string `hcl:"client_cert,optional"`
 	ClientKey  string `hcl:"client_key,optional"`
@@ -303,6 +308,9 @@ func (c Config) Resolve() (Settings, error) {
 	}
 	if s.Nomad.Token != "" && s.Nomad.TokenFile != "" {
 		return s, fmt.Errorf("sidecar config: nomad.token and nomad.token_file both set: keep one (token_file for a workload identity Nomad renews)")
+	}
+	if s.Nomad.AuthMethod != "" && s.Nomad.TokenFile == "" {
+		return s, fmt.Errorf("sidecar config: nomad.auth_method = %q needs nomad.token_file, the workload identity to log in with", s.Nomad.AuthMethod)
 	}
 	if s.HTTP.ClientCA != "" && s.HTTP.TLSCert == "" {
 		return s, fmt.Errorf("sidecar config: http.client_ca = %q needs TLS on the listener: give http.tls_cert and http.tls_key too (client certificates are checked in the TLS handshake)", s.HTTP.ClientCA)

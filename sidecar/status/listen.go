@@ -2,9 +2,11 @@ package status
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 )
 
@@ -19,6 +21,12 @@ type Listener struct {
 	CertFile, KeyFile string
 	// AllowInsecure serves plain HTTP on an address beyond loopback.
 	AllowInsecure bool
+	// ClientCA is a PEM bundle: client certificates it signed are
+	// verified in the handshake (mutual TLS; Auth.ClientCerts lets their
+	// holders in). RequireClientCert refuses a handshake without one:
+	// set when client certificates are the only way in.
+	ClientCA          string
+	RequireClientCert bool
 }
 
 // TLS reports whether the listener serves HTTPS.
@@ -47,6 +55,9 @@ func (l Listener) Check() error {
 	}
 	if (l.CertFile == "") != (l.KeyFile == "") {
 		return fmt.Errorf("status API: TLS needs both http.tls_cert and http.tls_key (-http-tls-cert, -http-tls-key); got cert %q, key %q", l.CertFile, l.KeyFile)
+	}
+	if l.ClientCA != "" && !l.TLS() {
+		return fmt.Errorf("status API: http.client_ca = %q needs TLS: give http.tls_cert and http.tls_key too (client certificates are checked in the TLS handshake)", l.ClientCA)
 	}
 	if l.TLS() || l.AllowInsecure || loopbackHost(host) {
 		return nil
@@ -78,6 +89,21 @@ func (l Listener) Listen() (net.Listener, error) {
 			return nil, fmt.Errorf("status API: loading the TLS certificate %s and key %s: %w", l.CertFile, l.KeyFile, err)
 		}
 		cfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if l.ClientCA != "" {
+			pem, err := os.ReadFile(l.ClientCA)
+			if err != nil {
+				return nil, fmt.Errorf("status API: http.client_ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("status API: http.client_ca %s holds no PEM certificate", l.ClientCA)
+			}
+			cfg.ClientCAs = pool
+			cfg.ClientAuth = tls.VerifyClientCertIfGiven
+			if l.RequireClientCert {
+				cfg.ClientAuth = tls.RequireAndVerifyClientCert
+			}
+		}
 	}
 	ln, err := net.Listen("tcp", l.Address)
 	if err != nil {

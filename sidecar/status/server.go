@@ -38,6 +38,9 @@ type Options struct {
 	// Secrets never appear in a response (the Nomad token): a response
 	// that would carry one carries "[redacted]" instead.
 	Secrets []string
+	// Auth authenticates callers; the zero value lets every caller in
+	// (Listener keeps such an API on loopback unless told otherwise).
+	Auth Auth
 }
 
 // Server is the status API.
@@ -55,7 +58,7 @@ func New(src Source, opts Options) *Server {
 		opts.Logger = hclog.NewNullLogger()
 	}
 	s := &Server{src: src, opts: opts, log: opts.Logger, mux: http.NewServeMux()}
-	for _, sec := range opts.Secrets {
+	for _, sec := range append(opts.Secrets, opts.Auth.Token) {
 		// A short "secret" would redact innocent text; tokens are long.
 		if len(sec) >= 8 {
 			s.secrets = append(s.secrets, []byte(sec))
@@ -68,7 +71,16 @@ func New(src Source, opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/jobs/{id...}", s.job)
 	s.mux.HandleFunc("GET /v1/decisions", s.decisions)
 	if opts.Telemetry != nil {
-		s.mux.Handle("GET /metrics", opts.Telemetry.Handler())
+		metrics := opts.Telemetry.Handler()
+		// The metrics count the whole cluster's GPUs by rack: what node
+		// read shows in Nomad.
+		s.mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if sc := scopeFrom(r); !sc.access.All && !sc.access.Nodes {
+				s.write(w, http.StatusForbidden, map[string]string{"error": "the metrics describe the whole cluster: they need a token with node read in Nomad (or the status API's token)"})
+				return
+			}
+			metrics.ServeHTTP(w, r)
+		}))
 	}
 	ui, err := fs.Sub(uiFiles, "ui")
 	if err != nil {
@@ -84,7 +96,22 @@ func New(src Source, opts Options) *Server {
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &recorder{header: http.Header{}, code: http.StatusOK}
-		s.mux.ServeHTTP(rec, r)
+		if open(r.URL.Path) {
+			s.mux.ServeHTTP(rec, r)
+		} else if acc, err := s.opts.Auth.authenticate(r); err != nil {
+			code := http.StatusUnauthorized
+			var ae authError
+			if errors.As(err, &ae) {
+				code = ae.code
+			}
+			if code == http.StatusUnauthorized {
+				rec.Header().Set("WWW-Authenticate", `Bearer realm="hadar"`)
+			}
+			s.log.Debug("request refused", "path", r.URL.Path, "remote", r.RemoteAddr, "status", code, "reason", err)
+			s.write(rec, code, map[string]string{"error": err.Error()})
+		} else {
+			s.mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), scopeKey{}, scopeOf(r, acc))))
+		}
 		body := rec.body.Bytes()
 		for _, sec := range s.secrets {
 			body = bytes.ReplaceAll(body, sec, []byte("[redacted]"))
@@ -104,6 +131,27 @@ func (s *Server) Handler() http.Handler {
 			s.log.Debug("writing a response", "error", err)
 		}
 	})
+}
+
+// open reports whether a path is served to everyone: the health check
+// (Nomad's service checks and load balancers carry no token; it holds
+// counts, no job) and the page's own files (no data: the page asks for a
+// token when the API wants one).
+func open(path string) bool {
+	return path == "/v1/health" || path == "/" || strings.HasPrefix(path, "/ui/")
+}
+
+// scopeKey is the request context's key of the caller's scope.
+type scopeKey struct{}
+
+// scopeFrom is the scope the request was authenticated with (everything
+// when it went through no authentication: tests calling a handler
+// directly).
+func scopeFrom(r *http.Request) scope {
+	if sc, ok := r.Context().Value(scopeKey{}).(scope); ok {
+		return sc
+	}
+	return scope{access: everything()}
 }
 
 // recorder buffers a response so that it can be scrubbed whole.
@@ -174,22 +222,30 @@ func (s *Server) utilisation() []telemetry.UtilPoint {
 	return s.opts.Telemetry.Utilisation()
 }
 
-func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
-	s.write(w, http.StatusOK, buildStatus(s.src.Observe(), s.src.Health(), s.src.History(), s.utilisation()))
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	sc := scopeFrom(r)
+	var util []telemetry.UtilPoint
+	if sc.access.Nodes {
+		util = s.utilisation()
+	}
+	s.write(w, http.StatusOK, buildStatus(sc.observation(s.src.Observe()), s.src.Health(), sc.history(s.src.History()), util))
 }
 
-func (s *Server) plan(w http.ResponseWriter, _ *http.Request) {
-	s.write(w, http.StatusOK, s.src.Plan())
+func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
+	s.write(w, http.StatusOK, scopeFrom(r).plan(s.src.Plan()))
 }
 
-func (s *Server) jobs(w http.ResponseWriter, _ *http.Request) {
-	s.write(w, http.StatusOK, s.src.Plan().Jobs)
+func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
+	s.write(w, http.StatusOK, scopeFrom(r).plan(s.src.Plan()).Jobs)
 }
 
 func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	id := strings.Trim(strings.TrimSpace(r.PathValue("id")), "/")
-	o := s.src.Observe()
-	hist := s.src.History()
+	sc := scopeFrom(r)
+	// A job the caller may not see is answered as one that does not
+	// exist: the answer must not tell the two apart.
+	o := sc.observation(s.src.Observe())
+	hist := sc.history(s.src.History())
 	d, ok := buildJob(o, buildStatus(o, agent.Health{}, nil, nil), hist, id)
 	if !ok {
 		s.write(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no managed job %q in the plan or the recent decisions: give namespace/job or the job's name", id)})
@@ -198,8 +254,8 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	s.write(w, http.StatusOK, d)
 }
 
-func (s *Server) decisions(w http.ResponseWriter, _ *http.Request) {
-	s.write(w, http.StatusOK, s.src.History())
+func (s *Server) decisions(w http.ResponseWriter, r *http.Request) {
+	s.write(w, http.StatusOK, scopeFrom(r).history(s.src.History()))
 }
 
 func (s *Server) page(w http.ResponseWriter, r *http.Request) {

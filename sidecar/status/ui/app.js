@@ -120,7 +120,9 @@
         const rows = (n.gpus || []).map(g => {
           const squares = [];
           const holders = [];
-          for (const h of g.holders || []) {
+          for (const h0 of g.holders || []) {
+            // A job of a namespace the caller may not read has no name.
+            const h = h0.job ? h0 : Object.assign({}, h0, { job: "a job of another namespace", managed: false });
             for (let i = 0; i < h.count; i++) {
               const sq = el("span", { class: "sq" + (h.managed ? "" : " other"), title: h.job + (h.managed ? "" : " (not managed by hadar)"),
                 "data-job": h.job, "data-node": n.name, "data-type": g.type }, h.managed ? shortJob(h.job) : "");
@@ -247,15 +249,47 @@
     document.getElementById("updated").textContent = "updated " + clock(st.time);
   }
 
+  // The token for a status API that asks for one (docs/status.md,
+  // "Authentication"): typed once, kept for this tab only.
+  const tokenKey = "hadar-status-token";
+  let asking = false;
+
+  function askToken(problem, why) {
+    if (asking) return;
+    asking = true;
+    const input = el("input", { type: "password", id: "token", autocomplete: "off", placeholder: "token", });
+    const button = el("button", { type: "button", id: "token-submit" }, "show");
+    const use = () => {
+      if (input.value.trim()) sessionStorage.setItem(tokenKey, input.value.trim());
+      asking = false;
+      problem.hidden = true;
+      problem.replaceChildren();
+    };
+    button.addEventListener("click", use);
+    input.addEventListener("keydown", e => { if (e.key === "Enter") use(); });
+    problem.hidden = false;
+    problem.replaceChildren(el("span", {}, why + " "), input, button);
+  }
+
   async function poll() {
+    const problem = document.getElementById("problem");
     try {
-      const r = await fetch("/v1/status", { cache: "no-store" });
-      if (!r.ok) throw new Error("HTTP " + r.status);
-      draw(await r.json());
+      const headers = {};
+      const tok = sessionStorage.getItem(tokenKey);
+      if (tok) headers["Authorization"] = "Bearer " + tok;
+      const r = await fetch("/v1/status", { cache: "no-store", headers });
+      if (r.status === 401) {
+        if (tok) sessionStorage.removeItem(tokenKey);
+        askToken(problem, tok ? "the sidecar refused the token; another:" : "the sidecar asks for a token (its status API token, or a Nomad ACL token where it accepts them):");
+      } else {
+        if (!r.ok) throw new Error("HTTP " + r.status);
+        draw(await r.json());
+      }
     } catch (e) {
-      const problem = document.getElementById("problem");
-      problem.hidden = false;
-      problem.textContent = "cannot read the sidecar's status: " + e.message + " (retrying)";
+      if (!asking) {
+        problem.hidden = false;
+        problem.textContent = "cannot read the sidecar's status: " + e.message + " (retrying)";
+      }
     }
     setTimeout(poll, refreshMs);
   }

@@ -1,0 +1,150 @@
+package release
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stage writes stand-ins for the binaries (their bytes do not matter to
+// the archive).
+func stage(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, b := range Binaries() {
+		p := filepath.Join(dir, b.Dir, b.Name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("binary "+b.Name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// The same inputs pack to the same bytes, with every binary and file
+// under the release's folder, binaries executable, plugins in plugins/.
+func TestArchiveIsReproducible(t *testing.T) {
+	root, dir, out := repoRoot(t), stage(t), t.TempDir()
+	p := Platform{OS: "linux", Arch: "arm64"}
+	when := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	a, b := filepath.Join(out, "a.tar.gz"), filepath.Join(out, "b.tar.gz")
+	for _, f := range []string{a, b} {
+		if err := Archive(root, dir, "v1.2.3", p, when, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ab, _ := os.ReadFile(a)
+	bb, _ := os.ReadFile(b)
+	if !bytes.Equal(ab, bb) {
+		t.Fatal("two packs of the same inputs differ")
+	}
+	files, err := unpack(a, filepath.Join(out, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"hadar_v1.2.3_linux_arm64/hadar", "hadar_v1.2.3_linux_arm64/plugins/hadar-gpu", "hadar_v1.2.3_linux_arm64/plugins/hadar-train",
+		"hadar_v1.2.3_linux_arm64/deploy/hadar-sidecar.nomad.hcl", "hadar_v1.2.3_linux_arm64/docs/upgrade.md", "hadar_v1.2.3_linux_arm64/CHANGELOG.md"} {
+		p, ok := files[want]
+		if !ok {
+			t.Fatalf("the archive lacks %s (has %v)", want, files)
+		}
+		st, _ := os.Stat(p)
+		if exe := st.Mode()&0o111 != 0; exe != !strings.Contains(filepath.Base(want), ".") {
+			t.Errorf("%s: mode %v", want, st.Mode())
+		}
+	}
+}
+
+// Verify catches an archive changed after its sum was written.
+func TestVerifyCatchesATamperedArchive(t *testing.T) {
+	root, dir, out := repoRoot(t), stage(t), t.TempDir()
+	var names []string
+	for _, p := range Platforms() {
+		name := ArchiveName("v1.2.3", p)
+		if err := Archive(root, dir, "v1.2.3", p, time.Unix(0, 0), filepath.Join(out, name)); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	if err := WriteSums(out, names); err != nil {
+		t.Fatal(err)
+	}
+	sums, _ := os.ReadFile(filepath.Join(out, SumsFile))
+	if n := strings.Count(string(sums), "\n"); n != 2 {
+		t.Fatalf("SHA256SUMS has %d lines:\n%s", n, sums)
+	}
+	// Stand-ins are no Go binaries: Verify goes as far as the binaries.
+	if _, err := Verify(out, "v1.2.3", t.TempDir()); err == nil || !strings.Contains(err.Error(), "no Go build information") {
+		t.Fatalf("Verify of stand-ins: %v", err)
+	}
+	f := filepath.Join(out, names[0])
+	b, _ := os.ReadFile(f)
+	b[len(b)/2] ^= 0xff
+	os.WriteFile(f, b, 0o644)
+	if _, err := Verify(out, "v1.2.3", t.TempDir()); err == nil || !strings.Contains(err.Error(), "SHA-256") {
+		t.Fatalf("Verify of a tampered archive: %v", err)
+	}
+}
+
+// checkBinary on real Go binaries: the stamp, the platform and cgo from
+// the build information, and -version where this machine runs it.
+func TestCheckBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds binaries")
+	}
+	dir := t.TempDir()
+	build := func(arch, cgo, version string) string {
+		out := filepath.Join(dir, arch+"-"+cgo+"-"+version)
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-X "+StampVar+"="+version, "-o", out, "../version/testdata/probe")
+		cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CGO_ENABLED="+cgo)
+		if o, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, o)
+		}
+		return out
+	}
+	host := runtime.GOARCH
+	native := build(host, "0", "v1.2.3")
+	arm := build("arm64", "0", "v1.2.3")
+	for name, tc := range map[string]struct {
+		bin     string
+		version string
+		p       Platform
+		want    string
+		ran     bool
+	}{
+		"native, runs":     {native, "v1.2.3", Platform{OS: "linux", Arch: host}, "", host == runtime.GOARCH},
+		"arm64, read only": {arm, "v1.2.3", Platform{OS: "linux", Arch: "arm64"}, "", host == "arm64"},
+		"wrong version":    {arm, "v9.9.9", Platform{OS: "linux", Arch: "arm64"}, "not stamped with it", false},
+		"wrong platform":   {arm, "v1.2.3", Platform{OS: "linux", Arch: "amd64"}, "built for linux/arm64", false},
+		"cgo expected":     {arm, "v1.2.3", Platform{OS: "linux", Arch: "arm64", CGO: true}, "CGO_ENABLED=0", false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := checkBinary(tc.bin, tc.version, tc.p)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("checkBinary = %v, want %q", err, tc.want)
+			}
+			if tc.want == "" && (c.Ran != "") != tc.ran {
+				t.Fatalf("ran %q, want ran %v", c.Ran, tc.ran)
+			}
+			if c.Ran != "" && !strings.HasPrefix(c.Ran, "probe v1.2.3 ") {
+				t.Fatalf("-version said %q", c.Ran)
+			}
+		})
+	}
+}
