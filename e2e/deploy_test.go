@@ -18,8 +18,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
-	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/status"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // deployed is the sidecar job of deploy/ on a cluster.
@@ -47,7 +47,7 @@ func (d *deployed) nomadCLI(args ...string) string {
 // replica is one allocation of the sidecar job with its status API.
 type sidecarAlloc struct {
 	id, node, addr string
-	health         agent.Health
+	health         wire.Health
 }
 
 // replicas are the sidecar's running allocations, by Nomad's service

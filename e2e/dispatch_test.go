@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/config"
 )
 
 // TestSidecarLeavesLaunchersAlone: Nomad cannot rewrite a dispatched job
@@ -46,7 +46,7 @@ func TestSidecarLeavesLaunchersAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := c.startSidecar(agent.Config{Policy: "gavel-maxmin"})
+	a := c.startSidecar(config.Config{Policy: "gavel-maxmin"})
 	c.submit(scJob{id: "own", steps: 200, gated: true})
 
 	dispatch := func(parent string, meta map[string]string) string {

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
-	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/state"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // replica is a `hadar sidecar` process.
@@ -87,8 +87,8 @@ func (r *replica) kill(sig syscall.Signal) {
 	}
 }
 
-func (r *replica) health() (agent.Health, error) {
-	var h agent.Health
+func (r *replica) health() (wire.Health, error) {
+	var h wire.Health
 	resp, err := http.Get("http://" + r.addr + "/v1/health")
 	if err != nil {
 		return h, err

@@ -16,8 +16,10 @@ import (
 
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // Emulated paces of the test workloads: steps/s of a one-GPU job on each
@@ -81,7 +83,7 @@ func startSidecarCluster(t *testing.T) *sidecarCluster {
 }
 
 // startSidecar runs the sidecar in this process against the cluster.
-func (c *sidecarCluster) startSidecar(cfg agent.Config) *agent.Agent {
+func (c *sidecarCluster) startSidecar(cfg config.Config) *agent.Agent {
 	c.t.Helper()
 	if cfg.Nomad.Address == "" {
 		cfg.Nomad.Address = c.server.Addr
@@ -309,13 +311,13 @@ func (c *sidecarCluster) jobStatus(id string) string {
 	return *j.Status
 }
 
-func (c *sidecarCluster) planOf(a *agent.Agent, id string) agent.JobView {
+func (c *sidecarCluster) planOf(a *agent.Agent, id string) wire.JobView {
 	for _, jv := range a.Plan().Jobs {
 		if jv.Job == id {
 			return jv
 		}
 	}
-	return agent.JobView{}
+	return wire.JobView{}
 }
 
 var errNotYet = errors.New("not yet")
@@ -389,7 +391,7 @@ func TestSidecarPlacesManagedJobs(t *testing.T) {
 		}
 	}
 
-	a := c.startSidecar(agent.Config{Policy: "gavel-maxmin"})
+	a := c.startSidecar(config.Config{Policy: "gavel-maxmin"})
 	for _, id := range []string{"a", "b"} {
 		c.waitFor("job "+id+" runs", 90*time.Second, func() error {
 			run := c.running(id)
@@ -508,7 +510,7 @@ func TestSidecarRefusesAndRespects(t *testing.T) {
 	c.plainGPUJob("hold-a", "v100-a", "Tesla V100-SXM2-16GB", 3)
 	c.plainGPUJob("hold-b", "v100-b", "Tesla V100-SXM2-16GB", 3)
 	c.plainGPUJob("hold-m", "mix-a", "Tesla V100-SXM2-16GB", 2)
-	a := c.startSidecar(agent.Config{Policy: "gavel-maxmin", Placement: "pack"})
+	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack"})
 
 	// 1. A bad jobspec.
 	bad := c.submit(scJob{id: "bad", steps: 300, gated: true, extra: `    "hadar.min_run_time" = "soon"`})
@@ -675,7 +677,7 @@ func (c *sidecarCluster) racksOf(id string) map[string]bool {
 func TestSidecarKeepsSensitiveJobsInARack(t *testing.T) {
 	skipShort(t)
 	c := startSidecarCluster(t)
-	a := c.startSidecar(agent.Config{Policy: "gavel-maxmin", Placement: "delay"})
+	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "delay"})
 	v100 := `    "hadar.throughput" = "v100=320"`
 
 	c.plainGPUJob("busy", "v100-a", "Tesla V100-SXM2-16GB", 2)
@@ -741,7 +743,7 @@ func setThroughput(t *testing.T, c *sidecarCluster, id, thr string) {
 func TestSidecarSurvivesServerRestart(t *testing.T) {
 	skipShort(t)
 	c := startSidecarCluster(t)
-	a := c.startSidecar(agent.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"})
+	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"})
 	for _, id := range []string{"r1", "r2"} {
 		c.submit(scJob{id: id, steps: 3600, gated: true})
 	}
@@ -806,7 +808,7 @@ func TestSidecarSurvivesServerRestart(t *testing.T) {
 func TestSidecarRestartRestoresItsState(t *testing.T) {
 	skipShort(t)
 	c := startSidecarCluster(t)
-	a := c.startSidecar(agent.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"})
+	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"})
 	c.submit(scJob{id: "long", steps: 2400, gated: true})
 	c.waitFor("the job runs", 90*time.Second, func() error {
 		if len(c.running("long")) != 1 {
@@ -824,7 +826,7 @@ func TestSidecarRestartRestoresItsState(t *testing.T) {
 	c.stopSidecar()
 
 	c.submit(scJob{id: "late", steps: 200, gated: true}) // while no sidecar runs
-	b := c.startSidecar(agent.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"})
+	b := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"})
 	c.waitFor("the late job runs or finished", 90*time.Second, func() error {
 		if st := c.jobStatus("late"); st != "running" && st != "dead" {
 			return fmt.Errorf("status %s", st)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
-	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/state"
 )
 
@@ -52,8 +52,8 @@ func TestWriteStateFixtures(t *testing.T) {
 		Meta: map[string]string{"rack": "r1"}, Plugins: map[string]string{"hadar-gpu": declare("va", "Tesla V100-SXM2-16GB", "16GiB", 2), "hadar-train": train}})
 	c.nodes[a.NodeID], c.ids["fx-v100"] = "fx-v100", a.NodeID
 	t.Cleanup(c.stopSidecar)
-	sc := c.startSidecar(agent.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "4s",
-		Leader: agent.LeaderConfig{Enabled: true, TTL: "10s", LockDelay: "1s"}, State: agent.StateConfig{Store: "nomad"}})
+	sc := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "4s",
+		Leader: config.LeaderConfig{Enabled: true, TTL: "10s", LockDelay: "1s"}, State: config.StateConfig{Store: "nomad"}})
 	c.submit(scJob{id: "done", steps: 200, gated: true})
 	c.submit(scJob{id: "long", steps: 1000000, gated: true})
 	c.waitFor("the short job completes", 3*time.Minute, func() error {
@@ -72,7 +72,7 @@ func TestWriteStateFixtures(t *testing.T) {
 	c.stopSidecar()
 
 	ctx := context.Background()
-	src := state.NewVariables(c.api, "default", agent.DefaultStatePrefix)
+	src := state.NewVariables(c.api, "default", config.DefaultStatePrefix)
 	saved, err := src.Load(ctx)
 	if err != nil || saved == nil {
 		t.Fatalf("the sidecar's saved state: %v, %v", saved, err)
@@ -82,7 +82,7 @@ func TestWriteStateFixtures(t *testing.T) {
 		t.Fatalf("the sidecar's journal: %d entries, %v", len(journal), err)
 	}
 	src.Close()
-	metas, _, err := c.api.Variables().PrefixList(agent.DefaultStatePrefix+"/", nil)
+	metas, _, err := c.api.Variables().PrefixList(config.DefaultStatePrefix+"/", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/nomadclient"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 func TestVersionCommand(t *testing.T) {
@@ -87,7 +88,7 @@ func TestNomadConfigPrecedence(t *testing.T) {
 	t.Setenv("NOMAD_ADDR", "http://env:4646")
 	t.Setenv("NOMAD_TOKEN", "env-token")
 	t.Setenv("NOMAD_REGION", "env-region")
-	var s agent.Settings
+	var s config.Settings
 	s.Nomad.Address = "https://file:4646"
 	s.Nomad.TokenFile = "/secrets/nomad_hadar.jwt"
 	got := nomadConfig(s, nomadclient.Config{})
@@ -101,8 +102,8 @@ func TestNomadConfigPrecedence(t *testing.T) {
 }
 
 func TestOnlyNamespace(t *testing.T) {
-	p := agent.PlanView{Jobs: []agent.JobView{{ID: "default/a"}, {ID: "team/b"}, {ID: "team-2/c"}},
-		Refused: []agent.RefusedJob{{Job: "team/bad"}, {Job: "default/bad"}}}
+	p := wire.PlanView{Jobs: []wire.JobView{{ID: "default/a"}, {ID: "team/b"}, {ID: "team-2/c"}},
+		Refused: []wire.RefusedJob{{Job: "team/bad"}, {Job: "default/bad"}}}
 	got := onlyNamespace(p, "team")
 	if len(got.Jobs) != 1 || got.Jobs[0].ID != "team/b" || len(got.Refused) != 1 || got.Refused[0].Job != "team/bad" {
 		t.Fatalf("onlyNamespace(team) = %+v", got)

@@ -9,7 +9,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
-	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/config"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
@@ -44,8 +45,8 @@ func TestPlanAgainstNomad(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("hadar plan: exit %d\n%s%s", code, out, errs)
 	}
-	var p agent.PlanView
-	if err := json.Unmarshal([]byte(out), &p); err != nil || p.Policy != agent.DefaultPolicy {
+	var p wire.PlanView
+	if err := json.Unmarshal([]byte(out), &p); err != nil || p.Policy != config.DefaultPolicy {
 		t.Fatalf("hadar plan -json: %v\n%s", err, out)
 	}
 }

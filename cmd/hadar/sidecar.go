@@ -18,9 +18,11 @@ import (
 
 	"github.com/hadar-sched/hadar/internal/version"
 	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/nomadclient"
 	"github.com/hadar-sched/hadar/sidecar/status"
 	"github.com/hadar-sched/hadar/sidecar/telemetry"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // sidecarFlags are the flags shared by `hadar sidecar` and `hadar plan`.
@@ -64,10 +66,10 @@ func (f *sidecarFlags) register(fs *flag.FlagSet, daemon bool) {
 }
 
 // settings reads the config file and applies the flags over it.
-func (f *sidecarFlags) settings(dryRun bool) (agent.Settings, error) {
-	cfg, err := agent.LoadConfig(f.config)
+func (f *sidecarFlags) settings(dryRun bool) (config.Settings, error) {
+	cfg, err := config.LoadConfig(f.config)
 	if err != nil {
-		return agent.Settings{}, err
+		return config.Settings{}, err
 	}
 	if f.policy != "" {
 		cfg.Policy = f.policy
@@ -84,7 +86,7 @@ func (f *sidecarFlags) settings(dryRun bool) (agent.Settings, error) {
 
 // nomadConfig is the Nomad connection: Nomad's environment variables,
 // the config's nomad block over them, the flags over both.
-func nomadConfig(s agent.Settings, flags nomadclient.Config) nomadclient.Config {
+func nomadConfig(s config.Settings, flags nomadclient.Config) nomadclient.Config {
 	n := s.Nomad
 	file := nomadclient.Config{Address: n.Address, Region: n.Region, Token: n.Token, TokenFile: n.TokenFile, AuthMethod: n.AuthMethod,
 		CACert: n.CACert, ClientCert: n.ClientCert, ClientKey: n.ClientKey}
@@ -136,7 +138,7 @@ func retryFor(ctx context.Context, within time.Duration, f func() error) error {
 }
 
 // statusAuth is the status API's authentication from the http block.
-func statusAuth(s agent.Settings, nc nomadclient.Config) (status.Auth, error) {
+func statusAuth(s config.Settings, nc nomadclient.Config) (status.Auth, error) {
 	auth := status.Auth{Token: s.HTTP.AuthToken, ClientCerts: s.HTTP.ClientCA != ""}
 	if s.HTTP.NomadAuth {
 		anon, err := nomadclient.Anonymous(nc)
@@ -261,7 +263,7 @@ func runPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return writeJSON(stdout, p)
 	}
 	var b strings.Builder
-	agent.WriteTable(&b, p)
+	wire.WriteTable(&b, p)
 	_, err = io.WriteString(stdout, b.String())
 	return err
 }
@@ -277,11 +279,11 @@ func namespaceOf(flag string) string {
 }
 
 // onlyNamespace keeps the jobs of one namespace ("" keeps every one).
-func onlyNamespace(p agent.PlanView, ns string) agent.PlanView {
+func onlyNamespace(p wire.PlanView, ns string) wire.PlanView {
 	if ns == "" {
 		return p
 	}
-	jobs, refused := []agent.JobView{}, []agent.RefusedJob{}
+	jobs, refused := []wire.JobView{}, []wire.RefusedJob{}
 	for _, j := range p.Jobs {
 		if strings.HasPrefix(j.ID, ns+"/") {
 			jobs = append(jobs, j)

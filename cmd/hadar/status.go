@@ -19,8 +19,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/status"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // runStatus is `hadar status [job]`: the sidecar's view of the cluster, or
@@ -29,7 +30,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := flag.NewFlagSet("hadar status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c statusConn
-	fs.StringVar(&c.addr, "address", "", "the sidecar's status API: host:port, or an http:// or https:// URL (default $HADAR_ADDR, else "+agent.DefaultHTTPAddress+")")
+	fs.StringVar(&c.addr, "address", "", "the sidecar's status API: host:port, or an http:// or https:// URL (default $HADAR_ADDR, else "+config.DefaultHTTPAddress+")")
 	fs.StringVar(&c.addr, "addr", "", "the same as -address")
 	fs.StringVar(&c.token, "token", "", "token for a status API that asks for one: its own token or a Nomad ACL token (default $HADAR_TOKEN, else $NOMAD_TOKEN)")
 	fs.StringVar(&c.caCert, "ca-cert", "", "CA certificate (PEM) to verify an https status API with (default $HADAR_CACERT)")
@@ -100,7 +101,7 @@ type statusConn struct {
 // own), then NOMAD_TOKEN: a Nomad ACL token is what a sidecar with
 // nomad_auth accepts.
 func (c statusConn) withEnv(getenv func(string) string) statusConn {
-	c.addr = cmp.Or(c.addr, getenv("HADAR_ADDR"), agent.DefaultHTTPAddress)
+	c.addr = cmp.Or(c.addr, getenv("HADAR_ADDR"), config.DefaultHTTPAddress)
 	c.token = cmp.Or(c.token, getenv("HADAR_TOKEN"), getenv("NOMAD_TOKEN"))
 	c.caCert = cmp.Or(c.caCert, getenv("HADAR_CACERT"))
 	c.clientCert = cmp.Or(c.clientCert, getenv("HADAR_CLIENT_CERT"))
@@ -120,7 +121,7 @@ func statusClient(c statusConn) (string, *http.Client, error) {
 	}
 	u, err := url.Parse(base)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return "", nil, fmt.Errorf("-address %q: want host:port or an http:// or https:// URL, e.g. %q", addr, agent.DefaultHTTPAddress)
+		return "", nil, fmt.Errorf("-address %q: want host:port or an http:// or https:// URL, e.g. %q", addr, config.DefaultHTTPAddress)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -204,7 +205,7 @@ func ago(s float64) string {
 
 // units writes a placement as 2xv100@node/rack, naming nodes by name
 // where names knows them (else by the start of their ID).
-func units(us []agent.UnitView, names map[string]string) string {
+func units(us []wire.UnitView, names map[string]string) string {
 	if len(us) == 0 {
 		return "-"
 	}
@@ -225,9 +226,9 @@ func units(us []agent.UnitView, names map[string]string) string {
 
 func waits(w string) string {
 	switch w {
-	case agent.PendingHeld:
+	case wire.PendingHeld:
 		return "held by hadar"
-	case agent.PendingNoCapacity:
+	case wire.PendingNoCapacity:
 		return "no capacity"
 	}
 	return w
@@ -343,7 +344,7 @@ func writeStatus(b *strings.Builder, base string, st status.Status, decisions in
 	}
 }
 
-func writeEvents(b *strings.Builder, evs []agent.Event) {
+func writeEvents(b *strings.Builder, evs []wire.Event) {
 	tw := table(b, "TIME\tJOB\tACTION\tWHY")
 	for _, ev := range evs {
 		action := string(ev.Action)

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/planner/engine"
-	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/status"
 	"github.com/hadar-sched/hadar/sidecar/telemetry"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // statusAPI serves a fixed /v1/status and /v1/jobs/default/a.
@@ -23,14 +23,14 @@ func statusAPI(t *testing.T) *httptest.Server {
 	eta := now.Add(90 * time.Second)
 	st := status.Status{Time: now, Sidecar: status.SidecarStatus{Policy: "hadar", Placement: "delay", Leader: true, Round: 4, NextRound: now.Add(time.Minute), OK: true},
 		GPUs: []status.TypeSummary{{Type: "v100", GPUUse: telemetry.GPUUse{Total: 4, Allocated: 2, Unmanaged: 1, Idle: 1}}},
-		Racks: []status.Rack{{Rack: "r1", Nodes: []agent.NodeObservation{{ID: "n1", Name: "v100-a", Rack: "r1", Status: "ready", Schedulable: true, Planned: true,
-			GPUs: []agent.GPUObservation{{Type: "v100", Total: 4, Healthy: 4, Holders: []agent.Holder{{Job: "default/a", Count: 2, Managed: true}, {Job: "default/plain", Count: 1}}}}}}}},
-		Running: []status.RunningEntry{{ID: "default/a", State: "running", Units: []agent.UnitView{{Slots: []agent.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}},
+		Racks: []status.Rack{{Rack: "r1", Nodes: []wire.NodeObservation{{ID: "n1", Name: "v100-a", Rack: "r1", Status: "ready", Schedulable: true, Planned: true,
+			GPUs: []wire.GPUObservation{{Type: "v100", Total: 4, Healthy: 4, Holders: []wire.Holder{{Job: "default/a", Count: 2, Managed: true}, {Job: "default/plain", Count: 1}}}}}}}},
+		Running: []status.RunningEntry{{ID: "default/a", State: "running", Units: []wire.UnitView{{Slots: []wire.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}},
 			Progress: 0.5, StepsDone: 500, Steps: 1000, Rate: 5.5, ETAS: 90, ETA: &eta}},
 		Queue:     []status.QueueEntry{{ID: "default/b", Position: 1, Waits: "no_capacity", Why: "every v100 is taken", Nomad: "train: exhausted", WaitingS: 65, Workers: 4, RunsOn: []string{"v100"}}},
-		Decisions: []agent.Event{{Time: now, Job: "default/a", Action: engine.Start, Why: "its turn"}}}
+		Decisions: []wire.Event{{Time: now, Job: "default/a", Action: engine.Start, Why: "its turn"}}}
 	job := status.JobDetail{ID: "default/b", State: "waiting", Waits: "no_capacity", QueuePosition: 1, QueueLength: 1, Why: "every v100 is taken",
-		Job:        &agent.JobObservation{JobView: agent.JobView{ID: "default/b", Workers: 4, Model: "ResNet-50", Weight: 1, Steps: 1000, WaitingS: 65}, Throughput: map[string]float64{"v100": 30}},
+		Job:        &wire.JobObservation{JobView: wire.JobView{ID: "default/b", Workers: 4, Model: "ResNet-50", Weight: 1, Steps: 1000, WaitingS: 65}, Throughput: map[string]float64{"v100": 30}},
 		Placements: []status.Placement{{Time: now, Action: "stop", Why: "fairness"}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { json.NewEncoder(w).Encode(st) })

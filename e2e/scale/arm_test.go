@@ -29,6 +29,7 @@ import (
 	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/apply"
+	"github.com/hadar-sched/hadar/sidecar/config"
 )
 
 // serverConfig is appended to the server's agent.hcl. Every simulated
@@ -456,15 +457,15 @@ func (r *run) startSidecar(t *testing.T, server *harness.Agent, policy string) (
 	// a replicated sidecar runs (one replica here: what the store and the
 	// lease cost a round).
 	policy, ha := strings.CutSuffix(policy, "+ha")
-	cfg := agent.Config{
-		Nomad: agent.NomadConfig{Address: server.Addr}, Policy: policy, Placement: "pack",
+	cfg := config.Config{
+		Nomad: config.NomadConfig{Address: server.Addr}, Policy: policy, Placement: "pack",
 		Round: r.wall(roundSim).String(), RestartCost: r.wall(restartSim).String(), MinRunTime: r.wall(minRunSim).String(),
 		GangTimeout: max(r.wall(rendezvousSim/2), time.Second).String(),
-		Profile:     profPath, Learn: &learn, State: agent.StateConfig{Store: "file", Path: filepath.Join(dir, "sidecar.db")},
+		Profile:     profPath, Learn: &learn, State: config.StateConfig{Store: "file", Path: filepath.Join(dir, "sidecar.db")},
 	}
 	if ha {
-		cfg.State = agent.StateConfig{Store: "nomad"}
-		cfg.Leader = agent.LeaderConfig{Enabled: true, TTL: "15s", LockDelay: "1s"}
+		cfg.State = config.StateConfig{Store: "nomad"}
+		cfg.Leader = config.LeaderConfig{Enabled: true, TTL: "15s", LockDelay: "1s"}
 	}
 	s, err := cfg.Resolve()
 	if err != nil {

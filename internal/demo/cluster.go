@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/hadar-sched/hadar/planner"
-	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/config"
 )
 
 // The GPU models the demo declares, as hadar-gpu reports them and as the
@@ -50,7 +50,7 @@ var Cluster = []NodeSpec{
 
 // gpuTypes maps a device model to the planner's type name by the
 // sidecar's own rules, so the demo and the sidecar never disagree.
-var gpuTypes = agent.NewGPUTypes(nil)
+var gpuTypes = config.NewGPUTypes(nil)
 
 // TypeOf returns the planner GPU type of a device model ("" if unknown).
 func TypeOf(model string) planner.GPUType { return gpuTypes.Type(model) }

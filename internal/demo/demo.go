@@ -17,7 +17,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/config"
 )
 
 // Options configure a demo run.
@@ -416,7 +416,7 @@ func (d *demo) startSidecar(ctx context.Context) error {
 	cfg := d.sidecarConfig()
 	// The file is checked as the sidecar will read it: a bad value fails
 	// here with the field named, not in a log.
-	c, err := agent.ParseConfig(path, []byte(cfg))
+	c, err := config.ParseConfig(path, []byte(cfg))
 	if err != nil {
 		return err
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/engine"
-	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // JobRow is one job as the demo shows it.
@@ -136,17 +136,17 @@ func (m *monitor) poll(ctx context.Context) (Snapshot, error) {
 	for _, a := range allocs {
 		byJob[a.JobID] = append(byJob[a.JobID], a)
 	}
-	var plan agent.PlanView
+	var plan wire.PlanView
 	if m.sidecar != "" {
 		if err := m.get(ctx, "/v1/plan", &plan); err != nil {
 			// The sidecar may be between rounds or restarting: show Nomad's
 			// side alone this time.
-			plan = agent.PlanView{}
+			plan = wire.PlanView{}
 		}
 		snap.Round, snap.NextRound = plan.Round, plan.NextRound
 		m.decisionEvents(ctx)
 	}
-	views := map[string]agent.JobView{}
+	views := map[string]wire.JobView{}
 	for _, jv := range plan.Jobs {
 		views[jv.Job] = jv
 	}
@@ -170,7 +170,7 @@ func (m *monitor) poll(ctx context.Context) (Snapshot, error) {
 }
 
 // row builds one job's row.
-func (m *monitor) row(ctx context.Context, s Submission, status string, allocs []*api.AllocationListStub, views map[string]agent.JobView, readProgress bool) JobRow {
+func (m *monitor) row(ctx context.Context, s Submission, status string, allocs []*api.AllocationListStub, views map[string]wire.JobView, readProgress bool) JobRow {
 	ji := m.info[s.ID]
 	r := JobRow{ID: s.ID, Kind: s.Kind, Position: -1, State: "queued", Total: ji.Steps, Workers: ji.GPUs}
 	sub, ok := m.submitted[s.ID]
@@ -363,7 +363,7 @@ func trimPath(msg string) string {
 
 // decisionEvents turns the sidecar's new decisions into demo events.
 func (m *monitor) decisionEvents(ctx context.Context) {
-	var evs []agent.Event
+	var evs []wire.Event
 	if err := m.get(ctx, "/v1/decisions", &evs); err != nil {
 		return
 	}

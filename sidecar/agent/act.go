@@ -14,6 +14,7 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/watch"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // writers bounds the job writes made at once.
@@ -28,7 +29,7 @@ type pendingWrite struct {
 	target []jobform.Unit
 	fresh  []jobform.Unit
 	after  []watch.JobKey
-	ev     Event
+	ev     wire.Event
 	err    error
 	leaves bool          // it set a.leaving for its job
 	done   chan struct{} // closed once the write returned
@@ -71,7 +72,7 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 			continue
 		}
 		w := &pendingWrite{mj: mj, jd: jd, job: &apply.Job{Key: mj.key, Raw: j.Raw, Spec: *j.Spec, JobModifyIndex: j.JobModifyIndex},
-			ev: Event{Time: a.clock(), Job: jd.Job, Action: jd.Action, Why: jd.Reason.Why, Kind: d.Kind, Reason: jd.Reason}, done: make(chan struct{})}
+			ev: wire.Event{Time: a.clock(), Job: jd.Job, Action: jd.Action, Why: jd.Reason.Why, Kind: d.Kind, Reason: jd.Reason}, done: make(chan struct{})}
 		w.ev.To = append(w.ev.To, jd.To.Units...)
 		w.target, w.fresh, w.err = a.target(mj, j, jd)
 		ws = append(ws, w)

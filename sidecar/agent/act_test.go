@@ -11,6 +11,7 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/engine"
+	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 )
 
@@ -75,7 +76,7 @@ func TestRoundDoesNotWaitForItsWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Config{Policy: "gavel-maxmin", Placement: "pack", Round: "1m", State: StateConfig{Store: "none"}}.Resolve()
+	s, err := config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "1m", State: config.StateConfig{Store: "none"}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,18 +27,19 @@ import (
 	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/planner/registry"
-	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/planner/speed"
 	"github.com/hadar-sched/hadar/sidecar/apply"
+	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/feasible"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/state"
 	"github.com/hadar-sched/hadar/sidecar/watch"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // Agent is one sidecar.
 type Agent struct {
-	cfg     Settings
+	cfg     config.Settings
 	id      string // this replica's ID (journal, leader election)
 	log     hclog.Logger
 	client  *api.Client
@@ -49,7 +50,7 @@ type Agent struct {
 	// rules (cached across cycles).
 	feas  *feasible.Evaluator
 	net   *belief.Network
-	types GPUTypes
+	types config.GPUTypes
 	clock func() time.Time
 
 	mu      sync.Mutex // guards the rest; HTTP handlers read under it
@@ -65,9 +66,9 @@ type Agent struct {
 	addrs   map[string]string                       // node address by ID
 	models  map[string]map[planner.GPUType][]string // device models per node and type
 	last    engine.Decision
-	history []Event
+	history []wire.Event
 	rounds  int
-	// cycles counts the cycles run (Health.Cycles).
+	// cycles counts the cycles run (wire.Health.Cycles).
 	cycles int
 	// repairs counts plans the engine had to mend, by kind (placement: a
 	// job's placement replaced; fallback: a failed solve replaced).
@@ -135,23 +136,11 @@ type invalidJob struct {
 	admission bool
 }
 
-// Event is one decision that changed a job, kept for the status API.
-type Event struct {
-	Time   time.Time      `json:"time"`
-	Job    string         `json:"job"`
-	Action engine.Action  `json:"action"`
-	To     []planner.Unit `json:"to,omitempty"`
-	Why    string         `json:"why"`
-	Result string         `json:"result,omitempty"`
-	Kind   engine.Kind    `json:"kind"`
-	Reason round.Reason   `json:"reason"`
-}
-
 // maxHistory bounds the decisions kept for the status API.
 const maxHistory = 500
 
 // New builds an agent on a Nomad client; it does not contact Nomad yet.
-func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) {
+func New(cfg config.Settings, client *api.Client, logger hclog.Logger) (*Agent, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -169,7 +158,7 @@ func New(cfg Settings, client *api.Client, logger hclog.Logger) (*Agent, error) 
 	}
 	host, _ := os.Hostname()
 	a := &Agent{
-		id: fmt.Sprintf("%s-%d", host, os.Getpid()), cfg: cfg, log: logger, client: client, watcher: w, types: NewGPUTypes(cfg.GPUTypes),
+		id: fmt.Sprintf("%s-%d", host, os.Getpid()), cfg: cfg, log: logger, client: client, watcher: w, types: config.NewGPUTypes(cfg.GPUTypes),
 		clock: time.Now, jobs: map[watch.JobKey]*managed{}, invalid: map[watch.JobKey]invalidJob{}, leaving: map[watch.JobKey]map[gpuSlot]int{},
 		nodes: map[string]planner.Node{}, drained: map[string]bool{}, addrs: map[string]string{},
 		models: map[string]map[planner.GPUType][]string{}, ports: apply.NewPorts(cfg.PortLow, cfg.PortHigh),
@@ -221,7 +210,7 @@ func (a *Agent) fence(ctx context.Context, w apply.Write) error {
 }
 
 // openStore opens the configured state store (nil for "none").
-func openStore(cfg Settings, client *api.Client) (state.Store, error) {
+func openStore(cfg config.Settings, client *api.Client) (state.Store, error) {
 	switch cfg.State.Store {
 	case "file":
 		return state.OpenBolt(cfg.State.Path, 10*time.Second)
@@ -467,9 +456,9 @@ func (a *Agent) noteRepairs(d engine.Decision, acting bool) {
 		return
 	}
 	for _, r := range d.Repairs {
-		kind := RepairPlacement
+		kind := wire.RepairPlacement
 		if r.Job == "" {
-			kind = RepairFallback
+			kind = wire.RepairFallback
 		}
 		if a.repairs == nil {
 			a.repairs = map[string]int{}
@@ -479,18 +468,12 @@ func (a *Agent) noteRepairs(d engine.Decision, acting bool) {
 	}
 }
 
-// Kinds of plan repairs (Health.Repairs, hadar_plan_repairs_total).
-const (
-	RepairPlacement = "placement"
-	RepairFallback  = "fallback"
-)
-
 // outcome records how an operation ended.
 func (a *Agent) outcome(o apply.Outcome) {
 	mj := a.jobs[o.Key]
 	switch o.Phase {
 	case apply.Failed:
-		a.note(Event{Time: a.clock(), Job: o.Key.String(), Result: "failed: " + o.Err.Error()})
+		a.note(wire.Event{Time: a.clock(), Job: o.Key.String(), Result: "failed: " + o.Err.Error()})
 		if errors.Is(o.Err, apply.ErrConflict) || errors.Is(o.Err, apply.ErrNotManaged) {
 			// Someone else changed the job: decided anew on what they
 			// wrote, no back-off.
@@ -508,7 +491,7 @@ func (a *Agent) outcome(o apply.Outcome) {
 	}
 }
 
-func (a *Agent) note(ev Event) {
+func (a *Agent) note(ev wire.Event) {
 	a.history = append(a.history, ev)
 	if len(a.history) > maxHistory {
 		a.history = a.history[len(a.history)-maxHistory:]
@@ -530,23 +513,23 @@ func sortedKeys[V any](m map[watch.JobKey]V) []watch.JobKey {
 
 // PlanOnce syncs with the cluster once and plans a round boundary on a
 // copy of the engine, writing nothing: `hadar plan`.
-func (a *Agent) PlanOnce(ctx context.Context) (PlanView, error) {
+func (a *Agent) PlanOnce(ctx context.Context) (wire.PlanView, error) {
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	werr := make(chan error, 1)
 	go func() { werr <- a.watcher.Run(wctx) }()
 	select {
 	case <-ctx.Done():
-		return PlanView{}, fmt.Errorf("waiting for Nomad: %w", ctx.Err())
+		return wire.PlanView{}, fmt.Errorf("waiting for Nomad: %w", ctx.Err())
 	case err := <-werr:
-		return PlanView{}, fmt.Errorf("watcher: %w", err)
+		return wire.PlanView{}, fmt.Errorf("watcher: %w", err)
 	case <-a.watcher.Ready():
 	}
 	dry := a.cfg.DryRun
 	a.cfg.DryRun = true
 	defer func() { a.cfg.DryRun = dry }()
 	if err := a.Cycle(ctx, true); err != nil {
-		return PlanView{}, err
+		return wire.PlanView{}, err
 	}
 	return a.Plan(), nil
 }

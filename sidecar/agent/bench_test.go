@@ -17,6 +17,7 @@ import (
 	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/planner/trace"
+	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/leader"
@@ -197,9 +198,9 @@ func benchRound(b *testing.B, policy string, durable bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := Config{Policy: policy, Placement: "pack", Round: "6m", State: StateConfig{Store: "none"}}
+	cfg := config.Config{Policy: policy, Placement: "pack", Round: "6m", State: config.StateConfig{Store: "none"}}
 	if durable {
-		cfg.State = StateConfig{Store: "file", Path: filepath.Join(b.TempDir(), "sidecar.db")}
+		cfg.State = config.StateConfig{Store: "file", Path: filepath.Join(b.TempDir(), "sidecar.db")}
 	}
 	s, err := cfg.Resolve()
 	if err != nil {

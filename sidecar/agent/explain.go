@@ -9,90 +9,30 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/engine"
-	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/watch"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
-// PlanView is what the last plan decided, per job, with why: the policy's
-// numbers, where each job runs or why it waits (the planner's reason and
-// Nomad's, from the job's blocked evaluation), and its place in the queue.
-type PlanView struct {
-	Time      time.Time    `json:"time"`
-	Kind      engine.Kind  `json:"kind"`
-	Policy    string       `json:"policy"`
-	Placement string       `json:"placement"`
-	DryRun    bool         `json:"dry_run"`
-	Round     int          `json:"round"`
-	NextRound time.Time    `json:"next_round"`
-	Jobs      []JobView    `json:"jobs"`
-	Refused   []RefusedJob `json:"refused"`
-}
-
-// JobView is one managed job in the plan.
-type JobView struct {
-	ID        string  `json:"id"`
-	Namespace string  `json:"namespace"`
-	Job       string  `json:"job"`
-	Model     string  `json:"model"`
-	Workers   int     `json:"workers"`
-	Weight    float64 `json:"weight"`
-	// State: running, waiting, starting, stopping.
-	State  string        `json:"state"`
-	Action engine.Action `json:"action"`
-	// Units are where it runs (or is being placed), with racks.
-	Units []UnitView `json:"units,omitempty"`
-	// Position is its place among waiting jobs (0 first); -1 if running.
-	Position int          `json:"position"`
-	Reason   round.Reason `json:"reason"`
-	// Nomad is Nomad's reason the job's groups cannot be placed, from its
-	// blocked evaluations (the gate aside).
-	Nomad     string  `json:"nomad,omitempty"`
-	StepsDone float64 `json:"steps_done"`
-	Steps     float64 `json:"steps"`
-	Rate      float64 `json:"rate"`
-	ETA       float64 `json:"eta_s"`
-	WaitingS  float64 `json:"waiting_s,omitempty"`
-}
-
-// UnitView is one unit of a placement.
-type UnitView struct {
-	Slots []SlotView `json:"slots"`
-}
-
-// SlotView is GPUs of one type on one node.
-type SlotView struct {
-	Node  string          `json:"node"`
-	Rack  string          `json:"rack"`
-	Type  planner.GPUType `json:"type"`
-	Count int             `json:"count"`
-}
-
-// RefusedJob is a managed job hadar will not plan, and why.
-type RefusedJob struct {
-	Job   string `json:"job"`
-	Error string `json:"error"`
-}
-
 // Plan returns the view of the last plan.
-func (a *Agent) Plan() PlanView {
+func (a *Agent) Plan() wire.PlanView {
 	snap := a.watcher.Snapshot()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.planView(snap)
 }
 
-func (a *Agent) planView(snap *watch.Snapshot) PlanView {
-	v := PlanView{Time: time.Unix(0, int64(a.last.Time*1e9)), Kind: a.last.Kind, Policy: a.cfg.Policy, Placement: a.cfg.Placement,
-		DryRun: a.cfg.DryRun, Round: a.rounds, NextRound: a.next, Jobs: []JobView{}, Refused: []RefusedJob{}}
+func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
+	v := wire.PlanView{Time: time.Unix(0, int64(a.last.Time*1e9)), Kind: a.last.Kind, Policy: a.cfg.Policy, Placement: a.cfg.Placement,
+		DryRun: a.cfg.DryRun, Round: a.rounds, NextRound: a.next, Jobs: []wire.JobView{}, Refused: []wire.RefusedJob{}}
 	decided := map[string]engine.JobDecision{}
 	for _, jd := range a.last.Jobs {
 		decided[jd.Job] = jd
 	}
 	now := a.now()
 	for _, st := range a.eng.Jobs() {
-		jv := JobView{ID: st.Job.ID, Workers: st.Job.ScaleFactor, Weight: st.Job.Weight, Model: st.Job.Model,
+		jv := wire.JobView{ID: st.Job.ID, Workers: st.Job.ScaleFactor, Weight: st.Job.Weight, Model: st.Job.Model,
 			StepsDone: st.Done, Steps: st.Job.TotalSteps, Rate: st.Rate, ETA: st.ETA, Reason: st.Reason, Position: -1}
 		var mj *managed
 		for _, m := range a.jobs {
@@ -130,15 +70,15 @@ func (a *Agent) planView(snap *watch.Snapshot) PlanView {
 		v.Jobs = append(v.Jobs, jv)
 	}
 	for _, k := range sortedKeys(a.invalid) {
-		v.Refused = append(v.Refused, RefusedJob{Job: k.String(), Error: a.invalid[k].err.Error()})
+		v.Refused = append(v.Refused, wire.RefusedJob{Job: k.String(), Error: a.invalid[k].err.Error()})
 	}
 	return v
 }
 
-func (a *Agent) unitView(u planner.Unit) UnitView {
-	var uv UnitView
+func (a *Agent) unitView(u planner.Unit) wire.UnitView {
+	var uv wire.UnitView
 	for _, sl := range u.Slots {
-		uv.Slots = append(uv.Slots, SlotView{Node: sl.Node, Rack: a.nodes[sl.Node].Rack, Type: sl.Type, Count: sl.Count})
+		uv.Slots = append(uv.Slots, wire.SlotView{Node: sl.Node, Rack: a.nodes[sl.Node].Rack, Type: sl.Type, Count: sl.Count})
 	}
 	return uv
 }
@@ -173,13 +113,13 @@ func nomadReason(snap *watch.Snapshot, k watch.JobKey) string {
 }
 
 // Job returns one job's view and its recent decisions.
-func (a *Agent) Job(id string) (JobView, []Event, bool) {
+func (a *Agent) Job(id string) (wire.JobView, []wire.Event, bool) {
 	p := a.Plan()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, jv := range p.Jobs {
 		if jv.ID == id || jv.Job == id {
-			var evs []Event
+			var evs []wire.Event
 			for _, ev := range a.history {
 				if ev.Job == jv.ID {
 					evs = append(evs, ev)
@@ -188,88 +128,23 @@ func (a *Agent) Job(id string) (JobView, []Event, bool) {
 			return jv, evs, true
 		}
 	}
-	return JobView{}, nil, false
+	return wire.JobView{}, nil, false
 }
 
 // History returns the recent decisions, newest last.
-func (a *Agent) History() []Event {
+func (a *Agent) History() []wire.Event {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return append([]Event(nil), a.history...)
-}
-
-// WriteTable prints a plan for a person: one line per job.
-func WriteTable(b *strings.Builder, p PlanView) {
-	fmt.Fprintf(b, "%s plan at %s, policy %s, placement %s", p.Kind, p.Time.Format(time.RFC3339), p.Policy, p.Placement)
-	if p.DryRun {
-		b.WriteString(" (dry run: nothing written)")
-	}
-	b.WriteString("\n\n")
-	fmt.Fprintf(b, "%-28s %-8s %-8s %-26s %s\n", "JOB", "STATE", "ACTION", "GPUS", "WHY")
-	for _, jv := range p.Jobs {
-		where := "-"
-		if len(jv.Units) > 0 {
-			var us []string
-			for _, u := range jv.Units {
-				var ss []string
-				for _, s := range u.Slots {
-					ss = append(ss, fmt.Sprintf("%dx%s@%s/%s", s.Count, s.Type, s.Node[:min(8, len(s.Node))], s.Rack))
-				}
-				us = append(us, strings.Join(ss, "+"))
-			}
-			where = strings.Join(us, " | ")
-		}
-		why := jv.Reason.Why
-		if jv.Position >= 0 {
-			why = fmt.Sprintf("#%d in queue: %s", jv.Position+1, why)
-		}
-		if jv.Nomad != "" {
-			why += " (Nomad: " + jv.Nomad + ")"
-		}
-		fmt.Fprintf(b, "%-28s %-8s %-8s %-26s %s\n", jv.ID, jv.State, jv.Action, where, why)
-	}
-	for _, r := range p.Refused {
-		fmt.Fprintf(b, "%-28s %-8s %-8s %-26s %s\n", r.Job, "refused", "-", "-", r.Error)
-	}
-}
-
-// Health is the sidecar's state for /v1/health.
-type Health struct {
-	OK bool `json:"ok"`
-	// Synced is when the view of Nomad was last fully re-listed; Index
-	// the Nomad index it reflects.
-	Synced time.Time `json:"synced"`
-	Index  uint64    `json:"index"`
-	// LastPlan is when the engine last planned; Rounds how many round
-	// boundaries it planned.
-	LastPlan time.Time `json:"last_plan"`
-	Rounds   int       `json:"rounds"`
-	// Cycles counts the sidecar's cycles (sync, plan, act) since it
-	// started: every second, and at once on events.
-	Cycles   int            `json:"cycles"`
-	Jobs     int            `json:"jobs"`
-	Refused  int            `json:"refused"`
-	InFlight int            `json:"in_flight"`
-	Writes   map[string]int `json:"writes"`
-	// Repairs counts the plans' parts the engine replaced so the rest
-	// could go ahead, by kind (RepairPlacement, RepairFallback).
-	Repairs map[string]int `json:"repairs,omitempty"`
-	DryRun  bool           `json:"dry_run"`
-	// Leader: this replica acts (always, without an election); Replica
-	// names it and Generation is its lock generation.
-	Leader     bool   `json:"leader"`
-	Replica    string `json:"replica"`
-	Generation uint64 `json:"generation"`
-	Problem    string `json:"problem,omitempty"`
+	return append([]wire.Event(nil), a.history...)
 }
 
 // Health reports whether the sidecar is synced with Nomad and planning.
-func (a *Agent) Health() Health {
+func (a *Agent) Health() wire.Health {
 	st := a.watcher.Stats()
 	snap := a.watcher.Snapshot()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	h := Health{Synced: snap.Synced, Index: st.Index, LastPlan: time.Unix(0, int64(a.last.Time*1e9)), Rounds: a.rounds, Cycles: a.cycles,
+	h := wire.Health{Synced: snap.Synced, Index: st.Index, LastPlan: time.Unix(0, int64(a.last.Time*1e9)), Rounds: a.rounds, Cycles: a.cycles,
 		Jobs: len(a.jobs), Refused: len(a.invalid), InFlight: len(a.applier.Ops()), Writes: a.applier.Writes(), Repairs: maps.Clone(a.repairs), DryRun: a.cfg.DryRun,
 		Leader: a.leading(), Replica: a.id, Generation: a.generation()}
 	switch {

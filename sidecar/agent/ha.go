@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/leader"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
@@ -21,7 +22,7 @@ var errNotLeader = errors.New("not the leader (no valid lease): write not made")
 
 // newLock builds the configured leader lock: a Consul session lock when
 // CONSUL_HTTP_ADDR is set, else a Nomad Variables lock.
-func newLock(cfg Settings, client *api.Client, id string, a *Agent) (leader.Lock, error) {
+func newLock(cfg config.Settings, client *api.Client, id string, a *Agent) (leader.Lock, error) {
 	if !cfg.Leader.Enabled {
 		return nil, nil
 	}

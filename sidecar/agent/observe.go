@@ -6,104 +6,16 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/sidecar/watch"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
-
-// Observation is one consistent reading of what the sidecar knows, taken
-// under its lock: the plan, every node of the cluster with its GPUs and who
-// holds them, and for each waiting job whether hadar holds it or no
-// capacity it can use is free. The status page, `hadar status` and the
-// metrics read it; it changes nothing.
-type Observation struct {
-	Time time.Time
-	// Plan is Plan()'s view (its Jobs are repeated, with more, in Jobs).
-	Plan PlanView
-	// Jobs are the managed jobs the engine plans, in arrival order.
-	Jobs []JobObservation
-	// Nodes are every node Nomad knows, sorted by rack, then name.
-	Nodes []NodeObservation
-	// Leader: this replica acts (Leading()).
-	Leader bool
-}
-
-// Why a waiting job waits, in two classes an operator must not confuse
-// (Kueue's pending_workloads{status} draws the same line): hadar holds it
-// although GPUs it can run on are free (its turn, fairness, delay
-// scheduling, a back-off after Nomad refused its placement), or no capacity
-// it can use is free (all taken, or no GPU type of the cluster runs it).
-const (
-	PendingHeld       = "held"
-	PendingNoCapacity = "no_capacity"
-)
-
-// JobObservation is a job of the plan with what the plan view leaves out.
-type JobObservation struct {
-	JobView
-	// Pending is PendingHeld or PendingNoCapacity for a waiting job.
-	Pending string `json:"pending,omitempty"`
-	// Arrival is when the job arrived (its Nomad submit time).
-	Arrival time.Time `json:"arrival"`
-	// WaitingSince is when it last began to wait (zero while it runs).
-	WaitingSince time.Time `json:"waiting_since,omitzero"`
-	// Throughput is the engine's estimated steps/s per GPU type it can run
-	// on (types it cannot run on are left out).
-	Throughput map[string]float64 `json:"throughput,omitempty"`
-}
-
-// NodeObservation is one Nomad node with its GPUs.
-type NodeObservation struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
-	// Rack is the rack the planner places by (a node without the rack
-	// meta key is a rack of its own, as in the plan).
-	Rack string `json:"rack"`
-	// Status is Nomad's ("ready", "down", ...).
-	Status      string `json:"status"`
-	Schedulable bool   `json:"schedulable"`
-	// Planned: the engine plans on the node (ready, with GPUs of a type
-	// hadar knows).
-	Planned bool             `json:"planned"`
-	GPUs    []GPUObservation `json:"gpus"`
-}
-
-// GPUObservation is a node's GPUs of one type.
-type GPUObservation struct {
-	// Type is the planner's type; "" for a model hadar does not map (its
-	// GPUs are left out of planning).
-	Type   planner.GPUType `json:"type"`
-	Models []string        `json:"models"`
-	// Total counts the instances Nomad fingerprinted, Healthy the healthy
-	// ones (only those are planned on).
-	Total   int `json:"total"`
-	Healthy int `json:"healthy"`
-	// Holders are the jobs holding some: hadar's placements (from the
-	// engine) and jobs hadar does not manage (from Nomad's allocations).
-	Holders []Holder `json:"holders,omitempty"`
-}
-
-// Holder is a job holding Count GPUs of one type on one node.
-type Holder struct {
-	// Job is the engine's ID of a managed job, namespace/job of another.
-	Job     string `json:"job"`
-	Count   int    `json:"count"`
-	Managed bool   `json:"managed"`
-}
-
-// Held is the GPUs a GPUObservation's holders hold.
-func (g GPUObservation) Held() int {
-	n := 0
-	for _, h := range g.Holders {
-		n += h.Count
-	}
-	return n
-}
 
 // Observe reads the sidecar's state once.
-func (a *Agent) Observe() Observation {
+func (a *Agent) Observe() wire.Observation {
 	leader := a.Leading()
 	snap := a.watcher.Snapshot()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	o := Observation{Time: a.clock(), Plan: a.planView(snap), Leader: leader}
+	o := wire.Observation{Time: a.clock(), Plan: a.planView(snap), Leader: leader}
 
 	// Who holds what, per node and type: the engine's placements of
 	// managed jobs, Nomad's allocations of the others.
@@ -111,7 +23,7 @@ func (a *Agent) Observe() Observation {
 		node string
 		t    planner.GPUType
 	}
-	holders := map[nt][]Holder{}
+	holders := map[nt][]wire.Holder{}
 	managedUse := map[nt]int{}
 	states := map[string]int{}
 	eng := a.eng.Jobs()
@@ -127,7 +39,7 @@ func (a *Agent) Observe() Observation {
 			}
 		}
 		for k, n := range use {
-			holders[k] = append(holders[k], Holder{Job: st.Job.ID, Count: n, Managed: true})
+			holders[k] = append(holders[k], wire.Holder{Job: st.Job.ID, Count: n, Managed: true})
 			managedUse[k] += n
 		}
 	}
@@ -145,7 +57,7 @@ func (a *Agent) Observe() Observation {
 	}
 	for k, byJob := range others {
 		for job, n := range byJob {
-			holders[k] = append(holders[k], Holder{Job: job, Count: n})
+			holders[k] = append(holders[k], wire.Holder{Job: job, Count: n})
 		}
 	}
 
@@ -162,25 +74,25 @@ func (a *Agent) Observe() Observation {
 	}
 
 	for _, n := range snap.Nodes {
-		no := NodeObservation{ID: n.ID, Name: n.Name, Rack: n.Rack, Status: n.Status, Schedulable: n.Schedulable()}
+		no := wire.NodeObservation{ID: n.ID, Name: n.Name, Rack: n.Rack, Status: n.Status, Schedulable: n.Schedulable()}
 		if pn, ok := a.nodes[n.ID]; ok {
 			no.Planned, no.Rack = true, pn.Rack
 		}
 		if no.Rack == "" {
 			no.Rack = "rack-" + n.ID // as the planner sees it: a rack of its own
 		}
-		byType := map[planner.GPUType]*GPUObservation{}
+		byType := map[planner.GPUType]*wire.GPUObservation{}
 		var order []planner.GPUType
-		unmapped := []GPUObservation{}
+		unmapped := []wire.GPUObservation{}
 		for _, g := range n.GPUs {
 			t := a.types.Type(g.Model)
 			if t == "" {
-				unmapped = append(unmapped, GPUObservation{Models: []string{g.Model}, Total: len(g.Instances), Healthy: g.Healthy, Holders: holders[nt{n.ID, ""}]})
+				unmapped = append(unmapped, wire.GPUObservation{Models: []string{g.Model}, Total: len(g.Instances), Healthy: g.Healthy, Holders: holders[nt{n.ID, ""}]})
 				continue
 			}
 			gu := byType[t]
 			if gu == nil {
-				gu = &GPUObservation{Type: t, Holders: holders[nt{n.ID, t}]}
+				gu = &wire.GPUObservation{Type: t, Holders: holders[nt{n.ID, t}]}
 				byType[t] = gu
 				order = append(order, t)
 			}
@@ -208,7 +120,7 @@ func (a *Agent) Observe() Observation {
 	})
 
 	for _, jv := range o.Plan.Jobs {
-		jo := JobObservation{JobView: jv, Throughput: map[string]float64{}}
+		jo := wire.JobObservation{JobView: jv, Throughput: map[string]float64{}}
 		if i, ok := states[jv.ID]; ok {
 			st := eng[i]
 			jo.Arrival = unixTime(st.Job.Arrival)
@@ -222,9 +134,9 @@ func (a *Agent) Observe() Observation {
 			}
 			if !st.Running {
 				jo.WaitingSince = unixTime(st.WaitingSince)
-				jo.Pending = PendingNoCapacity
+				jo.Pending = wire.PendingNoCapacity
 				if runnable {
-					jo.Pending = PendingHeld
+					jo.Pending = wire.PendingHeld
 				}
 			}
 		}

@@ -12,15 +12,16 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/state"
 	"github.com/hadar-sched/hadar/sidecar/watch"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // agentStateV1 is the agent's own bookkeeping in the saved state (beside
 // the engine's snapshot), version 1 with state.Version.
 type agentStateV1 struct {
-	Jobs    []jobBook `json:"jobs"`
-	History []Event   `json:"history"`
-	Rounds  int       `json:"rounds"`
-	Next    time.Time `json:"next_round"`
+	Jobs    []jobBook    `json:"jobs"`
+	History []wire.Event `json:"history"`
+	Rounds  int          `json:"rounds"`
+	Next    time.Time    `json:"next_round"`
 }
 
 // jobBook is what the agent knows of an admitted job that the engine does

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/contract"
+	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
 
@@ -25,7 +26,7 @@ func TestBoundaryPlansOnProgressReadAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Config{Policy: "gavel-maxmin", Placement: "pack", Round: "2s", State: StateConfig{Store: "none"}}.Resolve()
+	s, err := config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "2s", State: config.StateConfig{Store: "none"}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}

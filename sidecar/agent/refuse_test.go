@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/leader"
@@ -96,7 +97,7 @@ func TestRefusalNotesNeverStopRunningWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Config{Policy: "gavel-maxmin", Placement: "pack", Round: "1h", State: StateConfig{Store: "none"}}.Resolve()
+	s, err := config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "1h", State: config.StateConfig{Store: "none"}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}

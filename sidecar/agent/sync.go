@@ -16,6 +16,7 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/watch"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // maxFailures is how often a job's workers may fail before hadar gives up
@@ -354,7 +355,7 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 	case complete && failed == "":
 		if err := a.eng.Complete(mj.id, now); err == nil {
 			a.log.Info("managed job complete", "job", mj.key.String())
-			a.note(Event{Time: a.clock(), Job: mj.id, Result: "complete"})
+			a.note(wire.Event{Time: a.clock(), Job: mj.id, Result: "complete"})
 		}
 		a.prof.Forget(mj.model)
 		delete(a.jobs, mj.key)
@@ -362,7 +363,7 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 		mj.failures++
 		if mj.failures > maxFailures {
 			a.log.Error("managed job failed too often: giving up", "job", mj.key.String(), "last", failed)
-			a.note(Event{Time: a.clock(), Job: mj.id, Result: "failed for good: " + failed})
+			a.note(wire.Event{Time: a.clock(), Job: mj.id, Result: "failed for good: " + failed})
 			a.forget(mj, now)
 			return
 		}

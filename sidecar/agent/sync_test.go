@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
@@ -22,7 +23,7 @@ func testAgent(t *testing.T, rec *recordedNomad, policy string) *Agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Config{Policy: policy, Placement: "pack", Round: "1h", State: StateConfig{Store: "none"}}.Resolve()
+	s, err := config.Config{Policy: policy, Placement: "pack", Round: "1h", State: config.StateConfig{Store: "none"}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,9 +26,9 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
-	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/nomadclient"
 	"github.com/hadar-sched/hadar/sidecar/telemetry"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // nomad is a server with ACLs, for the Nomad token tests; it starts on
@@ -121,7 +121,7 @@ func TestNamespaceParameter(t *testing.T) {
 	if code, _, _ := get(t, h, "/v1/jobs/default/a?namespace=team"); code != 404 {
 		t.Fatalf("a job of another namespace than asked: %d", code)
 	}
-	var jobs []agent.JobView
+	var jobs []wire.JobView
 	_, _, body = get(t, h, "/v1/jobs?namespace=*")
 	if err := json.Unmarshal([]byte(body), &jobs); err != nil || len(jobs) != 4 {
 		t.Fatalf("?namespace=*: %d jobs, %v", len(jobs), err)
@@ -287,7 +287,7 @@ func TestNomadTokens(t *testing.T) {
 	checker := NewNomadTokens(anon)
 	src := scenario()
 	// A GPU held by the team's job beside default's.
-	src.obs.Nodes[1].GPUs[0].Holders = []agent.Holder{{Job: "team/c", Count: 1, Managed: true}}
+	src.obs.Nodes[1].GPUs[0].Holders = []wire.Holder{{Job: "team/c", Count: 1, Managed: true}}
 	tel, err := telemetry.New(src, telemetry.Options{Policy: "hadar"})
 	if err != nil {
 		t.Fatal(err)
@@ -371,7 +371,7 @@ func TestNomadTokens(t *testing.T) {
 					t.Errorf("GET %s: %d, want %d: %.200s", path, code, want, body)
 				}
 			}
-			var plan agent.PlanView
+			var plan wire.PlanView
 			_, _, body := request(t, h, "/v1/plan", bearer(tc.token))
 			if err := json.Unmarshal([]byte(body), &plan); err != nil {
 				t.Fatal(err)

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // scope is what one request may see: the caller's access, narrowed to the
@@ -41,7 +41,7 @@ func (s scope) job(id string) bool {
 // namespaces from every list; without node access the nodes themselves;
 // with it, the names of jobs of namespaces the caller may not read that
 // hold GPUs (their GPUs stay counted as held).
-func (s scope) observation(o agent.Observation) agent.Observation {
+func (s scope) observation(o wire.Observation) wire.Observation {
 	if s.whole() {
 		return o
 	}
@@ -58,9 +58,9 @@ func (s scope) observation(o agent.Observation) agent.Observation {
 		return out
 	}
 	for _, n := range o.Nodes {
-		n.GPUs = append([]agent.GPUObservation(nil), n.GPUs...)
+		n.GPUs = append([]wire.GPUObservation(nil), n.GPUs...)
 		for i, g := range n.GPUs {
-			hs := make([]agent.Holder, len(g.Holders))
+			hs := make([]wire.Holder, len(g.Holders))
 			for k, h := range g.Holders {
 				if !s.access.Namespace(namespaceOf(h.Job)) {
 					h.Job = ""
@@ -74,18 +74,18 @@ func (s scope) observation(o agent.Observation) agent.Observation {
 	return out
 }
 
-func (s scope) plan(p agent.PlanView) agent.PlanView {
+func (s scope) plan(p wire.PlanView) wire.PlanView {
 	if s.whole() {
 		return p
 	}
 	out := p
-	out.Jobs = []agent.JobView{}
+	out.Jobs = []wire.JobView{}
 	for _, j := range p.Jobs {
 		if s.job(j.ID) {
 			out.Jobs = append(out.Jobs, j)
 		}
 	}
-	out.Refused = []agent.RefusedJob{}
+	out.Refused = []wire.RefusedJob{}
 	for _, r := range p.Refused {
 		if s.job(r.Job) {
 			out.Refused = append(out.Refused, r)
@@ -94,11 +94,11 @@ func (s scope) plan(p agent.PlanView) agent.PlanView {
 	return out
 }
 
-func (s scope) history(evs []agent.Event) []agent.Event {
+func (s scope) history(evs []wire.Event) []wire.Event {
 	if s.whole() {
 		return evs
 	}
-	out := []agent.Event{}
+	out := []wire.Event{}
 	for _, ev := range evs {
 		if s.job(ev.Job) {
 			out = append(out, ev)

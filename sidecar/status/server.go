@@ -18,16 +18,16 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/telemetry"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // Source is what the API reads: the agent.
 type Source interface {
-	Plan() agent.PlanView
-	History() []agent.Event
-	Health() agent.Health
-	Observe() agent.Observation
+	Plan() wire.PlanView
+	History() []wire.Event
+	Health() wire.Health
+	Observe() wire.Observation
 }
 
 // Options configure the server.
@@ -246,7 +246,7 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	// exist: the answer must not tell the two apart.
 	o := sc.observation(s.src.Observe())
 	hist := sc.history(s.src.History())
-	d, ok := buildJob(o, buildStatus(o, agent.Health{}, nil, nil), hist, id)
+	d, ok := buildJob(o, buildStatus(o, wire.Health{}, nil, nil), hist, id)
 	if !ok {
 		s.write(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("no managed job %q in the plan or the recent decisions: give namespace/job or the job's name", id)})
 		return

@@ -25,52 +25,52 @@ import (
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/planner/round"
-	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/telemetry"
 	"github.com/hadar-sched/hadar/sidecar/watch"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 const token = "5f1c0e2a-9b7d-4c1e-8a55-secret-token"
 
 type fake struct {
-	obs  agent.Observation
-	hist []agent.Event
+	obs  wire.Observation
+	hist []wire.Event
 }
 
-func (f *fake) Plan() agent.PlanView       { return f.obs.Plan }
-func (f *fake) History() []agent.Event     { return f.hist }
-func (f *fake) Observe() agent.Observation { return f.obs }
-func (f *fake) WatchStats() watch.Stats    { return watch.Stats{} }
-func (f *fake) Health() agent.Health       { return agent.Health{OK: true, Replica: "r-1", Leader: true} }
+func (f *fake) Plan() wire.PlanView       { return f.obs.Plan }
+func (f *fake) History() []wire.Event     { return f.hist }
+func (f *fake) Observe() wire.Observation { return f.obs }
+func (f *fake) WatchStats() watch.Stats   { return watch.Stats{} }
+func (f *fake) Health() wire.Health       { return wire.Health{OK: true, Replica: "r-1", Leader: true} }
 
 var now = time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 
 func scenario() *fake {
-	a := agent.JobObservation{JobView: agent.JobView{ID: "default/a", Namespace: "default", Job: "a", State: "running", Position: -1, Workers: 2,
-		Units: []agent.UnitView{{Slots: []agent.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}}, StepsDone: 250, Steps: 1000, Rate: 5, ETA: 150,
+	a := wire.JobObservation{JobView: wire.JobView{ID: "default/a", Namespace: "default", Job: "a", State: "running", Position: -1, Workers: 2,
+		Units: []wire.UnitView{{Slots: []wire.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}}, StepsDone: 250, Steps: 1000, Rate: 5, ETA: 150,
 		Reason: round.Reason{Why: "keeps its GPUs"}}}
-	b := agent.JobObservation{JobView: agent.JobView{ID: "default/b", Namespace: "default", Job: "b", State: "waiting", Position: 1, Workers: 4,
-		Reason: round.Reason{Why: "delay scheduling: waits for 4 v100 GPUs at node level"}, WaitingS: 40}, Pending: agent.PendingHeld,
+	b := wire.JobObservation{JobView: wire.JobView{ID: "default/b", Namespace: "default", Job: "b", State: "waiting", Position: 1, Workers: 4,
+		Reason: round.Reason{Why: "delay scheduling: waits for 4 v100 GPUs at node level"}, WaitingS: 40}, Pending: wire.PendingHeld,
 		Throughput: map[string]float64{"v100": 40, "k80": 10}}
-	c := agent.JobObservation{JobView: agent.JobView{ID: "team/c", Namespace: "team", Job: "c", State: "waiting", Position: 0, Workers: 8,
+	c := wire.JobObservation{JobView: wire.JobView{ID: "team/c", Namespace: "team", Job: "c", State: "waiting", Position: 0, Workers: 8,
 		Reason: round.Reason{Why: "not placed this round: the policy gave the GPUs it can use to other jobs " + token}, Nomad: "train: 4 nodes exhausted"},
-		Pending: agent.PendingNoCapacity, Throughput: map[string]float64{"v100": 80}}
-	late := agent.JobObservation{JobView: agent.JobView{ID: "default/late", Job: "late", State: "waiting", Position: -1, Workers: 1}, Pending: agent.PendingHeld}
-	o := agent.Observation{Time: now, Leader: true,
-		Plan: agent.PlanView{Policy: "hadar", Placement: "delay", Round: 3, Time: now.Add(-time.Second), NextRound: now.Add(time.Minute),
-			Refused: []agent.RefusedJob{{Job: "default/bad", Error: `meta hadar.steps = "lots": want a positive integer`}}},
-		Jobs: []agent.JobObservation{a, b, c, late},
-		Nodes: []agent.NodeObservation{
+		Pending: wire.PendingNoCapacity, Throughput: map[string]float64{"v100": 80}}
+	late := wire.JobObservation{JobView: wire.JobView{ID: "default/late", Job: "late", State: "waiting", Position: -1, Workers: 1}, Pending: wire.PendingHeld}
+	o := wire.Observation{Time: now, Leader: true,
+		Plan: wire.PlanView{Policy: "hadar", Placement: "delay", Round: 3, Time: now.Add(-time.Second), NextRound: now.Add(time.Minute),
+			Refused: []wire.RefusedJob{{Job: "default/bad", Error: `meta hadar.steps = "lots": want a positive integer`}}},
+		Jobs: []wire.JobObservation{a, b, c, late},
+		Nodes: []wire.NodeObservation{
 			{ID: "n1", Name: "v100-a", Rack: "r1", Status: "ready", Schedulable: true, Planned: true,
-				GPUs: []agent.GPUObservation{{Type: "v100", Models: []string{"Tesla V100-SXM2-16GB"}, Total: 4, Healthy: 4,
-					Holders: []agent.Holder{{Job: "default/a", Count: 2, Managed: true}, {Job: "default/plain", Count: 1}}}}},
+				GPUs: []wire.GPUObservation{{Type: "v100", Models: []string{"Tesla V100-SXM2-16GB"}, Total: 4, Healthy: 4,
+					Holders: []wire.Holder{{Job: "default/a", Count: 2, Managed: true}, {Job: "default/plain", Count: 1}}}}},
 			{ID: "n2", Name: "k80-a", Rack: "r2", Status: "ready", Schedulable: true, Planned: true,
-				GPUs: []agent.GPUObservation{{Type: "k80", Models: []string{"Tesla K80"}, Total: 4, Healthy: 3}}},
+				GPUs: []wire.GPUObservation{{Type: "k80", Models: []string{"Tesla K80"}, Total: 4, Healthy: 3}}},
 		}}
 	for _, j := range o.Jobs {
 		o.Plan.Jobs = append(o.Plan.Jobs, j.JobView)
 	}
-	hist := []agent.Event{
+	hist := []wire.Event{
 		{Time: now.Add(-time.Hour), Job: "default/a", Action: engine.Start, To: []planner.Unit{{Slots: []planner.Slot{{Node: "n2", Type: "k80", Count: 2}}}}, Why: "its turn"},
 		{Time: now.Add(-time.Minute), Job: "default/a", Action: engine.Move, To: []planner.Unit{{Slots: []planner.Slot{{Node: "n1", Type: "v100", Count: 2}}}}, Why: "faster on v100"},
 		{Time: now.Add(-30 * time.Second), Job: "default/done", Action: engine.Start, To: []planner.Unit{{Slots: []planner.Slot{{Node: "n1", Type: "v100", Count: 1}}}}},

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/telemetry"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // Status is GET /v1/status: the cluster as hadar sees it, for the status
@@ -22,10 +22,10 @@ type Status struct {
 	// Queue are the waiting jobs, first in line first.
 	Queue []QueueEntry `json:"queue"`
 	// Running are the jobs holding GPUs, in arrival order.
-	Running []RunningEntry     `json:"running"`
-	Refused []agent.RefusedJob `json:"refused"`
+	Running []RunningEntry    `json:"running"`
+	Refused []wire.RefusedJob `json:"refused"`
 	// Decisions are the most recent decisions, newest last.
-	Decisions []agent.Event `json:"decisions"`
+	Decisions []wire.Event `json:"decisions"`
 	// Utilisation is GPUs in use per type over time, oldest first.
 	Utilisation []telemetry.UtilPoint `json:"utilisation"`
 }
@@ -52,8 +52,8 @@ type TypeSummary struct {
 
 // Rack is the nodes of one rack.
 type Rack struct {
-	Rack  string                  `json:"rack"`
-	Nodes []agent.NodeObservation `json:"nodes"`
+	Rack  string                 `json:"rack"`
+	Nodes []wire.NodeObservation `json:"nodes"`
 }
 
 // QueueEntry is a waiting job.
@@ -81,12 +81,12 @@ type QueueEntry struct {
 
 // RunningEntry is a job holding GPUs.
 type RunningEntry struct {
-	ID      string           `json:"id"`
-	State   string           `json:"state"`
-	Action  string           `json:"action,omitempty"`
-	Units   []agent.UnitView `json:"units"`
-	Workers int              `json:"workers"`
-	Model   string           `json:"model"`
+	ID      string          `json:"id"`
+	State   string          `json:"state"`
+	Action  string          `json:"action,omitempty"`
+	Units   []wire.UnitView `json:"units"`
+	Workers int             `json:"workers"`
+	Model   string          `json:"model"`
 	// Progress is steps done over steps declared, 0..1.
 	Progress  float64 `json:"progress"`
 	StepsDone float64 `json:"steps_done"`
@@ -103,9 +103,9 @@ type RunningEntry struct {
 type JobDetail struct {
 	// Job is the job in the plan; nil once it left the plan (finished,
 	// stopped by its owner), when only its decisions remain.
-	Job   *agent.JobObservation `json:"job"`
-	ID    string                `json:"id"`
-	State string                `json:"state"`
+	Job   *wire.JobObservation `json:"job"`
+	ID    string               `json:"id"`
+	State string               `json:"state"`
 	// Waits, QueuePosition (1 first) and QueueLength for a waiting job.
 	Waits         string `json:"waits,omitempty"`
 	QueuePosition int    `json:"queue_position,omitempty"`
@@ -119,18 +119,18 @@ type JobDetail struct {
 	// placed, moved, forked or stopped it, with racks.
 	Placements []Placement `json:"placements"`
 	// Decisions are every recorded decision about it, newest last.
-	Decisions []agent.Event `json:"decisions"`
+	Decisions []wire.Event `json:"decisions"`
 	// NodeNames names the nodes its units and placements name by ID.
 	NodeNames map[string]string `json:"node_names"`
 }
 
 // Placement is one change of where a job runs.
 type Placement struct {
-	Time   time.Time        `json:"time"`
-	Action string           `json:"action"`
-	Units  []agent.UnitView `json:"units"`
-	Why    string           `json:"why"`
-	Result string           `json:"result,omitempty"`
+	Time   time.Time       `json:"time"`
+	Action string          `json:"action"`
+	Units  []wire.UnitView `json:"units"`
+	Why    string          `json:"why"`
+	Result string          `json:"result,omitempty"`
 }
 
 // maxDecisions bounds the decisions /v1/status carries.
@@ -152,13 +152,13 @@ func eta(obs time.Time, s float64) *time.Time {
 }
 
 // buildStatus assembles /v1/status from one observation.
-func buildStatus(o agent.Observation, h agent.Health, hist []agent.Event, util []telemetry.UtilPoint) Status {
+func buildStatus(o wire.Observation, h wire.Health, hist []wire.Event, util []telemetry.UtilPoint) Status {
 	s := Status{Time: o.Time, Sidecar: SidecarStatus{Policy: o.Plan.Policy, Placement: o.Plan.Placement, DryRun: o.Plan.DryRun, Leader: o.Leader,
 		Replica: h.Replica, Round: o.Plan.Round, NextRound: o.Plan.NextRound, LastPlan: o.Plan.Time, OK: h.OK, Problem: h.Problem},
 		GPUs: []TypeSummary{}, Racks: []Rack{}, Queue: []QueueEntry{}, Running: []RunningEntry{}, Refused: o.Plan.Refused,
-		Decisions: []agent.Event{}, Utilisation: util}
+		Decisions: []wire.Event{}, Utilisation: util}
 	if s.Refused == nil {
-		s.Refused = []agent.RefusedJob{}
+		s.Refused = []wire.RefusedJob{}
 	}
 	if s.Utilisation == nil {
 		s.Utilisation = []telemetry.UtilPoint{}
@@ -215,20 +215,20 @@ func buildStatus(o agent.Observation, h agent.Health, hist []agent.Event, util [
 }
 
 // findJob finds a job of the plan by its ID (namespace/job) or job name.
-func findJob(o agent.Observation, id string) (agent.JobObservation, bool) {
+func findJob(o wire.Observation, id string) (wire.JobObservation, bool) {
 	for _, j := range o.Jobs {
 		if j.ID == id || j.Job == id {
 			return j, true
 		}
 	}
-	return agent.JobObservation{}, false
+	return wire.JobObservation{}, false
 }
 
 // buildJob assembles /v1/jobs/<id>; ok is false when neither the plan
 // nor the history knows the job.
-func buildJob(o agent.Observation, st Status, hist []agent.Event, id string) (JobDetail, bool) {
+func buildJob(o wire.Observation, st Status, hist []wire.Event, id string) (JobDetail, bool) {
 	j, inPlan := findJob(o, id)
-	d := JobDetail{ID: id, Placements: []Placement{}, Decisions: []agent.Event{}, NodeNames: map[string]string{}}
+	d := JobDetail{ID: id, Placements: []Placement{}, Decisions: []wire.Event{}, NodeNames: map[string]string{}}
 	if inPlan {
 		d.ID, d.Job, d.State, d.Why, d.Nomad = j.ID, &j, j.State, j.Reason.Why, j.Nomad
 		d.Progress = progress(j.StepsDone, j.Steps)
@@ -258,7 +258,7 @@ func buildJob(o agent.Observation, st Status, hist []agent.Event, id string) (Jo
 		racks[n.ID], names[n.ID] = n.Rack, n.Name
 	}
 	d.NodeNames = map[string]string{}
-	name := func(units []agent.UnitView) {
+	name := func(units []wire.UnitView) {
 		for _, u := range units {
 			for _, sl := range u.Slots {
 				if n, ok := names[sl.Node]; ok {
@@ -278,11 +278,11 @@ func buildJob(o agent.Observation, st Status, hist []agent.Event, id string) (Jo
 		if ev.Action == "" || ev.Action == "keep" || ev.Action == "wait" {
 			continue
 		}
-		p := Placement{Time: ev.Time, Action: string(ev.Action), Units: []agent.UnitView{}, Why: ev.Why, Result: ev.Result}
+		p := Placement{Time: ev.Time, Action: string(ev.Action), Units: []wire.UnitView{}, Why: ev.Why, Result: ev.Result}
 		for _, u := range ev.To {
-			var uv agent.UnitView
+			var uv wire.UnitView
 			for _, sl := range u.Slots {
-				uv.Slots = append(uv.Slots, agent.SlotView{Node: sl.Node, Rack: racks[sl.Node], Type: sl.Type, Count: sl.Count})
+				uv.Slots = append(uv.Slots, wire.SlotView{Node: sl.Node, Rack: racks[sl.Node], Type: sl.Type, Count: sl.Count})
 			}
 			p.Units = append(p.Units, uv)
 		}

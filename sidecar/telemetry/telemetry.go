@@ -23,16 +23,16 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/hadar-sched/hadar/planner/engine"
-	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/watch"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // Source is what telemetry reads: the agent.
 type Source interface {
-	Observe() agent.Observation
-	Health() agent.Health
-	History() []agent.Event
+	Observe() wire.Observation
+	Health() wire.Health
+	History() []wire.Event
 	WatchStats() watch.Stats
 }
 
@@ -176,7 +176,7 @@ func New(src Source, opts Options) (*Telemetry, error) {
 	for _, r := range []string{"complete", "failed"} {
 		t.inc("hadar_jobs_finished_total", 0, lbl("result", r))
 	}
-	for _, k := range []string{agent.RepairPlacement, agent.RepairFallback} {
+	for _, k := range []string{wire.RepairPlacement, wire.RepairFallback} {
 		t.inc("hadar_plan_repairs_total", 0, lbl("kind", k))
 		t.lastRepairs[k] = h.Repairs[k]
 	}
@@ -287,16 +287,16 @@ func (t *Telemetry) Sample() {
 	}
 }
 
-func (t *Telemetry) sampleJobs(obs agent.Observation) {
+func (t *Telemetry) sampleJobs(obs wire.Observation) {
 	pending := map[string]int{StatusHeld: 0, StatusNoCapacity: 0}
 	states := map[string]int{"running": 0, "writing": 0, "starting": 0, "stopping": 0, "awaiting-gpus": 0, "waiting": 0}
 	copies := 0
 	for _, j := range obs.Jobs {
 		states[j.State]++
 		switch j.Pending {
-		case agent.PendingHeld:
+		case wire.PendingHeld:
 			pending[StatusHeld]++
-		case agent.PendingNoCapacity:
+		case wire.PendingNoCapacity:
 			pending[StatusNoCapacity]++
 		}
 		copies += max(0, len(j.Units)-1)
@@ -325,7 +325,7 @@ type GPUUse struct {
 
 // GPUs sums an observation's GPUs per type and rack, over the nodes the
 // planner plans on.
-func GPUs(obs agent.Observation) map[string]map[string]GPUUse {
+func GPUs(obs wire.Observation) map[string]map[string]GPUUse {
 	out := map[string]map[string]GPUUse{}
 	for _, n := range obs.Nodes {
 		if !n.Planned {
@@ -360,7 +360,7 @@ func GPUs(obs agent.Observation) map[string]map[string]GPUUse {
 	return out
 }
 
-func (t *Telemetry) sampleGPUs(obs agent.Observation) {
+func (t *Telemetry) sampleGPUs(obs wire.Observation) {
 	for typ, racks := range GPUs(obs) {
 		for rack, u := range racks {
 			ls := []metrics.Label{lbl("gpu_type", typ), lbl("rack", rack)}
@@ -373,7 +373,7 @@ func (t *Telemetry) sampleGPUs(obs agent.Observation) {
 }
 
 // sampleCounts turns the agent's running totals into counter increments.
-func (t *Telemetry) sampleCounts(h agent.Health, ws watch.Stats) {
+func (t *Telemetry) sampleCounts(h wire.Health, ws watch.Stats) {
 	if h.Rounds >= t.lastRounds {
 		t.inc("hadar_rounds_total", h.Rounds-t.lastRounds)
 	}
@@ -399,8 +399,8 @@ func (t *Telemetry) sampleCounts(h agent.Health, ws watch.Stats) {
 }
 
 // sampleEvents counts the decisions made since the previous sample.
-func (t *Telemetry) sampleEvents(obs agent.Observation, fresh []agent.Event) {
-	now := make(map[string]agent.JobObservation, len(obs.Jobs))
+func (t *Telemetry) sampleEvents(obs wire.Observation, fresh []wire.Event) {
+	now := make(map[string]wire.JobObservation, len(obs.Jobs))
 	for _, j := range obs.Jobs {
 		now[j.ID] = j
 	}
@@ -448,7 +448,7 @@ func (t *Telemetry) sampleEvents(obs agent.Observation, fresh []agent.Event) {
 // observeAdmission records how long a started job waited: since it last
 // began waiting, as the previous sample saw it, or since it arrived when
 // it arrived and started between two samples.
-func (t *Telemetry) observeAdmission(ev agent.Event, cur agent.JobObservation) {
+func (t *Telemetry) observeAdmission(ev wire.Event, cur wire.JobObservation) {
 	since := time.Time{}
 	if m, ok := t.prev[ev.Job]; ok && !m.running {
 		since = m.waitingSince
@@ -476,7 +476,7 @@ func (t *Telemetry) observeAdmission(ev agent.Event, cur agent.JobObservation) {
 // sampleInterruptions counts jobs that ran at the previous sample and wait
 // now without a decision that explains it: their workers died or were
 // stopped by someone else, or their node is gone.
-func (t *Telemetry) sampleInterruptions(obs agent.Observation, _ []agent.Event) {
+func (t *Telemetry) sampleInterruptions(obs wire.Observation, _ []wire.Event) {
 	planned := map[string]bool{}
 	for _, n := range obs.Nodes {
 		planned[n.ID] = n.Planned
@@ -507,7 +507,7 @@ func (t *Telemetry) sampleInterruptions(obs agent.Observation, _ []agent.Event) 
 	}
 }
 
-func (t *Telemetry) remember(obs agent.Observation) {
+func (t *Telemetry) remember(obs wire.Observation) {
 	prev := make(map[string]memo, len(obs.Jobs))
 	for _, j := range obs.Jobs {
 		m := memo{running: len(j.Units) > 0, waitingSince: j.WaitingSince, arrival: j.Arrival}
@@ -526,16 +526,16 @@ func (t *Telemetry) remember(obs agent.Observation) {
 // last event seen is looked for from the end.
 type cursor struct {
 	set  bool
-	last agent.Event
+	last wire.Event
 }
 
-func sameEvent(a, b agent.Event) bool {
+func sameEvent(a, b wire.Event) bool {
 	return a.Time.Equal(b.Time) && a.Job == b.Job && a.Action == b.Action && a.Result == b.Result && a.Why == b.Why
 }
 
 // after returns the events after the last one seen; lost is true when
 // that one is no longer in the history (more happened than it keeps).
-func (c *cursor) after(evs []agent.Event) (fresh []agent.Event, lost bool) {
+func (c *cursor) after(evs []wire.Event) (fresh []wire.Event, lost bool) {
 	if len(evs) == 0 {
 		return nil, false
 	}

@@ -12,39 +12,39 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/engine"
-	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/watch"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // fake is a Source the test scripts.
 type fake struct {
-	obs  agent.Observation
-	h    agent.Health
-	hist []agent.Event
+	obs  wire.Observation
+	h    wire.Health
+	hist []wire.Event
 	ws   watch.Stats
 }
 
-func (f *fake) Observe() agent.Observation { return f.obs }
-func (f *fake) Health() agent.Health       { return f.h }
-func (f *fake) History() []agent.Event     { return append([]agent.Event(nil), f.hist...) }
-func (f *fake) WatchStats() watch.Stats    { return f.ws }
+func (f *fake) Observe() wire.Observation { return f.obs }
+func (f *fake) Health() wire.Health       { return f.h }
+func (f *fake) History() []wire.Event     { return append([]wire.Event(nil), f.hist...) }
+func (f *fake) WatchStats() watch.Stats   { return f.ws }
 
 var t0 = time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 
-func running(id string, units ...planner.Unit) agent.JobObservation {
-	j := agent.JobObservation{JobView: agent.JobView{ID: id, State: "running", Position: -1, Workers: 1}, Arrival: t0.Add(-time.Hour)}
+func running(id string, units ...planner.Unit) wire.JobObservation {
+	j := wire.JobObservation{JobView: wire.JobView{ID: id, State: "running", Position: -1, Workers: 1}, Arrival: t0.Add(-time.Hour)}
 	for _, u := range units {
-		var uv agent.UnitView
+		var uv wire.UnitView
 		for _, s := range u.Slots {
-			uv.Slots = append(uv.Slots, agent.SlotView{Node: s.Node, Type: s.Type, Count: s.Count})
+			uv.Slots = append(uv.Slots, wire.SlotView{Node: s.Node, Type: s.Type, Count: s.Count})
 		}
 		j.Units = append(j.Units, uv)
 	}
 	return j
 }
 
-func waiting(id, pending string, since time.Time) agent.JobObservation {
-	return agent.JobObservation{JobView: agent.JobView{ID: id, State: "waiting", Workers: 1}, Pending: pending, WaitingSince: since, Arrival: since}
+func waiting(id, pending string, since time.Time) wire.JobObservation {
+	return wire.JobObservation{JobView: wire.JobView{ID: id, State: "waiting", Workers: 1}, Pending: pending, WaitingSince: since, Arrival: since}
 }
 
 func unit(node string, typ planner.GPUType, n int) planner.Unit {
@@ -53,25 +53,25 @@ func unit(node string, typ planner.GPUType, n int) planner.Unit {
 
 // cluster: rack r1 has n1 (4 V100: job a holds 2, a person's job 1);
 // rack r2 has n2 (4 K80, draining) and n3 (2 V100, down: not planned).
-func cluster(now time.Time, jobs ...agent.JobObservation) agent.Observation {
-	o := agent.Observation{Time: now, Leader: true, Plan: agent.PlanView{Policy: "hadar", Time: now.Add(-time.Second)}, Jobs: jobs}
-	var v100 []agent.Holder
+func cluster(now time.Time, jobs ...wire.JobObservation) wire.Observation {
+	o := wire.Observation{Time: now, Leader: true, Plan: wire.PlanView{Policy: "hadar", Time: now.Add(-time.Second)}, Jobs: jobs}
+	var v100 []wire.Holder
 	for _, j := range jobs {
 		for _, u := range j.Units {
 			for _, s := range u.Slots {
 				if s.Node == "n1" {
-					v100 = append(v100, agent.Holder{Job: j.ID, Count: s.Count, Managed: true})
+					v100 = append(v100, wire.Holder{Job: j.ID, Count: s.Count, Managed: true})
 				}
 			}
 		}
 	}
-	v100 = append(v100, agent.Holder{Job: "default/plain", Count: 1})
-	o.Nodes = []agent.NodeObservation{
+	v100 = append(v100, wire.Holder{Job: "default/plain", Count: 1})
+	o.Nodes = []wire.NodeObservation{
 		{ID: "n1", Name: "n1", Rack: "r1", Status: "ready", Schedulable: true, Planned: true,
-			GPUs: []agent.GPUObservation{{Type: "v100", Total: 4, Healthy: 4, Holders: v100}}},
+			GPUs: []wire.GPUObservation{{Type: "v100", Total: 4, Healthy: 4, Holders: v100}}},
 		{ID: "n2", Name: "n2", Rack: "r2", Status: "ready", Schedulable: false, Planned: true,
-			GPUs: []agent.GPUObservation{{Type: "k80", Total: 4, Healthy: 4}}},
-		{ID: "n3", Name: "n3", Rack: "r2", Status: "down", GPUs: []agent.GPUObservation{{Type: "v100", Total: 2, Healthy: 2}}},
+			GPUs: []wire.GPUObservation{{Type: "k80", Total: 4, Healthy: 4}}},
+		{ID: "n3", Name: "n3", Rack: "r2", Status: "down", GPUs: []wire.GPUObservation{{Type: "v100", Total: 2, Healthy: 2}}},
 	}
 	return o
 }
@@ -153,9 +153,9 @@ func histSum(mfs []*dto.MetricFamily, name, label, v string) float64 {
 
 func TestSampleTurnsTheAgentIntoMetrics(t *testing.T) {
 	a := running("default/a", unit("n1", "v100", 2))
-	restored := agent.Event{Time: t0.Add(-time.Hour), Job: "default/old", Action: engine.Start, Why: "restored from the state"}
-	f := &fake{h: agent.Health{Rounds: 7, Writes: map[string]int{}}, hist: []agent.Event{restored},
-		obs: cluster(t0, a, waiting("default/b", agent.PendingHeld, t0.Add(-30*time.Second)), waiting("default/c", agent.PendingNoCapacity, t0.Add(-time.Minute)))}
+	restored := wire.Event{Time: t0.Add(-time.Hour), Job: "default/old", Action: engine.Start, Why: "restored from the state"}
+	f := &fake{h: wire.Health{Rounds: 7, Writes: map[string]int{}}, hist: []wire.Event{restored},
+		obs: cluster(t0, a, waiting("default/b", wire.PendingHeld, t0.Add(-30*time.Second)), waiting("default/c", wire.PendingNoCapacity, t0.Add(-time.Minute)))}
 	tel, err := New(f, Options{Policy: "hadar", UtilStep: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -187,12 +187,12 @@ func TestSampleTurnsTheAgentIntoMetrics(t *testing.T) {
 	t1 := t0.Add(10 * time.Second)
 	b := running("default/b", unit("n1", "v100", 1))
 	f.hist = append(f.hist,
-		agent.Event{Time: t1.Add(-time.Second), Job: "default/b", Action: engine.Start, To: []planner.Unit{unit("n1", "v100", 1)}, Why: "its turn"},
-		agent.Event{Time: t1.Add(-time.Second), Job: "default/a", Action: engine.Stop, Why: "fairness", Result: "not applied: job default/a: the job changed since it was read (conflict)"},
+		wire.Event{Time: t1.Add(-time.Second), Job: "default/b", Action: engine.Start, To: []planner.Unit{unit("n1", "v100", 1)}, Why: "its turn"},
+		wire.Event{Time: t1.Add(-time.Second), Job: "default/a", Action: engine.Stop, Why: "fairness", Result: "not applied: job default/a: the job changed since it was read (conflict)"},
 	)
 	f.h.Rounds, f.h.Writes = 9, map[string]int{"start": 1}
 	f.ws = watch.Stats{APIErrors: 3, ProgressErrors: 1, Reconnects: 2, Relists: 4}
-	f.obs = cluster(t1, a, b, waiting("default/c", agent.PendingNoCapacity, t0.Add(-time.Minute)))
+	f.obs = cluster(t1, a, b, waiting("default/c", wire.PendingNoCapacity, t0.Add(-time.Minute)))
 	f.obs.Leader = false
 	tel.Sample()
 	m = gathered(t, tel)
@@ -220,10 +220,10 @@ func TestSampleTurnsTheAgentIntoMetrics(t *testing.T) {
 	// a is stopped by the policy (applied), and b stops running with no
 	// decision: its node is lost.
 	t2 := t1.Add(10 * time.Second)
-	f.hist = append(f.hist, agent.Event{Time: t2.Add(-time.Second), Job: "default/a", Action: engine.Stop, Why: "fairness"},
-		agent.Event{Time: t2.Add(-time.Second), Job: "default/c", Result: "complete"})
+	f.hist = append(f.hist, wire.Event{Time: t2.Add(-time.Second), Job: "default/a", Action: engine.Stop, Why: "fairness"},
+		wire.Event{Time: t2.Add(-time.Second), Job: "default/c", Result: "complete"})
 	f.h.Writes = map[string]int{"start": 1, "stop": 1, "rollback": 1}
-	f.obs = cluster(t2, waiting("default/a", agent.PendingHeld, t2), waiting("default/b", agent.PendingNoCapacity, t2))
+	f.obs = cluster(t2, waiting("default/a", wire.PendingHeld, t2), waiting("default/b", wire.PendingNoCapacity, t2))
 	f.obs.Nodes[0].Planned = false // n1 went away
 	tel.Sample()
 	m = gathered(t, tel)
@@ -249,22 +249,22 @@ func TestSampleTurnsTheAgentIntoMetrics(t *testing.T) {
 // The history keeps only the agent's last decisions: the cursor finds the
 // new ones after a trim, and says so when it lost some.
 func TestCursorAcrossTrims(t *testing.T) {
-	ev := func(i int) agent.Event {
-		return agent.Event{Time: t0.Add(time.Duration(i) * time.Second), Job: "default/j", Action: engine.Start}
+	ev := func(i int) wire.Event {
+		return wire.Event{Time: t0.Add(time.Duration(i) * time.Second), Job: "default/j", Action: engine.Start}
 	}
 	var c cursor
-	if fresh, _ := c.after([]agent.Event{ev(0), ev(1)}); len(fresh) != 2 {
+	if fresh, _ := c.after([]wire.Event{ev(0), ev(1)}); len(fresh) != 2 {
 		t.Fatalf("first look: %d events, want 2", len(fresh))
 	}
-	fresh, lost := c.after([]agent.Event{ev(1), ev(2), ev(3)}) // ev(0) trimmed
+	fresh, lost := c.after([]wire.Event{ev(1), ev(2), ev(3)}) // ev(0) trimmed
 	if len(fresh) != 2 || !fresh[0].Time.Equal(ev(2).Time) || lost {
 		t.Fatalf("after a trim: %d events (lost %v), want ev 2 and 3", len(fresh), lost)
 	}
-	fresh, lost = c.after([]agent.Event{ev(5), ev(6)}) // ev(4) never seen
+	fresh, lost = c.after([]wire.Event{ev(5), ev(6)}) // ev(4) never seen
 	if len(fresh) != 2 || !lost {
 		t.Fatalf("after losing some: %d events, lost %v; want 2 and lost", len(fresh), lost)
 	}
-	if fresh, _ := c.after([]agent.Event{ev(5), ev(6)}); len(fresh) != 0 {
+	if fresh, _ := c.after([]wire.Event{ev(5), ev(6)}); len(fresh) != 0 {
 		t.Fatalf("nothing new: %d events", len(fresh))
 	}
 }
@@ -273,7 +273,7 @@ func TestCursorAcrossTrims(t *testing.T) {
 // and everything documented exists.
 func TestEveryMetricIsDocumented(t *testing.T) {
 	a := running("default/a", unit("n1", "v100", 2))
-	f := &fake{h: agent.Health{Writes: map[string]int{}}, obs: cluster(t0, a)}
+	f := &fake{h: wire.Health{Writes: map[string]int{}}, obs: cluster(t0, a)}
 	tel, err := New(f, Options{Policy: "gavel-maxmin"})
 	if err != nil {
 		t.Fatal(err)

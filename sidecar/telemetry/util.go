@@ -3,7 +3,7 @@ package telemetry
 import (
 	"time"
 
-	"github.com/hadar-sched/hadar/sidecar/agent"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // UtilPoint is the GPUs in use per type over one step, averaged over the
@@ -40,7 +40,7 @@ type utilRing struct {
 	sum   map[string]TypeUtil
 }
 
-func (r *utilRing) add(obs agent.Observation) {
+func (r *utilRing) add(obs wire.Observation) {
 	now := obs.Time
 	if r.start.IsZero() {
 		r.start = now

@@ -1,4 +1,6 @@
-package agent
+// Package config is the sidecar's configuration: the HCL file and its
+// defaults, checked field by field (docs/sidecar.md lists every field).
+package config
 
 import (
 	"fmt"

@@ -1,0 +1,248 @@
+// Package wire is what the sidecar serves and its clients read: the plan,
+// the jobs, the decision history, its health, and the observation the
+// status page and the metrics are drawn from. The CLI (hadar plan, hadar
+// status), the status API's server and the demo import it; none of them
+// imports the agent.
+package wire
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/engine"
+	"github.com/hadar-sched/hadar/planner/round"
+)
+
+// PlanView is what the last plan decided, per job, with why: the policy's
+// numbers, where each job runs or why it waits (the planner's reason and
+// Nomad's, from the job's blocked evaluation), and its place in the queue.
+type PlanView struct {
+	Time      time.Time    `json:"time"`
+	Kind      engine.Kind  `json:"kind"`
+	Policy    string       `json:"policy"`
+	Placement string       `json:"placement"`
+	DryRun    bool         `json:"dry_run"`
+	Round     int          `json:"round"`
+	NextRound time.Time    `json:"next_round"`
+	Jobs      []JobView    `json:"jobs"`
+	Refused   []RefusedJob `json:"refused"`
+}
+
+// JobView is one managed job in the plan.
+type JobView struct {
+	ID        string  `json:"id"`
+	Namespace string  `json:"namespace"`
+	Job       string  `json:"job"`
+	Model     string  `json:"model"`
+	Workers   int     `json:"workers"`
+	Weight    float64 `json:"weight"`
+	// State: running, waiting, starting, stopping.
+	State  string        `json:"state"`
+	Action engine.Action `json:"action"`
+	// Units are where it runs (or is being placed), with racks.
+	Units []UnitView `json:"units,omitempty"`
+	// Position is its place among waiting jobs (0 first); -1 if running.
+	Position int          `json:"position"`
+	Reason   round.Reason `json:"reason"`
+	// Nomad is Nomad's reason the job's groups cannot be placed, from its
+	// blocked evaluations (the gate aside).
+	Nomad     string  `json:"nomad,omitempty"`
+	StepsDone float64 `json:"steps_done"`
+	Steps     float64 `json:"steps"`
+	Rate      float64 `json:"rate"`
+	ETA       float64 `json:"eta_s"`
+	WaitingS  float64 `json:"waiting_s,omitempty"`
+}
+
+// UnitView is one unit of a placement.
+type UnitView struct {
+	Slots []SlotView `json:"slots"`
+}
+
+// SlotView is GPUs of one type on one node.
+type SlotView struct {
+	Node  string          `json:"node"`
+	Rack  string          `json:"rack"`
+	Type  planner.GPUType `json:"type"`
+	Count int             `json:"count"`
+}
+
+// RefusedJob is a managed job hadar will not plan, and why.
+type RefusedJob struct {
+	Job   string `json:"job"`
+	Error string `json:"error"`
+}
+
+// WriteTable prints a plan for a person: one line per job.
+func WriteTable(b *strings.Builder, p PlanView) {
+	fmt.Fprintf(b, "%s plan at %s, policy %s, placement %s", p.Kind, p.Time.Format(time.RFC3339), p.Policy, p.Placement)
+	if p.DryRun {
+		b.WriteString(" (dry run: nothing written)")
+	}
+	b.WriteString("\n\n")
+	fmt.Fprintf(b, "%-28s %-8s %-8s %-26s %s\n", "JOB", "STATE", "ACTION", "GPUS", "WHY")
+	for _, jv := range p.Jobs {
+		where := "-"
+		if len(jv.Units) > 0 {
+			var us []string
+			for _, u := range jv.Units {
+				var ss []string
+				for _, s := range u.Slots {
+					ss = append(ss, fmt.Sprintf("%dx%s@%s/%s", s.Count, s.Type, s.Node[:min(8, len(s.Node))], s.Rack))
+				}
+				us = append(us, strings.Join(ss, "+"))
+			}
+			where = strings.Join(us, " | ")
+		}
+		why := jv.Reason.Why
+		if jv.Position >= 0 {
+			why = fmt.Sprintf("#%d in queue: %s", jv.Position+1, why)
+		}
+		if jv.Nomad != "" {
+			why += " (Nomad: " + jv.Nomad + ")"
+		}
+		fmt.Fprintf(b, "%-28s %-8s %-8s %-26s %s\n", jv.ID, jv.State, jv.Action, where, why)
+	}
+	for _, r := range p.Refused {
+		fmt.Fprintf(b, "%-28s %-8s %-8s %-26s %s\n", r.Job, "refused", "-", "-", r.Error)
+	}
+}
+
+// Health is the sidecar's state for /v1/health.
+type Health struct {
+	OK bool `json:"ok"`
+	// Synced is when the view of Nomad was last fully re-listed; Index
+	// the Nomad index it reflects.
+	Synced time.Time `json:"synced"`
+	Index  uint64    `json:"index"`
+	// LastPlan is when the engine last planned; Rounds how many round
+	// boundaries it planned.
+	LastPlan time.Time `json:"last_plan"`
+	Rounds   int       `json:"rounds"`
+	// Cycles counts the sidecar's cycles (sync, plan, act) since it
+	// started: every second, and at once on events.
+	Cycles   int            `json:"cycles"`
+	Jobs     int            `json:"jobs"`
+	Refused  int            `json:"refused"`
+	InFlight int            `json:"in_flight"`
+	Writes   map[string]int `json:"writes"`
+	// Repairs counts the plans' parts the engine replaced so the rest
+	// could go ahead, by kind (RepairPlacement, RepairFallback).
+	Repairs map[string]int `json:"repairs,omitempty"`
+	DryRun  bool           `json:"dry_run"`
+	// Leader: this replica acts (always, without an election); Replica
+	// names it and Generation is its lock generation.
+	Leader     bool   `json:"leader"`
+	Replica    string `json:"replica"`
+	Generation uint64 `json:"generation"`
+	Problem    string `json:"problem,omitempty"`
+}
+
+// Observation is one consistent reading of what the sidecar knows, taken
+// under its lock: the plan, every node of the cluster with its GPUs and who
+// holds them, and for each waiting job whether hadar holds it or no
+// capacity it can use is free. The status page, `hadar status` and the
+// metrics read it; it changes nothing.
+type Observation struct {
+	Time time.Time
+	// Plan is Plan()'s view (its Jobs are repeated, with more, in Jobs).
+	Plan PlanView
+	// Jobs are the managed jobs the engine plans, in arrival order.
+	Jobs []JobObservation
+	// Nodes are every node Nomad knows, sorted by rack, then name.
+	Nodes []NodeObservation
+	// Leader: this replica acts (Leading()).
+	Leader bool
+}
+
+// Why a waiting job waits, in two classes an operator must not confuse
+// (Kueue's pending_workloads{status} draws the same line): hadar holds it
+// although GPUs it can run on are free (its turn, fairness, delay
+// scheduling, a back-off after Nomad refused its placement), or no capacity
+// it can use is free (all taken, or no GPU type of the cluster runs it).
+const (
+	PendingHeld       = "held"
+	PendingNoCapacity = "no_capacity"
+)
+
+// JobObservation is a job of the plan with what the plan view leaves out.
+type JobObservation struct {
+	JobView
+	// Pending is PendingHeld or PendingNoCapacity for a waiting job.
+	Pending string `json:"pending,omitempty"`
+	// Arrival is when the job arrived (its Nomad submit time).
+	Arrival time.Time `json:"arrival"`
+	// WaitingSince is when it last began to wait (zero while it runs).
+	WaitingSince time.Time `json:"waiting_since,omitzero"`
+	// Throughput is the engine's estimated steps/s per GPU type it can run
+	// on (types it cannot run on are left out).
+	Throughput map[string]float64 `json:"throughput,omitempty"`
+}
+
+// NodeObservation is one Nomad node with its GPUs.
+type NodeObservation struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Rack is the rack the planner places by (a node without the rack
+	// meta key is a rack of its own, as in the plan).
+	Rack string `json:"rack"`
+	// Status is Nomad's ("ready", "down", ...).
+	Status      string `json:"status"`
+	Schedulable bool   `json:"schedulable"`
+	// Planned: the engine plans on the node (ready, with GPUs of a type
+	// hadar knows).
+	Planned bool             `json:"planned"`
+	GPUs    []GPUObservation `json:"gpus"`
+}
+
+// GPUObservation is a node's GPUs of one type.
+type GPUObservation struct {
+	// Type is the planner's type; "" for a model hadar does not map (its
+	// GPUs are left out of planning).
+	Type   planner.GPUType `json:"type"`
+	Models []string        `json:"models"`
+	// Total counts the instances Nomad fingerprinted, Healthy the healthy
+	// ones (only those are planned on).
+	Total   int `json:"total"`
+	Healthy int `json:"healthy"`
+	// Holders are the jobs holding some: hadar's placements (from the
+	// engine) and jobs hadar does not manage (from Nomad's allocations).
+	Holders []Holder `json:"holders,omitempty"`
+}
+
+// Holder is a job holding Count GPUs of one type on one node.
+type Holder struct {
+	// Job is the engine's ID of a managed job, namespace/job of another.
+	Job     string `json:"job"`
+	Count   int    `json:"count"`
+	Managed bool   `json:"managed"`
+}
+
+// Held is the GPUs a GPUObservation's holders hold.
+func (g GPUObservation) Held() int {
+	n := 0
+	for _, h := range g.Holders {
+		n += h.Count
+	}
+	return n
+}
+
+// Event is one decision that changed a job, kept for the status API.
+type Event struct {
+	Time   time.Time      `json:"time"`
+	Job    string         `json:"job"`
+	Action engine.Action  `json:"action"`
+	To     []planner.Unit `json:"to,omitempty"`
+	Why    string         `json:"why"`
+	Result string         `json:"result,omitempty"`
+	Kind   engine.Kind    `json:"kind"`
+	Reason round.Reason   `json:"reason"`
+}
+
+// Kinds of plan repairs (Health.Repairs, hadar_plan_repairs_total).
+const (
+	RepairPlacement = "placement"
+	RepairFallback  = "fallback"
+)
