@@ -18,7 +18,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
-	"github.com/hadar-sched/hadar/sidecar/status"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
@@ -290,7 +289,7 @@ log_level = "debug"`
 	if err != nil {
 		t.Fatal(err)
 	}
-	statusOf := func(tok string) (int, status.Status) {
+	statusOf := func(tok string) (int, wire.Status) {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+lead.addr+"/v1/status", nil)
 		if tok != "" {
 			req.Header.Set("Authorization", "Bearer "+tok)
@@ -300,12 +299,12 @@ log_level = "debug"`
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var st status.Status
+		var st wire.Status
 		b, _ := io.ReadAll(resp.Body)
 		json.Unmarshal(b, &st)
 		return resp.StatusCode, st
 	}
-	mentions := func(st status.Status, id string) bool {
+	mentions := func(st wire.Status, id string) bool {
 		for _, ev := range st.Decisions {
 			if ev.Job == id {
 				return true

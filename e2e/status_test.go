@@ -29,6 +29,7 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/status"
 	"github.com/hadar-sched/hadar/sidecar/telemetry"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // statusToken stands for the sidecar's Nomad token: no response may carry
@@ -89,20 +90,20 @@ func (s *statusServer) get(t *testing.T, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func (s *statusServer) status(t *testing.T) status.Status {
+func (s *statusServer) status(t *testing.T) wire.Status {
 	t.Helper()
 	code, body := s.get(t, "/v1/status")
-	var st status.Status
+	var st wire.Status
 	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil {
 		t.Fatalf("GET /v1/status: %d %v\n%s", code, err, body)
 	}
 	return st
 }
 
-func (s *statusServer) job(t *testing.T, id string) status.JobDetail {
+func (s *statusServer) job(t *testing.T, id string) wire.JobDetail {
 	t.Helper()
 	code, body := s.get(t, "/v1/jobs/"+id)
-	var d status.JobDetail
+	var d wire.JobDetail
 	if err := json.Unmarshal([]byte(body), &d); code != 200 || err != nil {
 		t.Fatalf("GET /v1/jobs/%s: %d %v\n%s", id, code, err, body)
 	}
@@ -274,7 +275,7 @@ func TestStatusMetricsOnALiveCluster(t *testing.T) {
 		}
 	}
 	out, err := exec.Command(bin, "status", "-json", "-addr", s.base).Output()
-	var js status.Status
+	var js wire.Status
 	if err != nil || json.Unmarshal(out, &js) != nil || len(js.Queue) != 2 {
 		t.Errorf("hadar status -json: %v\n%s", err, out)
 	}

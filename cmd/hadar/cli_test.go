@@ -8,10 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/hadar-sched/hadar/sidecar/config"
-	"github.com/hadar-sched/hadar/sidecar/nomadclient"
-	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 func TestVersionCommand(t *testing.T) {
@@ -79,37 +75,6 @@ func TestStatusFlagsAndEnvironment(t *testing.T) {
 	}
 	if code, _, errs := runHadar("status", "-address", srv.URL, "-client-cert", "/x.pem"); code != 1 || !strings.Contains(errs, "go together") {
 		t.Errorf("-client-cert without -client-key: %d %s", code, errs)
-	}
-}
-
-// The Nomad connection: NOMAD_* first, the config file's nomad block over
-// it, flags over both; a token file in the file replaces NOMAD_TOKEN.
-func TestNomadConfigPrecedence(t *testing.T) {
-	t.Setenv("NOMAD_ADDR", "http://env:4646")
-	t.Setenv("NOMAD_TOKEN", "env-token")
-	t.Setenv("NOMAD_REGION", "env-region")
-	var s config.Settings
-	s.Nomad.Address = "https://file:4646"
-	s.Nomad.TokenFile = "/secrets/nomad_hadar.jwt"
-	got := nomadConfig(s, nomadclient.Config{})
-	if got.Address != "https://file:4646" || got.Token != "" || got.TokenFile != "/secrets/nomad_hadar.jwt" || got.Region != "env-region" {
-		t.Fatalf("file over env: %+v", got)
-	}
-	got = nomadConfig(s, nomadclient.Config{Address: "http://flag:4646", Token: "flag-token"})
-	if got.Address != "http://flag:4646" || got.Token != "flag-token" || got.TokenFile != "" {
-		t.Fatalf("flags over file: %+v", got)
-	}
-}
-
-func TestOnlyNamespace(t *testing.T) {
-	p := wire.PlanView{Jobs: []wire.JobView{{ID: "default/a"}, {ID: "team/b"}, {ID: "team-2/c"}},
-		Refused: []wire.RefusedJob{{Job: "team/bad"}, {Job: "default/bad"}}}
-	got := onlyNamespace(p, "team")
-	if len(got.Jobs) != 1 || got.Jobs[0].ID != "team/b" || len(got.Refused) != 1 || got.Refused[0].Job != "team/bad" {
-		t.Fatalf("onlyNamespace(team) = %+v", got)
-	}
-	if got := onlyNamespace(p, ""); len(got.Jobs) != 3 {
-		t.Fatalf("every namespace: %+v", got)
 	}
 }
 

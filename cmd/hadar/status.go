@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/sidecar/config"
-	"github.com/hadar-sched/hadar/sidecar/status"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
@@ -75,13 +74,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	var b strings.Builder
 	if fs.NArg() == 1 {
-		var d status.JobDetail
+		var d wire.JobDetail
 		if err := json.Unmarshal(body, &d); err != nil {
 			return fmt.Errorf("reading %s%s: %w", base, path, err)
 		}
 		writeJob(&b, d)
 	} else {
-		var st status.Status
+		var st wire.Status
 		if err := json.Unmarshal(body, &st); err != nil {
 			return fmt.Errorf("reading %s%s: %w", base, path, err)
 		}
@@ -241,7 +240,7 @@ func when(t *time.Time, s float64) string {
 	return fmt.Sprintf("%s (in %s)", t.Local().Format("15:04:05"), ago(s))
 }
 
-func writeStatus(b *strings.Builder, base string, st status.Status, decisions int) {
+func writeStatus(b *strings.Builder, base string, st wire.Status, decisions int) {
 	sc := st.Sidecar
 	health := "healthy"
 	if !sc.OK {
@@ -360,7 +359,7 @@ func writeEvents(b *strings.Builder, evs []wire.Event) {
 	tw.Flush()
 }
 
-func writeJob(b *strings.Builder, d status.JobDetail) {
+func writeJob(b *strings.Builder, d wire.JobDetail) {
 	fmt.Fprintf(b, "job %s: %s\n", d.ID, d.State)
 	if j := d.Job; j != nil {
 		fmt.Fprintf(b, "model %s, %d workers, weight %g\n", j.Model, j.Workers, j.Weight)

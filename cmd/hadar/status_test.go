@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/planner/engine"
-	"github.com/hadar-sched/hadar/sidecar/status"
-	"github.com/hadar-sched/hadar/sidecar/telemetry"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
@@ -21,17 +19,17 @@ import (
 func statusAPI(t *testing.T) *httptest.Server {
 	now := time.Now()
 	eta := now.Add(90 * time.Second)
-	st := status.Status{Time: now, Sidecar: status.SidecarStatus{Policy: "hadar", Placement: "delay", Leader: true, Round: 4, NextRound: now.Add(time.Minute), OK: true},
-		GPUs: []status.TypeSummary{{Type: "v100", GPUUse: telemetry.GPUUse{Total: 4, Allocated: 2, Unmanaged: 1, Idle: 1}}},
-		Racks: []status.Rack{{Rack: "r1", Nodes: []wire.NodeObservation{{ID: "n1", Name: "v100-a", Rack: "r1", Status: "ready", Schedulable: true, Planned: true,
+	st := wire.Status{Time: now, Sidecar: wire.SidecarStatus{Policy: "hadar", Placement: "delay", Leader: true, Round: 4, NextRound: now.Add(time.Minute), OK: true},
+		GPUs: []wire.TypeSummary{{Type: "v100", GPUUse: wire.GPUUse{Total: 4, Allocated: 2, Unmanaged: 1, Idle: 1}}},
+		Racks: []wire.Rack{{Rack: "r1", Nodes: []wire.NodeObservation{{ID: "n1", Name: "v100-a", Rack: "r1", Status: "ready", Schedulable: true, Planned: true,
 			GPUs: []wire.GPUObservation{{Type: "v100", Total: 4, Healthy: 4, Holders: []wire.Holder{{Job: "default/a", Count: 2, Managed: true}, {Job: "default/plain", Count: 1}}}}}}}},
-		Running: []status.RunningEntry{{ID: "default/a", State: "running", Units: []wire.UnitView{{Slots: []wire.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}},
+		Running: []wire.RunningEntry{{ID: "default/a", State: "running", Units: []wire.UnitView{{Slots: []wire.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}},
 			Progress: 0.5, StepsDone: 500, Steps: 1000, Rate: 5.5, ETAS: 90, ETA: &eta}},
-		Queue:     []status.QueueEntry{{ID: "default/b", Position: 1, Waits: "no_capacity", Why: "every v100 is taken", Nomad: "train: exhausted", WaitingS: 65, Workers: 4, RunsOn: []string{"v100"}}},
+		Queue:     []wire.QueueEntry{{ID: "default/b", Position: 1, Waits: "no_capacity", Why: "every v100 is taken", Nomad: "train: exhausted", WaitingS: 65, Workers: 4, RunsOn: []string{"v100"}}},
 		Decisions: []wire.Event{{Time: now, Job: "default/a", Action: engine.Start, Why: "its turn"}}}
-	job := status.JobDetail{ID: "default/b", State: "waiting", Waits: "no_capacity", QueuePosition: 1, QueueLength: 1, Why: "every v100 is taken",
+	job := wire.JobDetail{ID: "default/b", State: "waiting", Waits: "no_capacity", QueuePosition: 1, QueueLength: 1, Why: "every v100 is taken",
 		Job:        &wire.JobObservation{JobView: wire.JobView{ID: "default/b", Workers: 4, Model: "ResNet-50", Weight: 1, Steps: 1000, WaitingS: 65}, Throughput: map[string]float64{"v100": 30}},
-		Placements: []status.Placement{{Time: now, Action: "stop", Why: "fairness"}}}
+		Placements: []wire.Placement{{Time: now, Action: "stop", Why: "fairness"}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { json.NewEncoder(w).Encode(st) })
 	mux.HandleFunc("GET /v1/jobs/default/b", func(w http.ResponseWriter, _ *http.Request) { json.NewEncoder(w).Encode(job) })
@@ -79,7 +77,7 @@ func TestHadarStatus(t *testing.T) {
 	}
 	// -json: the API's answer, as it is.
 	code, out, _ := runHadar("status", "-json", "-addr", addr)
-	var st status.Status
+	var st wire.Status
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Queue[0].ID != "default/b" {
 		t.Errorf("hadar status -json: %d\n%s", code, out)
 	}

@@ -98,7 +98,7 @@ func TestBearerToken(t *testing.T) {
 	}
 	// With the token, nothing is filtered.
 	_, _, body := request(t, h, "/v1/status", bearer(apiToken))
-	var st Status
+	var st wire.Status
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestBearerToken(t *testing.T) {
 func TestNamespaceParameter(t *testing.T) {
 	h := New(scenario(), Options{}).Handler()
 	_, _, body := get(t, h, "/v1/status?namespace=team")
-	var st Status
+	var st wire.Status
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -293,19 +293,19 @@ func TestNomadTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := New(src, Options{Telemetry: tel, Auth: Auth{Nomad: checker}}).Handler()
-	status := func(tok string) Status {
+	status := func(tok string) wire.Status {
 		t.Helper()
 		code, _, body := request(t, h, "/v1/status", bearer(tok))
 		if code != 200 {
 			t.Fatalf("GET /v1/status: %d %s", code, body)
 		}
-		var st Status
+		var st wire.Status
 		if err := json.Unmarshal([]byte(body), &st); err != nil {
 			t.Fatal(err)
 		}
 		return st
 	}
-	jobsOf := func(st Status) []string {
+	jobsOf := func(st wire.Status) []string {
 		var ids []string
 		for _, q := range st.Queue {
 			ids = append(ids, q.ID)
@@ -322,7 +322,7 @@ func TestNomadTokens(t *testing.T) {
 		slices.Sort(ids)
 		return slices.Compact(ids)
 	}
-	holders := func(st Status) []string {
+	holders := func(st wire.Status) []string {
 		var hs []string
 		for _, r := range st.Racks {
 			for _, n := range r.Nodes {

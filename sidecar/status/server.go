@@ -215,7 +215,7 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	s.write(w, code, h)
 }
 
-func (s *Server) utilisation() []telemetry.UtilPoint {
+func (s *Server) utilisation() []wire.UtilPoint {
 	if s.opts.Telemetry == nil {
 		return nil
 	}
@@ -224,7 +224,7 @@ func (s *Server) utilisation() []telemetry.UtilPoint {
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	sc := scopeFrom(r)
-	var util []telemetry.UtilPoint
+	var util []wire.UtilPoint
 	if sc.access.Nodes {
 		util = s.utilisation()
 	}

@@ -92,7 +92,7 @@ func TestStatusEndpoint(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("GET /v1/status: %d %s", code, body)
 	}
-	var st Status
+	var st wire.Status
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestStatusEndpoint(t *testing.T) {
 	if len(st.Racks) != 2 || st.Racks[0].Rack != "r1" || st.Racks[0].Nodes[0].Name != "v100-a" {
 		t.Errorf("racks %+v", st.Racks)
 	}
-	want := []TypeSummary{{Type: "k80", GPUUse: telemetry.GPUUse{Total: 3, Idle: 3}}, {Type: "v100", GPUUse: telemetry.GPUUse{Total: 4, Allocated: 2, Unmanaged: 1, Idle: 1}}}
+	want := []wire.TypeSummary{{Type: "k80", GPUUse: wire.GPUUse{Total: 3, Idle: 3}}, {Type: "v100", GPUUse: wire.GPUUse{Total: 4, Allocated: 2, Unmanaged: 1, Idle: 1}}}
 	if len(st.GPUs) != 2 || st.GPUs[0] != want[0] || st.GPUs[1] != want[1] {
 		t.Errorf("GPUs %+v, want %+v", st.GPUs, want)
 	}
@@ -132,9 +132,9 @@ func TestJobEndpoint(t *testing.T) {
 	for _, c := range []struct {
 		path, state string
 		code        int
-		check       func(JobDetail) string
+		check       func(wire.JobDetail) string
 	}{
-		{"/v1/jobs/default/a", "running", 200, func(d JobDetail) string {
+		{"/v1/jobs/default/a", "running", 200, func(d wire.JobDetail) string {
 			if len(d.Placements) != 2 || d.Placements[1].Action != "move" || d.Placements[1].Units[0].Slots[0].Rack != "r1" || d.Placements[0].Units[0].Slots[0].Rack != "r2" {
 				return "placements with racks, oldest first"
 			}
@@ -143,19 +143,19 @@ func TestJobEndpoint(t *testing.T) {
 			}
 			return ""
 		}},
-		{"/v1/jobs/b", "waiting", 200, func(d JobDetail) string {
+		{"/v1/jobs/b", "waiting", 200, func(d wire.JobDetail) string {
 			if d.ID != "default/b" || d.Waits != "held" || d.QueuePosition != 2 || d.QueueLength != 3 || !strings.Contains(d.Why, "delay scheduling") {
 				return "held, #2 of 3, with the planner's reason"
 			}
 			return ""
 		}},
-		{"/v1/jobs/done", "gone", 200, func(d JobDetail) string {
+		{"/v1/jobs/done", "gone", 200, func(d wire.JobDetail) string {
 			if d.ID != "default/done" || d.Job != nil || d.Why != "complete" || len(d.Placements) != 1 || len(d.Decisions) != 2 {
 				return "a finished job's history"
 			}
 			return ""
 		}},
-		{"/v1/jobs/default/bad", "refused", 200, func(d JobDetail) string {
+		{"/v1/jobs/default/bad", "refused", 200, func(d wire.JobDetail) string {
 			if !strings.Contains(d.Why, "hadar.steps") {
 				return "the refusal"
 			}
@@ -171,7 +171,7 @@ func TestJobEndpoint(t *testing.T) {
 		if c.check == nil {
 			continue
 		}
-		var d JobDetail
+		var d wire.JobDetail
 		if err := json.Unmarshal([]byte(body), &d); err != nil {
 			t.Fatal(err)
 		}

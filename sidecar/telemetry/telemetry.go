@@ -315,18 +315,10 @@ func (t *Telemetry) sampleJobs(obs wire.Observation) {
 	t.SetLeader(obs.Leader)
 }
 
-// GPUUse is the GPUs of one type in one rack.
-type GPUUse struct {
-	Total     int `json:"total"`
-	Allocated int `json:"allocated"`
-	Unmanaged int `json:"unmanaged"`
-	Idle      int `json:"idle"`
-}
-
 // GPUs sums an observation's GPUs per type and rack, over the nodes the
 // planner plans on.
-func GPUs(obs wire.Observation) map[string]map[string]GPUUse {
-	out := map[string]map[string]GPUUse{}
+func GPUs(obs wire.Observation) map[string]map[string]wire.GPUUse {
+	out := map[string]map[string]wire.GPUUse{}
 	for _, n := range obs.Nodes {
 		if !n.Planned {
 			continue
@@ -337,7 +329,7 @@ func GPUs(obs wire.Observation) map[string]map[string]GPUUse {
 			}
 			t := string(g.Type)
 			if out[t] == nil {
-				out[t] = map[string]GPUUse{}
+				out[t] = map[string]wire.GPUUse{}
 			}
 			u := out[t][n.Rack]
 			mine, others := 0, 0

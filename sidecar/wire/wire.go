@@ -75,6 +75,27 @@ type RefusedJob struct {
 	Error string `json:"error"`
 }
 
+// InNamespace is the plan with the jobs of one namespace only ("" keeps
+// every one): what a CLI scoped to a namespace shows.
+func (p PlanView) InNamespace(ns string) PlanView {
+	if ns == "" {
+		return p
+	}
+	jobs, refused := []JobView{}, []RefusedJob{}
+	for _, j := range p.Jobs {
+		if strings.HasPrefix(j.ID, ns+"/") {
+			jobs = append(jobs, j)
+		}
+	}
+	for _, r := range p.Refused {
+		if strings.HasPrefix(r.Job, ns+"/") {
+			refused = append(refused, r)
+		}
+	}
+	p.Jobs, p.Refused = jobs, refused
+	return p
+}
+
 // WriteTable prints a plan for a person: one line per job.
 func WriteTable(b *strings.Builder, p PlanView) {
 	fmt.Fprintf(b, "%s plan at %s, policy %s, placement %s", p.Kind, p.Time.Format(time.RFC3339), p.Policy, p.Placement)
