@@ -213,4 +213,11 @@ state {
 	if len(gens) < 2 {
 		t.Fatalf("journal generations %v: want the takeovers to show", gens)
 	}
+
+	// A graceful handover through Consul: the session's lock is released.
+	lead, err = leaderOf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.handover(t, lead, c.startReplica(t, "cc", body))
 }

@@ -322,12 +322,20 @@ func (a *Agent) Applier() *apply.Applier { return a.applier }
 // stepInterval is how often operations in flight are advanced.
 const stepInterval = time.Second
 
-// Run runs the sidecar until ctx ends.
+// Run runs the sidecar until ctx ends. A leader shuts down in the order
+// that lets the next one start at once and from the latest state: its
+// writes settle, it saves the state under its lease, then it releases the
+// lock (a follower waits only the lock delay, not the lease's TTL).
 func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var campaigning sync.WaitGroup
 	defer func() {
+		cancel()
+		campaigning.Wait()
 		if err := a.Close(); err != nil {
 			a.log.Error("saving the state at shutdown failed", "error", err)
 		}
+		a.resign()
 	}()
 	werr := make(chan error, 1)
 	wctx, stop := context.WithCancel(ctx)
@@ -346,7 +354,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("sidecar started", "policy", a.cfg.Policy, "placement", a.cfg.Placement, "round", a.cfg.RoundD, "dry_run", a.cfg.DryRun, "replica", a.id)
 	if a.lock != nil {
 		a.log.Info("following until it holds the leader lock", "lock", a.lock.Where())
-		go a.campaign(ctx)
+		campaigning.Add(1)
+		go func() { defer campaigning.Done(); a.campaign(ctx) }()
 	}
 	a.mu.Lock()
 	a.next = a.clock()

@@ -140,20 +140,33 @@ func (a *Agent) campaign(ctx context.Context) {
 		a.log.Info("leading", "replica", a.id, "generation", l.Generation)
 		select {
 		case <-ctx.Done():
+			// Shutting down: the lease stays held until Run has saved the
+			// state under it (resign).
+			return
 		case <-l.Lost():
 		}
 		a.mu.Lock()
 		a.lease.Store(nil)
 		a.applier.CancelAll()
 		a.mu.Unlock()
-		if ctx.Err() != nil {
-			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			l.Release(rctx)
-			cancel()
-			return
-		}
 		a.log.Warn("lost the leader lock: following", "replica", a.id, "generation", l.Generation)
 	}
+}
+
+// resign releases the leader lock this replica holds, if any, so that a
+// follower takes over after the lock delay instead of the lease's TTL.
+func (a *Agent) resign() {
+	l := a.lease.Swap(nil)
+	if l == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.Release(ctx); err != nil {
+		a.log.Warn("releasing the leader lock failed: a follower takes over when the lease lapses", "error", err)
+		return
+	}
+	a.log.Info("released the leader lock", "replica", a.id, "generation", l.Generation)
 }
 
 // reload restores the engine from the store, when it holds a state, in

@@ -265,7 +265,11 @@ func (n *Nomad) Acquire(ctx context.Context) (*Lease, error) {
 				_, _, err := n.vars.RenewLock(held, wo(ctx))
 				return classifyRenew(err)
 			}, func(ctx context.Context) error {
-				_, _, err := n.vars.ReleaseLock(held, wo(ctx))
+				// Nomad refuses a release that carries items ("lock release
+				// operation doesn't take variable items"): the lock's ID
+				// and the path say which lock.
+				rel := &api.Variable{Namespace: held.Namespace, Path: held.Path, Lock: &api.VariableLock{ID: held.Lock.ID}}
+				_, _, err := n.vars.ReleaseLock(rel, wo(ctx))
 				return err
 			})
 			l.start()
