@@ -34,6 +34,8 @@ type recordedNomad struct {
 	// locks: the variables locked through ?lock-acquire (always granted,
 	// renewed and released), for a sidecar with an election.
 	locks map[string]*api.Variable
+	// lockBase is added to the locks' generations (their ModifyIndex).
+	lockBase uint64
 }
 
 func (n *recordedNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -52,7 +54,7 @@ func (n *recordedNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if r.URL.Query().Has("lock-acquire") {
 			v.Lock = &api.VariableLock{ID: "lock-1", TTL: v.Lock.TTL, LockDelay: v.Lock.LockDelay}
-			v.ModifyIndex = uint64(len(n.locks) + 1)
+			v.ModifyIndex = n.lockBase + uint64(len(n.locks)+1)
 			n.locks[v.Path] = &v
 		}
 		json.NewEncoder(w).Encode(n.locks[v.Path])
