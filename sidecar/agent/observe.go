@@ -15,6 +15,11 @@ func (a *Agent) Observe() wire.Observation {
 	snap := a.watcher.Snapshot()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.observe(snap, leader)
+}
+
+// observe is Observe on a view of the cluster. Called under a.mu.
+func (a *Agent) observe(snap *watch.Snapshot, leader bool) wire.Observation {
 	o := wire.Observation{Time: a.clock(), Plan: a.planView(snap), Leader: leader}
 
 	// Who holds what, per node and type: the engine's placements of
