@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -139,19 +138,11 @@ func TestRestoresEveryReleasesState(t *testing.T) {
 
 func copyFile(t *testing.T, from, to string) {
 	t.Helper()
-	in, err := os.Open(from)
+	b, err := os.ReadFile(from)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer in.Close()
-	out, err := os.Create(to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
+	if err := os.WriteFile(to, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
