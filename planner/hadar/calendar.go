@@ -29,6 +29,11 @@ type record struct {
 	// Density is the job's value per GPU-round when first seen; it feeds
 	// the price bounds.
 	Density float64 `json:"density"`
+	// Seen is the placement the job held at the last plan, Since when
+	// that placement started (a plan that gave it a unit it did not hold
+	// before): the engine's minimum run time counts from there.
+	Seen  []planner.Unit `json:"seen,omitempty"`
+	Since float64        `json:"since,omitempty"`
 }
 
 // end is the slot after the record's last commitment (0 when none).
@@ -202,6 +207,17 @@ func (g *grid) commit(from, to int, take []slotIdx) {
 		for _, sl := range take {
 			g.used[t][sl.n][sl.k] += sl.count
 			g.typeUsed[t][sl.k] += sl.count
+		}
+	}
+	g.windows = nil
+}
+
+// uncommit gives take back in the slots [from, to).
+func (g *grid) uncommit(from, to int, take []slotIdx) {
+	for t := from; t < to; t++ {
+		for _, sl := range take {
+			g.used[t][sl.n][sl.k] -= sl.count
+			g.typeUsed[t][sl.k] -= sl.count
 		}
 	}
 	g.windows = nil

@@ -60,6 +60,10 @@ const (
 
 const defaultCritical = 0.9
 
+// DefaultMinRunTime is Config.MinRunTime's default: the engine's default
+// as the sidecar and hadar sim configure it (30 minutes).
+const DefaultMinRunTime = 1800.0
+
 // Config holds Hadar's parameters; zero values take the defaults noted.
 type Config struct {
 	Speed   speed.Model
@@ -82,11 +86,29 @@ type Config struct {
 	// RestartCost is the seconds a job loses when its GPUs change (the
 	// simulator's restart cost); it makes keeping a placement worth more.
 	RestartCost float64
+	// MinRunTime is the least time in seconds a job holds the GPUs it
+	// starts on before the engine lets any decision take them (its own
+	// JobView MinRunTime overrides it): every start is planned as held
+	// that long, and a job within it keeps its GPUs. 0 takes
+	// DefaultMinRunTime (the sidecar's and hadar sim's default); negative
+	// means none.
+	MinRunTime float64
 	// NoMixing restricts every job to one GPU type (job-level, like Gavel),
 	// for ablations.
 	NoMixing bool
 	// NoBackfill leaves GPUs idle that no commitment holds.
 	NoBackfill bool
+	// Eager drops the restart-aware decisions (an ablation): a running
+	// job's GPUs go to whichever job plans first in the dual order, and
+	// running jobs move wherever their plan pays most, with no test of
+	// gain against restart. Hadar is eager anyway where a preemption
+	// costs nothing (RestartCost 0 and no minimum run time, as in Gavel's
+	// fidelity).
+	Eager bool
+	// PricedPlacement chooses a guided job's GPUs by value minus price,
+	// as the template does, instead of the fastest on its guided types
+	// (an ablation).
+	PricedPlacement bool
 	// FlatPrices charges L for every GPU whatever the commitments (U = L):
 	// the ablation that shows what prices do.
 	FlatPrices bool
@@ -141,6 +163,12 @@ func (c Config) withDefaults() Config {
 	if c.MergeCost == 0 {
 		c.MergeCost = 10
 	}
+	switch {
+	case c.MinRunTime == 0:
+		c.MinRunTime = DefaultMinRunTime
+	case c.MinRunTime < 0:
+		c.MinRunTime = 0
+	}
 	return c
 }
 
@@ -153,6 +181,9 @@ func (c Config) Validate() error {
 	}
 	if c.Speed.Profile == nil {
 		return fmt.Errorf("hadar: no throughput profile in the speed model")
+	}
+	if math.IsNaN(c.MinRunTime) || math.IsInf(c.MinRunTime, 0) {
+		return fmt.Errorf("hadar: min run time %v s: want seconds (0 = the default, negative = none)", c.MinRunTime)
 	}
 	if c.MergeCost < 0 || c.RestartCost < 0 {
 		return fmt.Errorf("hadar: merge cost %v and restart cost %v: want seconds >= 0", c.MergeCost, c.RestartCost)
@@ -192,6 +223,20 @@ type Scheduler struct {
 	target    float64
 	hasTarget bool
 	jobs      map[string]*record
+	// lastCall is the time of the previous plan (hasLast once there was
+	// one): a placement first seen now started then.
+	lastCall float64
+	hasLast  bool
+
+	// Per plan: the slots each job within its minimum run time keeps its
+	// GPUs for, and the copies (units after the first) it keeps with them.
+	pins    map[string]int
+	copies  map[string][]planner.Unit
+	tenants map[string]*tenancy
+	// displaced says why, for the running jobs a preemption stopped.
+	displaced map[string]string
+	minWeight float64
+	rs        *releases
 }
 
 // New returns a Hadar scheduler.
@@ -220,7 +265,8 @@ func (s *Scheduler) variant() string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{s.cfg.FlatPrices, "flat"}, {s.cfg.NodePrices, "nodeprices"}, {s.cfg.NoBackfill, "nobackfill"}, {s.cfg.NoFluidGuide, "noguide"}} {
+	}{{s.cfg.FlatPrices, "flat"}, {s.cfg.NodePrices, "nodeprices"}, {s.cfg.NoBackfill, "nobackfill"}, {s.cfg.NoFluidGuide, "noguide"},
+		{s.cfg.Eager, "eager"}, {s.cfg.PricedPlacement, "pricedplace"}} {
 		if f.on {
 			v += ":" + f.name
 		}
@@ -304,9 +350,15 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		}
 	}
 	s.advance(v)
+	s.track(v)
 	h := s.bounds.horizon(s.cfg)
 	g := s.newGrid(v, h)
+	s.setPins(v)
 	s.replay(v, g, infos)
+	s.tenants = map[string]*tenancy{}
+	if s.restartAware() {
+		s.reserveTenants(v, g, infos)
+	}
 	if len(infos) == 0 || s.bounds.Jobs == 0 {
 		return out, nil
 	}
@@ -317,12 +369,28 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		return cmp.Or(cmp.Compare(b.density, a.density), cmp.Compare(b.remTime, a.remTime), cmp.Compare(a.idx, b.idx))
 	})
 	var rejected []*jobInfo
+	s.displaced, s.minWeight = map[string]string{}, math.Inf(1)
+	for _, ji := range infos {
+		s.minWeight = math.Min(s.minWeight, jobWeight(ji))
+	}
+	s.rs = nil
+	if !v.MidRound && s.restartAware() {
+		s.rs = s.releases(v, g, infos, nil)
+	}
+	ahead := 0
 	for _, ji := range infos {
 		if v.MidRound && ji.view.Running {
 			continue
 		}
-		if !s.plan(v, g, ji) {
+		ok := s.plan(v, g, ji)
+		if s.rs != nil && s.displace(v, g, ji, infos, s.rs, ahead) {
+			ok = true
+		}
+		if !ok {
 			rejected = append(rejected, ji)
+		}
+		if _, now := s.jobs[ji.view.ID].holds(s.cur); !now && !holding(v, ji.view) {
+			ahead += ji.view.ScaleFactor
 		}
 	}
 	// Execute slot 0 of every commitment.
@@ -331,14 +399,28 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 			continue
 		}
 		if u, ok := s.jobs[ji.view.ID].holds(s.cur); ok {
-			out[ji.idx] = planner.Placement{Units: []planner.Unit{u}}
+			out[ji.idx] = planner.Placement{Units: append([]planner.Unit{u}, s.copies[ji.view.ID]...)}
 		}
 	}
 	if !s.cfg.NoBackfill {
 		s.backfill(v, g, rejected, out)
+		s.startWaiting(v, g, infos, out)
+		s.upgrade(v, g, infos, out)
+	} else {
+		for id := range s.tenants {
+			s.vacate(g, id)
+		}
 	}
 	if s.cfg.Fork {
 		s.fork(v, g, infos, out)
+	}
+	for _, ji := range infos {
+		if why, ok := s.displaced[ji.view.ID]; ok {
+			if len(out[ji.idx].Units) > 0 && v.Reasons != nil {
+				why += "; runs elsewhere: " + v.Reasons[ji.idx].Why
+			}
+			v.Explain(ji.idx, round.Reason{Why: why})
+		}
 	}
 	// Hand the GPUs out of the view's pool so callers see them taken.
 	for _, p := range out {
@@ -399,13 +481,20 @@ func (s *Scheduler) replay(v *round.View, g *grid, infos []*jobInfo) {
 		byID[ji.view.ID] = ji
 	}
 	h := int64(g.horizon())
-	for _, id := range sortedIDs(s.jobs) {
+	// Pinned jobs first: the engine keeps them where they are, so their
+	// GPUs are taken whatever was committed on them.
+	ids := sortedIDs(s.jobs)
+	slices.SortStableFunc(ids, func(a, b string) int { return cmp.Compare(s.pins[b], s.pins[a]) })
+	for _, id := range ids {
 		r := s.jobs[id]
 		r.clip(s.cur, s.cur+h)
 		ji := byID[id]
 		if ji == nil {
 			r.Segs = nil // cannot run now (no runnable type)
 			continue
+		}
+		if n := s.pins[id]; n > 0 {
+			s.replayCopies(v, g, ji, n)
 		}
 		// Estimated slots still needed, counted from the first slot of
 		// the commitment.
@@ -447,6 +536,34 @@ func (s *Scheduler) replay(v *round.View, g *grid, infos []*jobInfo) {
 	}
 }
 
+// replayCopies takes the GPUs of a pinned job's copies in its pinned slots
+// (mid-round, slot 0 is busy already); a copy whose GPUs are gone is
+// dropped.
+func (s *Scheduler) replayCopies(v *round.View, g *grid, ji *jobInfo, n int) {
+	var kept []planner.Unit
+	for _, u := range s.copies[ji.view.ID] {
+		take, ok := g.resolve(u)
+		if !ok {
+			continue
+		}
+		from := 0
+		if v.MidRound {
+			from = 1
+		}
+		to := min(n, g.horizon())
+		fits := true
+		for t := from; t < to; t++ {
+			fits = fits && g.fitsAt(t, take)
+		}
+		if !fits {
+			continue
+		}
+		g.commit(from, to, take)
+		kept = append(kept, u)
+	}
+	s.copies[ji.view.ID] = kept
+}
+
 // plan runs the dual subroutine for one job and commits what it chooses.
 // It reports whether the job holds a commitment afterwards (running now or
 // postponed); false means no schedule pays its prices.
@@ -454,8 +571,12 @@ func (s *Scheduler) plan(v *round.View, g *grid, ji *jobInfo) bool {
 	r := s.jobs[ji.view.ID]
 	h := g.horizon()
 	cur, holdsNow := r.holds(s.cur)
+	ten := s.vacate(g, ji.view.ID)
 	switch {
 	case holdsNow:
+		if s.restartAware() && s.pins[ji.view.ID] == 0 && holding(v, ji.view) && !cur.Equal(ji.view.Placement.Units[0]) {
+			cur = s.stayOrMove(v, g, ji, r, cur)
+		}
 		// Running under its commitment: extend it to the slots it opened
 		// (the horizon moved) if it needs them and they pay.
 		end := int(r.end() - s.cur)
@@ -464,10 +585,33 @@ func (s *Scheduler) plan(v *round.View, g *grid, ji *jobInfo) bool {
 			last := r.Segs[len(r.Segs)-1].Unit
 			if sc := s.dual(v, g, ji, end, s.keepFrom(v, g, ji, last), need); sc != nil {
 				s.commit(g, r, sc)
+			} else if ten != nil {
+				s.reoccupy(g, ji.view.ID, ten)
 			}
 		}
 		s.explainCommitted(v, g, ji, cur)
 		return true
+	case len(r.Segs) > 0 && holding(v, ji.view):
+		// Running, committed only from a later slot (it started early on
+		// idle GPUs): it goes on where it is until then, when it moves to
+		// its committed GPUs if that pays (stayOrMove). Where its GPUs are
+		// not free that long, it plans again from now: stopping it to
+		// start it later is no schedule to choose.
+		here := ji.view.Placement.Units[0]
+		from := int(r.Segs[0].From - s.cur)
+		if take, ok := g.resolve(here); ok && ji.view.Eligible.AllowsUnit(here) {
+			fits := true
+			for t := range from {
+				fits = fits && g.fitsAt(t, take)
+			}
+			if fits && s.rate(v, ji, here) > 0 {
+				g.commit(0, from, take)
+				r.Segs = append([]segment{{From: s.cur, To: s.cur + int64(from), Unit: here}}, r.Segs...)
+				v.Explain(ji.idx, round.Reason{Why: fmt.Sprintf("runs where it started early until its committed schedule starts in %d round(s)", from)})
+				return true
+			}
+		}
+		s.release(v, g, ji, r)
 	case len(r.Segs) > 0:
 		// Postponed: plan again against today's prices; the new schedule
 		// replaces the old one only if it pays more (so admission stands:
@@ -486,6 +630,9 @@ func (s *Scheduler) plan(v *round.View, g *grid, ji *jobInfo) bool {
 	}
 	sc := s.dual(v, g, ji, 0, s.keepNow(v, g, ji), ji.view.Remaining)
 	if sc == nil {
+		if ten != nil {
+			s.reoccupy(g, ji.view.ID, ten)
+		}
 		if r.Admitted {
 			v.Explain(ji.idx, round.Reason{Why: "admitted earlier; no schedule over the horizon pays today's prices, so it waits"})
 		} else {
@@ -511,13 +658,7 @@ func (s *Scheduler) release(v *round.View, g *grid, ji *jobInfo, r *record) floa
 		}
 		from, to := int(sg.From-s.cur), int(sg.To-s.cur)
 		rate := s.rate(v, ji, sg.Unit)
-		for t := from; t < to; t++ {
-			for _, sl := range take {
-				g.used[t][sl.n][sl.k] -= sl.count
-				g.typeUsed[t][sl.k] -= sl.count
-			}
-		}
-		g.windows = nil
+		g.uncommit(from, to, take)
 		for t := from; t < to; t++ {
 			secs := v.Round
 			if t == from {
@@ -584,10 +725,43 @@ func (s *Scheduler) keepFrom(v *round.View, g *grid, ji *jobInfo, u planner.Unit
 }
 
 // backfill gives the GPUs of slot 0 that no commitment holds to jobs the
-// dual subroutine found no paying schedule for, for this round only: a
-// job keeps its GPUs if they are free, else takes the fastest placement
-// left. Postponed jobs are not among them.
+// dual subroutine found no paying schedule for, for this round only.
+// Restart-aware, a running job keeps its GPUs (its tenancy) and moves only
+// where it gains more than its restart; the others take the fastest
+// placement free for as long as a start holds its GPUs (the minimum run
+// time), the fluid guide's types first. Eager, a running job keeps its
+// GPUs only when they are on its guided types. Postponed jobs are not
+// among them.
 func (s *Scheduler) backfill(v *round.View, g *grid, rejected []*jobInfo, out []planner.Placement) {
+	place := func(ji *jobInfo, o *option) {
+		s.finish(g, o)
+		g.commit(0, 1, o.take)
+		out[ji.idx] = planner.Placement{Units: []planner.Unit{o.unit}}
+		v.Explain(ji.idx, round.Reason{Why: "backfilled onto GPUs no commitment holds this round"})
+	}
+	aware := s.restartAware()
+	for _, ji := range rejected {
+		if !aware {
+			if s.tenants[ji.view.ID] != nil {
+				s.vacate(g, ji.view.ID)
+			}
+			continue
+		}
+		if s.tenants[ji.view.ID] != nil {
+			// Its GPUs are reserved for it already.
+			o := s.keepNow(v, g, ji)
+			s.finish(g, o)
+			out[ji.idx] = planner.Placement{Units: []planner.Unit{o.unit}}
+			v.Explain(ji.idx, round.Reason{Why: "keeps its GPUs this round: no schedule pays today's prices, and no job gains more than a restart costs it by taking them"})
+			continue
+		}
+		if o := s.keepNow(v, g, ji); o != nil && g.fitsAt(0, o.take) && s.allowed(v, g, ji, o) {
+			if alt := s.bestOption(v, g, ji, g.window(0, s.startWindow(v, g, ji, 0)), true, false); alt != nil && s.moveGain(ji, o.rate, alt.rate) > 0 {
+				o = alt
+			}
+			place(ji, o)
+		}
+	}
 	// The fluid guide's types first, for every job: backfill must not
 	// spend a type on a job without the comparative advantage there while
 	// a job with it fits; then any type.
@@ -599,22 +773,29 @@ func (s *Scheduler) backfill(v *round.View, g *grid, rejected []*jobInfo, out []
 			if len(out[ji.idx].Units) > 0 || !g.fits(0, ji) || anyType && ji.allowed == nil {
 				continue
 			}
-			o := s.keepNow(v, g, ji)
-			if o != nil && (!g.fitsAt(0, o.take) || !s.allowed(v, g, ji, o) || !anyType && !ji.allows(o.take)) {
-				o = nil
+			var o *option
+			if !aware {
+				o = s.keepNow(v, g, ji)
+				if o != nil && (!g.fitsAt(0, o.take) || !s.allowed(v, g, ji, o) || !anyType && !ji.allows(o.take)) {
+					o = nil
+				}
 			}
 			if o == nil {
-				o = s.bestOption(v, g, ji, g.window(0, 1), true, anyType)
+				o = s.bestOption(v, g, ji, g.window(0, s.startWindow(v, g, ji, 0)), true, anyType)
 			}
-			if o == nil {
-				continue
+			if o != nil {
+				place(ji, o)
 			}
-			s.finish(g, o)
-			g.commit(0, 1, o.take)
-			out[ji.idx] = planner.Placement{Units: []planner.Unit{o.unit}}
-			v.Explain(ji.idx, round.Reason{Why: "backfilled onto GPUs no commitment holds this round"})
 		}
 	}
+}
+
+// startWindow is the end of the slots a start of the job in slot t holds
+// its GPUs for: its minimum run time, within the horizon and the slots
+// its remaining work needs at its best speed.
+func (s *Scheduler) startWindow(v *round.View, g *grid, ji *jobInfo, t int) int {
+	need := max(1, int(math.Ceil(ji.view.Remaining/(ji.best*v.Round))))
+	return min(g.horizon(), t+min(need, s.lockSlots(v, ji.view, t, s.startAt(v, t))))
 }
 
 // allows reports whether the fluid guide lets the job use every type of
@@ -657,6 +838,18 @@ func (s *Scheduler) explainPlan(v *round.View, ji *jobInfo, sc *schedule) {
 	}
 	if ji.critical {
 		why += "; critical for the makespan"
+	}
+	if here := ji.view.Placement.Units; sc.start == 0 && holding(v, ji.view) && !sc.opt.unit.Equal(here[0]) {
+		// A running job moves: say what the move gains against its
+		// restart (restart-aware, only moves that gain are planned).
+		from, to := s.rate(v, ji, here[0]), sc.opt.rate
+		gain := s.moveGain(ji, from, to)
+		verb := "a gain of"
+		if gain <= 0 {
+			verb, gain = "a loss of", -gain
+		}
+		why += fmt.Sprintf("; moves to %s: done in about %s instead of %s where it ran, %s %s over its %s restart",
+			unitString(sc.opt.unit), hours(s.cfg.RestartCost+ji.view.Remaining/to), hours(ji.view.Remaining/from), verb, hours(gain), hours(s.cfg.RestartCost))
 	}
 	v.Explain(ji.idx, round.Reason{Price: sc.cost, Utility: sc.value, Why: why})
 }
@@ -804,17 +997,31 @@ func (s *Scheduler) dual(v *round.View, g *grid, ji *jobInfo, from int, keep *op
 		}
 	}
 	for _, st := range g.starts(from) {
+		if st > from && holding(v, ji.view) {
+			// A running job either goes on now or is stopped: waiting
+			// for a later slot is a stop and a restart, never planned.
+			break
+		}
 		if g.freeOfTypes(st, func(k int) bool { return ji.tp[k] > 0 }) < ji.view.ScaleFactor {
 			continue
 		}
 		end := min(h, st+int(math.Ceil(need/(ji.best*v.Round))))
 		w := g.window(st, max(end, st+1))
-		o := s.bestOption(v, g, ji, w, false, false)
+		// On the fluid guide's types, the fastest placement: the guide
+		// already chose the types by comparative advantage, and prices
+		// within them would send a long job to slower GPUs for the rest of
+		// its run to save a round's price (docs/policies.md).
+		o := s.bestOption(v, g, ji, w, ji.allowed != nil && !s.cfg.PricedPlacement, false)
 		if keep != nil && st == from {
 			try(keep, st, h)
 			if o != nil {
 				s.finish(g, o)
 				o.keep = o.unit.Equal(keep.unit)
+				// A running job moves only when the move saves it more
+				// than the restart costs.
+				if !o.keep && holding(v, ji.view) && s.restartAware() && g.fitsAt(st, keep.take) && s.moveGain(ji, keep.rate, o.rate) <= 0 {
+					o = nil
+				}
 			}
 		}
 		try(o, st, h)
@@ -863,8 +1070,17 @@ func (s *Scheduler) evaluate(v *round.View, g *grid, ji *jobInfo, o *option, sta
 	sc := &schedule{opt: o, start: start}
 	left := need
 	t := start
+	// A start holds its GPUs for the job's minimum run time: those slots
+	// are part of the schedule whatever they pay.
+	locked := start
+	if !o.keep {
+		locked = start + s.lockSlots(v, ji.view, start, s.startAt(v, start))
+	}
 	for ; t < min(end, g.horizon()) && left > 0; t++ {
 		if !g.fitsAt(t, o.take) {
+			if t < locked {
+				return nil
+			}
 			break
 		}
 		secs := v.Round
@@ -874,7 +1090,7 @@ func (s *Scheduler) evaluate(v *round.View, g *grid, ji *jobInfo, o *option, sta
 		steps := math.Min(left, o.rate*secs)
 		val := ji.valueSec * steps * discount(ji, t, v.Round)
 		cost := g.costAt(t, o.take)
-		if val <= cost {
+		if val <= cost && t >= locked {
 			break
 		}
 		sc.value += val
@@ -1028,6 +1244,14 @@ func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
 	// for.
 	key := round.JobSetKey(v)
 	stale := s.fluid != nil && (!round.SameCluster(key, s.fluidKey) || !s.fluidFits(len(v.Types)))
+	// A job that arrived since (mid-round) has no row: solve again, or it
+	// would be placed without the guide (on the prices alone).
+	for _, ji := range infos {
+		if _, ok := s.fluid[ji.view.ID]; !ok && v.MidRound && !ji.view.Running {
+			stale = true
+			break
+		}
+	}
 	if !v.MidRound || stale {
 		if key != s.fluidKey || s.fluid == nil || stale {
 			a, err := policy.Makespan{}.Allocate(round.PolicyInput(v, nil))
@@ -1044,8 +1268,10 @@ func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
 					any = any || row[k]
 					thr += x * j.Throughput[k]
 				}
+				// Every job solved for has a row (all false: the LP gave
+				// it nothing, and it is not guided).
+				s.fluid[j.ID] = row
 				if any {
-					s.fluid[j.ID] = row
 					s.fluidRate[j.ID] = thr
 				}
 			}
@@ -1053,7 +1279,9 @@ func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
 		}
 	}
 	for _, ji := range infos {
-		ji.allowed = s.fluid[ji.view.ID]
+		if row := s.fluid[ji.view.ID]; slices.Contains(row, true) {
+			ji.allowed = row
+		}
 	}
 	return nil
 }

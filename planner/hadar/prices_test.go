@@ -57,6 +57,11 @@ func (b *bench) sched(cfg Config) *Scheduler {
 	if cfg.Horizon == 0 {
 		cfg.Horizon = 4
 	}
+	if cfg.MinRunTime == 0 {
+		// These tests are about prices and commitments: no minimum run
+		// time unless a test sets one (restart_test.go).
+		cfg.MinRunTime = -1
+	}
 	s, err := New(cfg)
 	if err != nil {
 		b.t.Fatal(err)
@@ -169,27 +174,6 @@ func TestCommittedScheduleConstrainsALaterArrival(t *testing.T) {
 	fresh := b.run(b.sched(Config{}), b.view(360, false, first, a, bj))
 	if typeOf(fresh["b"]) != "v100" || len(fresh["a"].Units) != 0 {
 		t.Fatalf("a scheduler without commitments gave a %v and b %v; want b on the v100s", fresh["a"], fresh["b"])
-	}
-}
-
-// A job the subroutine postponed (its schedule starts later, on faster
-// GPUs about to free) is not placed early by backfill, though slower GPUs
-// it could run on are idle.
-func TestBackfillDoesNotStartPostponedJobs(t *testing.T) {
-	b := newBench(t, node("v0", "v100", 4), node("k0", "k80", 4))
-	b.prof["a"] = map[planner.GPUType]float64{"v100": 10}
-	b.prof["b"] = map[planner.GPUType]float64{"v100": 10, "k80": 0.5}
-	a := tj{"a", 4, 10 * 360 * 1.5} // two rounds left
-	bj := tj{"b", 4, 10 * 360 * 40}
-	s := b.sched(Config{})
-	first := b.run(s, b.view(0, false, nil, a))
-	got := b.run(s, b.view(0, true, first, a, bj))
-	if len(got["b"].Units) != 0 {
-		t.Fatalf("b started on %v while postponed", got["b"])
-	}
-	r := s.jobs["b"]
-	if len(r.Segs) == 0 || r.Segs[0].From != s.cur+2 || r.Segs[0].Unit.Slots[0].Type != "v100" {
-		t.Fatalf("b's schedule %+v: want the v100s from slot %d", r.Segs, s.cur+2)
 	}
 }
 

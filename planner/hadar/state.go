@@ -32,12 +32,17 @@ type state struct {
 	// HasTarget is false before it is first set.
 	Target    float64 `json:"target"`
 	HasTarget bool    `json:"has_target"`
+	// LastCall is the time of the previous plan (HasLast once there was
+	// one).
+	LastCall float64 `json:"last_call,omitempty"`
+	HasLast  bool    `json:"has_last,omitempty"`
 }
 
 // SaveState implements round.Stateful.
 func (s *Scheduler) SaveState() ([]byte, error) {
 	st := state{Scheduler: s.Name(), Fluid: s.fluid, FluidKey: []byte(s.fluidKey), FluidRate: s.fluidRate,
-		Slot: s.cur, Base: s.base, Started: s.started, Seq: s.seq, Bounds: s.bounds, Jobs: s.jobs, Target: s.target, HasTarget: s.hasTarget}
+		Slot: s.cur, Base: s.base, Started: s.started, Seq: s.seq, Bounds: s.bounds, Jobs: s.jobs, Target: s.target, HasTarget: s.hasTarget,
+		LastCall: s.lastCall, HasLast: s.hasLast}
 	if f, ok := s.cfg.Filter.(round.Stateful); ok {
 		b, err := f.SaveState()
 		if err != nil {
@@ -77,13 +82,14 @@ func (s *Scheduler) LoadState(data []byte) error {
 	s.fluid, s.fluidKey, s.fluidRate = st.Fluid, string(st.FluidKey), st.FluidRate
 	s.cur, s.base, s.started, s.seq, s.bounds, s.jobs = st.Slot, st.Base, st.Started, st.Seq, st.Bounds, st.Jobs
 	s.target, s.hasTarget = st.Target, st.HasTarget
+	s.lastCall, s.hasLast = st.LastCall, st.HasLast
 	return nil
 }
 
 // check refuses a state no scheduler could have written.
 func (st *state) check() error {
 	b := st.Bounds
-	for _, x := range []float64{st.Base, st.Target, b.Lo, b.Hi, b.LogDur} {
+	for _, x := range []float64{st.Base, st.Target, st.LastCall, b.Lo, b.Hi, b.LogDur} {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return fmt.Errorf("non-finite number %v", x)
 		}
@@ -97,7 +103,7 @@ func (st *state) check() error {
 		}
 	}
 	for id, r := range st.Jobs {
-		if r == nil || math.IsNaN(r.Density) || math.IsInf(r.Density, 0) || r.Seq < 0 || r.Seq >= st.Seq {
+		if r == nil || math.IsNaN(r.Density) || math.IsInf(r.Density, 0) || math.IsNaN(r.Since) || math.IsInf(r.Since, 0) || r.Seq < 0 || r.Seq >= st.Seq {
 			return fmt.Errorf("job %s: bad record", id)
 		}
 		last := int64(math.MinInt64)

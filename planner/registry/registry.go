@@ -32,6 +32,10 @@ type Options struct {
 	Speed speed.Model
 	// RestartCost and MergeCost (seconds) as the simulator charges them.
 	RestartCost, MergeCost float64
+	// MinRunTime is the engine's minimum run time (seconds) that Hadar
+	// plans with: 0 is the default of the sidecar and hadar sim (30
+	// minutes), negative none. Gavel's fidelity has none.
+	MinRunTime float64
 	// HadarUtility is "makespan" (default) or "jct".
 	HadarUtility string
 	// Placer is the placement policy (planner/placement); nil keeps each
@@ -48,10 +52,12 @@ type constructor func(o Options, ablations []string) (round.Scheduler, error)
 
 // HadarAblations are the switches a Hadar or HadarE name may carry after a
 // colon, e.g. hadar:flat:nobackfill (docs/results.md, the ablation): flat
-// prices (U = L), no backfill, no fluid guide, prices per node, hN (a
-// horizon fixed at N rounds) and critX (the makespan utility's Critical
-// share, 0 < X <= 1).
-var HadarAblations = []string{"flat", "nobackfill", "noguide", "nodeprices", "hN", "critX"}
+// prices (U = L), no backfill, no fluid guide, prices per node, eager
+// (preemptions and moves without the test of gain against restart),
+// pricedplace (a guided job's GPUs by value minus price, not the fastest),
+// hN (a horizon fixed at N rounds) and critX (the makespan utility's
+// Critical share, 0 < X <= 1).
+var HadarAblations = []string{"flat", "nobackfill", "noguide", "nodeprices", "eager", "pricedplace", "hN", "critX"}
 
 // extra lists the schedulers beside Gavel's policies: hadar and hadare
 // with the utility of Options.HadarUtility, and the -jct variants with the
@@ -65,7 +71,10 @@ func extra() map[string]constructor {
 			}
 			cfg := hadar.Config{
 				Speed: o.Speed, Utility: hadar.Utility(u), RestartCost: o.RestartCost,
-				Fork: fork, MergeCost: o.MergeCost, Filter: filter(o.Placer),
+				Fork: fork, MergeCost: o.MergeCost, Filter: filter(o.Placer), MinRunTime: o.MinRunTime,
+			}
+			if o.GavelFidelity {
+				cfg.MinRunTime = -1
 			}
 			for _, a := range ablations {
 				switch a {
@@ -77,6 +86,10 @@ func extra() map[string]constructor {
 					cfg.NoFluidGuide = true
 				case "nodeprices":
 					cfg.NodePrices = true
+				case "eager":
+					cfg.Eager = true
+				case "pricedplace":
+					cfg.PricedPlacement = true
 				default:
 					if n, err := strconv.Atoi(strings.TrimPrefix(a, "h")); err == nil && strings.HasPrefix(a, "h") && n > 0 {
 						cfg.Horizon = n
@@ -158,6 +171,13 @@ func New(name string, o Options) (round.Scheduler, error) {
 // placement (lease extension, then packing), exactly as without one. The
 // placer is returned too, for its reports (nil with pack).
 func Build(policy, placementName string, o Options, pc placement.Config) (round.Scheduler, placement.Placer, error) {
+	if o.MinRunTime == 0 && pc.MinRunTime > 0 {
+		// The engine's minimum run time, as the callers (the sidecar, the
+		// demo's prediction) give it to the placer: Hadar plans every
+		// start as held that long, so a default that differs from the
+		// engine's misplans every start.
+		o.MinRunTime = pc.MinRunTime
+	}
 	var pl placement.Placer
 	if placementName != placement.Pack {
 		if pc.Speed.Profile == nil {

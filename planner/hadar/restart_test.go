@@ -1,0 +1,230 @@
+package hadar
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/profile"
+	"github.com/hadar-sched/hadar/planner/round"
+	"github.com/hadar-sched/hadar/planner/sim"
+	"github.com/hadar-sched/hadar/planner/speed"
+	"github.com/hadar-sched/hadar/planner/trace"
+)
+
+// why is job id's reason in v.
+func why(v *round.View, id string) string {
+	for i, jb := range v.Jobs {
+		if jb.ID == id {
+			return v.Reasons[i].Why
+		}
+	}
+	return ""
+}
+
+// A running job is preempted only when the job that takes its GPUs gains
+// more completion time than the running job loses (restart included),
+// and never within its minimum run time; the reasons carry the
+// arithmetic.
+func TestPreemptionPaysForItself(t *testing.T) {
+	const rate = 10.0
+	round := 360.0
+	for _, tc := range []struct {
+		name     string
+		kRounds  float64 // the newcomer's work, in rounds on the V100s
+		at       float64 // when it arrives (the long job started at 0)
+		minRun   float64
+		preempts bool
+	}{
+		{"a much shorter job preempts", 10, 6 * round, 1800, true},
+		{"a longer job waits", 120, 6 * round, 1800, false},
+		{"not within the minimum run time", 10, 2 * round, 1800, false},
+		{"no minimum run time", 10, 2 * round, -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBench(t, node("v0", "v100", 4))
+			b.prof["long"] = map[planner.GPUType]float64{"v100": rate}
+			b.prof["k"] = map[planner.GPUType]float64{"v100": rate}
+			s := b.sched(Config{RestartCost: 20, MinRunTime: tc.minRun})
+			long := tj{"long", 4, rate * round * 100}
+			first := b.run(s, b.view(0, false, nil, long))
+			if len(first["long"].Units) != 1 {
+				t.Fatalf("the long job was not placed: %v", first)
+			}
+			long.rem -= rate * tc.at
+			k := tj{"k", 4, rate * round * tc.kRounds}
+			v := b.view(tc.at, false, first, long, k)
+			got := b.run(s, v)
+			if took := len(got["k"].Units) == 1; took != tc.preempts {
+				t.Fatalf("k placed=%v, want %v (k: %s; long: %s)", took, tc.preempts, why(v, "k"), why(v, "long"))
+			}
+			if !tc.preempts {
+				if !got["long"].Units[0].Equal(first["long"].Units[0]) {
+					t.Fatalf("long moved to %v", got["long"])
+				}
+				return
+			}
+			if len(got["long"].Units) != 0 {
+				t.Fatalf("long still runs on %v beside k", got["long"])
+			}
+			if w := why(v, "k"); !strings.Contains(w, "preempts long") || !strings.Contains(w, "a gain of") {
+				t.Fatalf("k's reason %q lacks the arithmetic", w)
+			}
+			if w := why(v, "long"); !strings.Contains(w, "preempted for k") {
+				t.Fatalf("long's reason %q does not name k", w)
+			}
+		})
+	}
+}
+
+// A job postponed for GPUs that free later starts now on idle slower ones
+// only when that finishes it sooner: with a restart cost and a minimum run
+// time that would hold it on GPUs twenty times slower, it waits and says
+// what for; when starting costs nothing, it runs there until its committed
+// schedule starts.
+func TestPostponedJobUsesIdleGPUsOnlyWhenItPays(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		restart, minRun float64
+		starts          bool
+	}{
+		{"restart and minimum run time", 20, 1800, false},
+		{"free starts", 0, -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBench(t, node("v0", "v100", 4), node("k0", "k80", 4))
+			b.prof["a"] = map[planner.GPUType]float64{"v100": 10}
+			b.prof["b"] = map[planner.GPUType]float64{"v100": 10, "k80": 0.5}
+			a := tj{"a", 4, 10 * 360 * 1.5} // two rounds left
+			bj := tj{"b", 4, 10 * 360 * 40}
+			s := b.sched(Config{RestartCost: tc.restart, MinRunTime: tc.minRun})
+			first := b.run(s, b.view(0, false, nil, a))
+			v := b.view(0, true, first, a, bj)
+			got := b.run(s, v)
+			r := s.jobs["b"]
+			if len(r.Segs) == 0 || r.Segs[len(r.Segs)-1].Unit.Slots[0].Type != "v100" {
+				t.Fatalf("b's schedule %+v: want the v100s once a is done", r.Segs)
+			}
+			if started := len(got["b"].Units) == 1; started != tc.starts {
+				t.Fatalf("b started=%v, want %v: %s", started, tc.starts, why(v, "b"))
+			}
+			w := why(v, "b")
+			if tc.starts && !strings.Contains(w, "starts now on idle GPUs") {
+				t.Fatalf("b's reason %q", w)
+			}
+			if !tc.starts && !strings.Contains(w, "waits for its committed GPUs") {
+				t.Fatalf("b's reason %q does not say what it waits for", w)
+			}
+		})
+	}
+}
+
+// A running job moves to faster idle GPUs only when the time it saves
+// exceeds its restart.
+func TestMoveOnlyWhenItSavesMoreThanTheRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		rounds float64 // work left, in rounds on the K80s
+		moves  bool
+	}{
+		{"nearly done", 0.1, false},
+		{"long", 50, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBench(t, node("v0", "v100", 2), node("k0", "k80", 2))
+			b.prof["j"] = map[planner.GPUType]float64{"v100": 2, "k80": 1}
+			s := b.sched(Config{RestartCost: 60, MinRunTime: -1})
+			prev := map[string]planner.Placement{"j": {Units: []planner.Unit{{Slots: []planner.Slot{{Node: "k0", Type: "k80", Count: 2}}}}}}
+			v := b.view(360, false, prev, tj{"j", 2, 360 * tc.rounds})
+			got := b.run(s, v)
+			if moved := typeOf(got["j"]) == "v100"; moved != tc.moves {
+				t.Fatalf("moved=%v, want %v: %s", moved, tc.moves, why(v, "j"))
+			}
+			if w := why(v, "j"); tc.moves && (!strings.Contains(w, "a gain of") || !strings.Contains(w, "restart")) {
+				t.Fatalf("j's reason %q lacks the arithmetic of the move", w)
+			}
+		})
+	}
+}
+
+// The engine enforces the minimum run time whatever a policy answers and
+// repairs what breaks it: Hadar's and HadarE's answers must never need
+// that. A wrapper checks, at every plan, that the placements the
+// scheduler gave at the previous one are what the jobs hold.
+func TestPlansRespectTheMinimumRunTime(t *testing.T) {
+	c, err := planner.ParseClusterSpec("v100=8,p100=8,k80=8", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := trace.Synthesize(trace.SynthConfig{Jobs: 60, RatePerHour: 10, Seed: 4, Profile: profile.Default(), Reference: "v100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := speed.Model{Profile: profile.Default()}
+	for _, fork := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fork=%v", fork), func(t *testing.T) {
+			s, err := New(Config{Speed: model, RestartCost: 20, MergeCost: 10, Fork: fork, MinRunTime: 1800})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := &applied{t: t, inner: s}
+			res, err := sim.Run(context.Background(), sim.Config{Cluster: c, Jobs: jobs, Speed: model, RestartCost: 20, MergeCost: 10, MinRunTime: 1800}, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Completed != len(jobs) {
+				t.Fatalf("%d of %d jobs completed", res.Completed, len(jobs))
+			}
+			if w.checked == 0 {
+				t.Fatal("no placement was checked")
+			}
+		})
+	}
+}
+
+// applied is a scheduler wrapper that fails the test when a job does not
+// hold, at a plan, the placement the scheduler gave it at the previous one.
+type applied struct {
+	t       *testing.T
+	inner   round.Scheduler
+	last    map[string]planner.Placement
+	checked int
+}
+
+func (a *applied) Name() string { return a.inner.Name() }
+
+func (a *applied) Schedule(v *round.View) ([]planner.Placement, error) {
+	for _, jb := range v.Jobs {
+		want, ok := a.last[jb.ID]
+		if !ok {
+			continue
+		}
+		got := jb.Placement
+		if !sameUnits(got, want) {
+			a.t.Fatalf("t=%.0f: job %s holds %v, the scheduler gave it %v", v.Now, jb.ID, got.Units, want.Units)
+		}
+		a.checked++
+	}
+	ps, err := a.inner.Schedule(v)
+	a.last = map[string]planner.Placement{}
+	for i, jb := range v.Jobs {
+		if !(v.MidRound && jb.Running) && err == nil {
+			a.last[jb.ID] = ps[i]
+		}
+	}
+	return ps, err
+}
+
+func sameUnits(a, b planner.Placement) bool {
+	if len(a.Units) != len(b.Units) {
+		return false
+	}
+	for i := range a.Units {
+		if !a.Units[i].Equal(b.Units[i]) {
+			return false
+		}
+	}
+	return true
+}
