@@ -139,6 +139,12 @@ type Job struct {
 	// before it may be preempted (stopped, moved, or lose copies); 0
 	// leaves it to the engine's configured default.
 	MinRunTime float64 `json:",omitempty"`
+	// Queue names the team queue the job belongs to (planner/queue): ""
+	// is the default queue. Only a queue-aware scheduler reads it.
+	Queue string `json:",omitempty"`
+	// Priority orders jobs inside their queue, higher first (Nomad's job
+	// priority); 0 means Nomad's default, 50.
+	Priority int `json:",omitempty"`
 }
 
 // Validate reports the first field of j that cannot be scheduled.
@@ -160,6 +166,8 @@ func (j Job) Validate() error {
 		return fmt.Errorf("job %s: SLO %v: want seconds >= 0 (0 = none)", j.ID, j.SLO)
 	case !(j.MinRunTime >= 0) || math.IsInf(j.MinRunTime, 0):
 		return fmt.Errorf("job %s: min run time %v s: want seconds >= 0 (0 = the default)", j.ID, j.MinRunTime)
+	case j.Priority < 0:
+		return fmt.Errorf("job %s: priority %d: want >= 0 (Nomad's job priority; 0 = its default 50)", j.ID, j.Priority)
 	case j.MaxCopies < 0:
 		return fmt.Errorf("job %s: max copies %d: want >= 0 (0 = the scheduler's default, 1 = never forked)", j.ID, j.MaxCopies)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/hadar-sched/hadar/internal/report"
 	"github.com/hadar-sched/hadar/netmodel"
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/estimate"
 	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/planner/registry"
@@ -64,7 +66,11 @@ type simFlags struct {
 	stepError   float64
 	estSeed     int64
 	learn       bool
+	known       string
+	estimator   string
 	events      string
+	queues      string
+	queueModes  string
 	unprofiled  string
 	sizes       string
 	load        float64
@@ -74,7 +80,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var f simFlags
 	fs := flag.NewFlagSet("hadar sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.trace, "trace", "", "trace file: Gavel's .trace (10- or legacy 7-column) or hadar's CSV (docs/formats.md)")
+	fs.StringVar(&f.trace, "trace", "", "trace file: Gavel's .trace (10- or legacy 7-column) or hadar's CSV (docs/formats.md); several as FILE[@QUEUE],... put each file's jobs in a queue (docs/queues.md)")
 	fs.IntVar(&f.synthetic, "synthetic", 0, "generate this many Gavel-style jobs instead of reading --trace")
 	fs.Float64Var(&f.rate, "rate", 0, "with --synthetic: Poisson arrivals per hour (0 = all jobs at t=0)")
 	fs.StringVar(&f.cluster, "cluster", "v100=36,p100=36,k80=36", "GPUs per type, TYPE=COUNT,...")
@@ -103,10 +109,14 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Float64Var(&f.stepError, "step-error", -1, "declared-steps error alone (default: --estimate-error)")
 	fs.Int64Var(&f.estSeed, "estimate-seed", 0, "seed of the estimate errors (default: --seed)")
 	fs.BoolVar(&f.learn, "learn", false, "learn throughputs online from observed progress")
+	fs.StringVar(&f.known, "known-profile", "", "what schedulers are told of throughputs while the world runs on --throughputs: a profile file, or none for nothing at all (default: --throughputs, full knowledge); what it lacks is estimated (docs/simulator.md)")
+	fs.StringVar(&f.estimator, "estimator", "", "how estimates fill what the known profile lacks: "+estimatorNames()+" (docs/results.md)")
 	fs.StringVar(&f.unprofiled, "unprofiled", "refuse", "jobs whose (model, scale factor) the profile lacks: refuse (name each pair), skip (and count), or extrapolate (docs/formats.md)")
 	fs.StringVar(&f.sizes, "sizes", "gavel", "with --synthetic: job sizes, gavel (1/2/4/8 GPUs), philly (up to 32 GPUs) or SF=WEIGHT,... (docs/formats.md)")
 	fs.Float64Var(&f.load, "load", 0, "with --synthetic: arrival rate for this nominal load of the cluster (e.g. 0.95) instead of --rate")
 	fs.StringVar(&f.events, "events", "", "cluster events file: node drains, losses and joins during the run (docs/simulator.md)")
+	fs.StringVar(&f.queues, "queues", "", "queue blocks (HCL, or the sidecar's config file): teams with guarantees, limits, weights and policies; results per queue (docs/queues.md)")
+	fs.StringVar(&f.queueModes, "queue-modes", "", "with --queues, comma-separated: queues (default: guarantees, borrowing, reclaim), static (each queue on its guarantee alone), flat (no queues, measured per queue)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -150,7 +160,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case f.trace != "" && (f.sizes != "gavel" || f.load > 0):
 		return fmt.Errorf("--sizes and --load shape synthetic jobs: give them with --synthetic, not --trace")
 	case f.trace != "":
-		if jobs, lines, err = trace.LoadWithLines(f.trace); err != nil {
+		if jobs, lines, err = trace.LoadSet(f.trace); err != nil {
 			return fmt.Errorf("--trace: %w", err)
 		}
 	case f.synthetic > 0:
@@ -222,6 +232,21 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if f.estSeed != 0 {
 		est.Seed = uint64(f.estSeed)
 	}
+	if est.Estimator, err = estimate.ParseMethod(f.estimator); err != nil {
+		return fmt.Errorf("--estimator: %w", err)
+	}
+	est.RestartCost = f.restart.Seconds()
+	switch f.known {
+	case "":
+	case "none":
+		est.Known = sim.NoProfile()
+	default:
+		known, err := profile.Load(f.known)
+		if err != nil {
+			return fmt.Errorf("--known-profile: %w", err)
+		}
+		est.Known = known
+	}
 	if _, _, err := sim.EstimatedModel(model, est); err != nil {
 		return fmt.Errorf("--estimate-error: %w", err)
 	}
@@ -249,7 +274,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	opts := registry.Options{Types: cluster.Types(), PricePerHour: prices, GavelFidelity: fid == sim.Gavel,
-		Speed: model, RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), HadarUtility: f.utility}
+		Speed: model, RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), HadarUtility: f.utility, MinRunTime: f.minRun.Seconds()}
+	if f.minRun <= 0 {
+		opts.MinRunTime = -1 // none (0 would be the default)
+	}
 	if fid == sim.Gavel {
 		opts.RestartCost, opts.MergeCost = 0, 0
 	}
@@ -259,7 +287,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("--policies: %w", err)
 		}
 	}
-	type combo struct{ policy, place, label string }
+	sq, err := loadSimQueues(f.queues, f.queueModes, cluster, jobs, prof)
+	if err != nil {
+		return err
+	}
+	type combo struct{ policy, place, mode, label string }
 	var runs []combo
 	for _, n := range names {
 		for _, pl := range places {
@@ -267,7 +299,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			if len(places) > 1 || pl != placement.Pack {
 				label = n + "+" + pl
 			}
-			runs = append(runs, combo{n, pl, label})
+			for _, mode := range sq.modes {
+				runs = append(runs, combo{n, pl, mode, sq.label(label, mode)})
+			}
 		}
 	}
 	labels := make([]string, len(runs))
@@ -300,13 +334,13 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			o.Speed = plan
 			pc := placeCfg
 			pc.Speed = plan
-			sched, pl, err := registry.Build(run.policy, run.place, o, pc)
+			sched, pl, err := sq.build(run.mode, run.policy, run.place, o, pc)
 			if err != nil {
 				errs[i] = err
 				return
 			}
 			placers[i], _ = pl.(*placement.Policy)
-			cfg := sim.Config{
+			cfg := sim.Config{Queues: sq.cfg,
 				Cluster: cluster, Jobs: jobs, Speed: model, Plan: plan, Estimate: est, Events: events,
 				Round: f.round.Seconds(), RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), MinRunTime: f.minRun.Seconds(), Fidelity: fid,
 				Progress: func(now float64, done, total int) { prog.update(i, now, done, total) },
@@ -336,6 +370,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				fmt.Fprint(stdout, ", learned online")
 			}
 		}
+		if f.known != "" {
+			fmt.Fprintf(stdout, ", schedulers told %s", f.known)
+		}
 		if len(events) > 0 {
 			fmt.Fprintf(stdout, ", %d cluster events", len(events))
 		}
@@ -344,6 +381,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		fmt.Fprint(stdout, "\n\n")
 		err = report.WriteTable(stdout, results)
+		if err == nil && slices.ContainsFunc(results, func(r sim.Result) bool { return len(r.Queues) > 0 }) {
+			fmt.Fprintln(stdout)
+			err = report.WriteQueueTable(stdout, results)
+		}
 		if err == nil {
 			err = writePlacementNotes(stdout, labels, placers)
 		}
@@ -364,6 +405,14 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "wrote %d files to %s\n", len(files), f.out)
 	}
 	return nil
+}
+
+func estimatorNames() string {
+	var out []string
+	for _, m := range estimate.Methods() {
+		out = append(out, string(m))
+	}
+	return strings.Join(out, ", ")
 }
 
 func splitList(s string) []string {

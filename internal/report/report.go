@@ -28,12 +28,18 @@ type Summary struct {
 	// CommOverheadS is the time jobs spent communicating, summed over
 	// jobs (set when a network model is in use).
 	CommOverheadS float64 `json:"comm_overhead_s,omitempty"`
+	// Queues has one line per queue when the run has queues (docs/queues.md);
+	// QueueFairness is Jain's index across them.
+	Queues           []QueueSummary `json:"queues,omitempty"`
+	QueueFairness    float64        `json:"queue_fairness,omitempty"`
+	BusyWhileWaiting float64        `json:"busy_while_waiting,omitempty"`
 }
 
 // Summarize turns a result into its summary line.
 func Summarize(r sim.Result) Summary {
 	s := Summary{Policy: r.Scheduler, MakespanS: r.Makespan, AvgJCTS: r.AvgJCT, P99JCTS: r.P99JCT,
-		Utilization: r.Utilization, JobsCompleted: r.Completed, JobsTotal: r.Total, Rounds: r.Rounds, CommOverheadS: r.CommOverhead}
+		Utilization: r.Utilization, JobsCompleted: r.Completed, JobsTotal: r.Total, Rounds: r.Rounds, CommOverheadS: r.CommOverhead,
+		Queues: queueSummaries(r), QueueFairness: r.QueueFairness, BusyWhileWaiting: r.BusyWhileWaiting}
 	for _, j := range r.Jobs {
 		s.Restarts += j.Restarts
 	}

@@ -1,8 +1,13 @@
 package belief
 
 import (
+	"errors"
 	"math"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/hadar-sched/hadar/netmodel"
@@ -15,11 +20,19 @@ const resnet = "ResNet-50 (batch size 64)"
 
 func TestProfileDeclaredFigures(t *testing.T) {
 	p := NewProfile(profile.Default())
-	key := ModelKey(resnet, true, "default/own")
-	if key != "job:default/own" || ModelKey(resnet, false, "default/own") != resnet {
-		t.Fatalf("model keys %q", key)
+	// A job naming its model is learned under the model (shared across
+	// submissions); one declaring figures alone under a key of its own.
+	if k := ModelKey(resnet, true, "default/own"); k != resnet {
+		t.Fatalf("a job naming its model: key %q", k)
 	}
-	p.Declare(key, Declared{Model: resnet, Workers: 2, Throughput: map[planner.GPUType]float64{"a100": 100}, Sensitivity: 4})
+	if k := ModelKey(resnet, false, "default/own"); k != resnet {
+		t.Fatalf("a profiled job: key %q", k)
+	}
+	key := ModelKey("", true, "default/own")
+	if key != "job:default/own" {
+		t.Fatalf("figures alone: key %q", key)
+	}
+	p.Declare(key, Declared{Workers: 2, Throughput: map[planner.GPUType]float64{"a100": 100}, Sensitivity: 4})
 	for _, tc := range []struct {
 		t      planner.GPUType
 		sf     int
@@ -35,21 +48,133 @@ func TestProfileDeclaredFigures(t *testing.T) {
 			t.Errorf("%s x%d spread=%v: %v, %v; want %v", tc.t, tc.sf, tc.spread, got, err, tc.want)
 		}
 	}
-	// A type it does not declare comes from its model's profile.
-	base, _ := profile.Default().Throughput(resnet, 2, "v100", false)
-	if got, err := p.Throughput(key, 2, "v100", false); err != nil || got != base {
-		t.Fatalf("v100 from the profile: %v, %v; want %v", got, err, base)
+	// A type its figures leave out, with no model to fall back on: no
+	// figure (the estimates estimate it), never a silent 0.
+	if _, err := p.Throughput(key, 2, "v100", false); !errors.Is(err, profile.ErrNoFigure) {
+		t.Fatalf("an undeclared type of figures alone: %v, want ErrNoFigure", err)
 	}
-	// A type no one profiled for a profiled model: it cannot run there.
-	if got, err := p.Throughput(resnet, 2, "h100", false); err != nil || got != 0 {
-		t.Fatalf("an unprofiled type: %v, %v; want 0, nil", got, err)
+	// A key of its own with a model: the model's figures fill the rest.
+	own := "job:default/mixed"
+	p.Declare(own, Declared{Model: resnet, Workers: 2, Throughput: map[planner.GPUType]float64{"v100": 1}})
+	base, _ := profile.Default().Throughput(resnet, 2, "k80", false)
+	if got, err := p.Throughput(own, 2, "k80", false); err != nil || got != base {
+		t.Fatalf("k80 from the model's profile: %v, %v; want %v", got, err, base)
 	}
-	if p.Family(key) != resnet || p.Family(resnet) != resnet {
-		t.Fatalf("families %q %q", p.Family(key), p.Family(resnet))
+	if got, _ := p.Throughput(own, 2, "v100", false); got != 1 {
+		t.Fatalf("a job's own figure under its own key: %v, want 1", got)
 	}
+	if p.Family(own) != resnet || p.Family(resnet) != resnet || p.Family(key) != "" {
+		t.Fatalf("families %q %q %q", p.Family(own), p.Family(resnet), p.Family(key))
+	}
+	// Hints under a model's name fill what the profile lacks, and never
+	// override the operator's figures.
+	v100, _ := profile.Default().Throughput(resnet, 2, "v100", false)
+	p.Declare(resnet, Declared{Model: resnet, Workers: 2, Throughput: map[planner.GPUType]float64{"a100": 300, "v100": 1}})
+	if got, err := p.Throughput(resnet, 2, "a100", false); err != nil || got != 300 {
+		t.Fatalf("a hint for a type the profile lacks: %v, %v", got, err)
+	}
+	if got, _ := p.Throughput(resnet, 2, "v100", false); got != v100 {
+		t.Fatalf("a hint overrode the operator's figure: %v, want %v", got, v100)
+	}
+	if !slices.ContainsFunc(p.Entries(), func(e profile.Entry) bool {
+		return e.Model == resnet && e.ScaleFactor == 2 && e.Consolidated["a100"] == 300 && len(e.Consolidated) == 1
+	}) {
+		t.Fatal("the hint is not among the entries the estimator learns from")
+	}
+	// A type no one profiled for a profiled model, and an unknown model:
+	// no figure.
+	if _, err := p.Throughput(resnet, 4, "h100", false); !errors.Is(err, profile.ErrNoFigure) {
+		t.Fatalf("an unprofiled type: %v, want ErrNoFigure", err)
+	}
+	if _, err := p.Throughput("my-new-model", 4, "v100", false); !errors.Is(err, profile.ErrNoFigure) {
+		t.Fatalf("an unknown model: %v, want ErrNoFigure", err)
+	}
+	g := p.Generation()
 	p.Forget(key)
-	if _, err := p.Throughput(key, 2, "a100", false); err == nil {
+	if _, err := p.Throughput(key, 2, "a100", false); !errors.Is(err, profile.ErrNoFigure) {
 		t.Fatal("a forgotten job's figures still answer")
+	}
+	if p.Generation() == g {
+		t.Fatal("forgetting figures did not change the generation")
+	}
+}
+
+// An overlay adds to the base and is replaced without a restart; relative
+// speeds come from the files and from the operator's settings.
+func TestOverlayAndRelativeSpeeds(t *testing.T) {
+	p := NewProfile(profile.Default())
+	dir := t.TempDir()
+	path := filepath.Join(dir, "overlay.json")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"format":"hadar-profile/v1","unit":"steps/s","source":"ops","relative_speeds":{"h100":{"reference":"v100","speed":3}},
+"entries":[{"model":"ResNet-50 (batch size 64)","scale_factor":2,"consolidated":{"h100":40,"v100":7}},{"model":"llama","scale_factor":8,"consolidated":{"h100":12}}]}`)
+	g := p.Generation()
+	if err := p.LoadOverlay(path); err != nil {
+		t.Fatal(err)
+	}
+	if p.Generation() == g {
+		t.Fatal("an overlay did not change the generation")
+	}
+	for _, tc := range []struct {
+		model string
+		sf    int
+		typ   planner.GPUType
+		want  float64
+	}{
+		{resnet, 2, "h100", 40},
+		{resnet, 2, "v100", 7}, // replaced
+		{"llama", 8, "h100", 12},
+	} {
+		if got, err := p.Throughput(tc.model, tc.sf, tc.typ, false); err != nil || got != tc.want {
+			t.Errorf("%s x%d on %s: %v, %v; want %v", tc.model, tc.sf, tc.typ, got, err, tc.want)
+		}
+	}
+	k80, _ := profile.Default().Throughput(resnet, 2, "k80", false)
+	if got, _ := p.Throughput(resnet, 2, "k80", false); got != k80 {
+		t.Errorf("k80 kept from the base: %v, want %v", got, k80)
+	}
+	if r := p.RelativeSpeeds()["h100"]; r.Reference != "v100" || r.Speed != 3 {
+		t.Errorf("the overlay's relative speed: %+v", r)
+	}
+	if err := p.SetRelativeSpeed("b200", "h100", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetRelativeSpeed("v100", "b200", 0.1); err == nil {
+		t.Error("a loop of relative speeds is accepted")
+	}
+	if err := p.SetRelativeSpeed("x", "v100", -1); err == nil {
+		t.Error("a negative relative speed is accepted")
+	}
+	if r := p.RelativeSpeeds(); len(r) != 2 || r["b200"].Speed != 2 {
+		t.Errorf("relative speeds %v", r)
+	}
+	// A bad file leaves the overlay in force; a new one replaces it.
+	write(`{"format":"hadar-profile/v1","unit":"steps/s","entries":[{"model":"llama","scale_factor":8,"consolidated":{"h100":-1}}]}`)
+	if err := p.LoadOverlay(path); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("a bad overlay: %v", err)
+	}
+	if got, _ := p.Throughput("llama", 8, "h100", false); got != 12 {
+		t.Fatalf("after a bad overlay: %v, want the old 12", got)
+	}
+	write(`{"format":"hadar-profile/v1","unit":"steps/s","entries":[{"model":"llama","scale_factor":8,"consolidated":{"h100":15}}]}`)
+	if err := p.LoadOverlay(path); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := p.Throughput("llama", 8, "h100", false); got != 15 {
+		t.Fatalf("after a reload: %v, want 15", got)
+	}
+	if got, _ := p.Throughput(resnet, 2, "v100", false); got == 7 {
+		t.Fatal("the previous overlay's figure outlived its reload")
+	}
+	if err := p.SetOverlay(nil); err != nil || p.Overlay() != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Throughput("llama", 8, "h100", false); !errors.Is(err, profile.ErrNoFigure) {
+		t.Fatalf("without an overlay: %v", err)
 	}
 }
 

@@ -1,18 +1,24 @@
 // Package belief is what a live scheduler believes about speeds before it
-// measures them: the throughputs it is told (a profile, and the figures a
-// job declares for itself) and what it costs a unit to spread over nodes
-// and racks (the network). The sidecar builds its speed model from these;
+// measures them: the throughputs it is told (a profile, an operator's
+// overlay and relative speeds of new GPU types, and the figures a job
+// declares for itself) and what it costs a unit to spread over nodes and
+// racks (the network). The sidecar builds its speed model from these;
 // the engine's estimates (planner/engine) correct the throughputs with what
-// jobs then report. The simulator builds its model the same way when it
-// predicts the sidecar (internal/demo, e2e/scale).
+// jobs then report and estimate what no figure covers. The simulator
+// builds its model the same way when it predicts the sidecar
+// (internal/demo, e2e/scale).
 package belief
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/planner/speed"
 )
 
@@ -26,32 +32,58 @@ type Declared struct {
 	Sensitivity float64
 }
 
-// Profile is the throughput profile a live scheduler plans with: a base
-// profile plus the figures jobs declare. A GPU type the base does not know
-// for a model and width it knows is one the job cannot run on (throughput
-// 0), not an error: a cluster may have types no one profiled, and jobs
-// that declare figures for them still use them. Safe for concurrent use.
+// Profile is the throughput profile a live scheduler plans with, in
+// layers: the operator's base profile (the embedded one, or a file), an
+// overlay file on top of it (reloaded without a restart: SetOverlay), the
+// operator's relative speeds of GPU types no figure covers
+// (SetRelativeSpeed, and those the files give), and the figures jobs
+// declare (Declare).
+//
+// A key no layer has a figure for answers an error wrapping
+// profile.ErrNoFigure: the engine's estimates then estimate it (never a
+// silent 0; a 0 is a measured "cannot run there").
+//
+// Declared figures: under a key of the job's own (ModelKey without a
+// model: "job:<id>") they are the job's figures, and its model's fill the
+// types it leaves out; under a model's name they are hints, shared by the
+// jobs of the model, that fill only what the operator's profile lacks (a
+// job's word never overrides the operator's figures for other jobs).
+//
+// Safe for concurrent use.
 type Profile struct {
 	base speed.Profile
-	mu   sync.RWMutex
-	jobs map[string]Declared // by model key (ModelKey)
+
+	mu      sync.RWMutex
+	overlay *profile.Profile
+	// merged is base with the overlay when base is a *profile.Profile
+	// (nil otherwise: the overlay is consulted first, then base).
+	merged *profile.Profile
+	speeds map[planner.GPUType]profile.RelativeSpeed
+	jobs   map[string]Declared // by model key (ModelKey)
+	gen    uint64
 }
 
 // NewProfile returns a profile over base.
 func NewProfile(base speed.Profile) *Profile {
-	return &Profile{base: base, jobs: map[string]Declared{}}
+	merged, _ := base.(*profile.Profile)
+	return &Profile{base: base, merged: merged, jobs: map[string]Declared{}, speeds: map[planner.GPUType]profile.RelativeSpeed{}}
 }
 
-// ModelKey is the model name a job is planned under: its profile model, or
-// a key of its own (from id) when it declares throughputs.
+// ModelKey is the model name a job is planned and learned under: its
+// model (hadar.model: a free name, shared by every job of the model
+// across submissions), or, for a job that names no model and declares its
+// figures, a key of its own ("job:<id>").
 func ModelKey(model string, declares bool, id string) string {
-	if !declares {
+	if model != "" || !declares {
 		return model
 	}
-	return "job:" + id
+	return jobPrefix + id
 }
 
-// Declare records a job's own figures under key (ModelKey).
+const jobPrefix = "job:"
+
+// Declare records a job's own figures under key (ModelKey); a later
+// declaration under the same key replaces them.
 func (p *Profile) Declare(key string, d Declared) {
 	c := d
 	c.Throughput = make(map[planner.GPUType]float64, len(d.Throughput))
@@ -60,22 +92,127 @@ func (p *Profile) Declare(key string, d Declared) {
 	}
 	p.mu.Lock()
 	p.jobs[key] = c
+	p.gen++
 	p.mu.Unlock()
 }
 
-// Forget drops a job's figures.
+// Forget drops the figures declared under key.
 func (p *Profile) Forget(key string) {
 	p.mu.Lock()
-	delete(p.jobs, key)
+	if _, ok := p.jobs[key]; ok {
+		delete(p.jobs, key)
+		p.gen++
+	}
 	p.mu.Unlock()
+}
+
+// SetOverlay replaces the overlay (nil: none): its entries add to the base
+// profile's and replace its figures for the types they name, its relative
+// speeds add to the operator's (profile.Profile.Overlay). The engine's
+// estimates see the change at their next use (Generation).
+func (p *Profile) SetOverlay(over *profile.Profile) error {
+	merged, _ := p.base.(*profile.Profile)
+	if over != nil && merged != nil {
+		m, err := merged.Overlay(over)
+		if err != nil {
+			return err
+		}
+		merged = m
+	}
+	p.mu.Lock()
+	p.overlay, p.merged = over, merged
+	p.gen++
+	p.mu.Unlock()
+	return nil
+}
+
+// LoadOverlay reads an overlay file (either profile format, relative
+// speeds allowed alone) and puts it in force; on any error the overlay in
+// force stays. The sidecar calls it at start and whenever the file
+// changes.
+func (p *Profile) LoadOverlay(path string) error {
+	over, err := profile.Load(path)
+	if err != nil {
+		return fmt.Errorf("profile overlay: %w", err)
+	}
+	return p.SetOverlay(over)
+}
+
+// Overlay is the overlay in force (nil: none).
+func (p *Profile) Overlay() *profile.Profile {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.overlay
+}
+
+// SetRelativeSpeed records the operator's word that GPU type t runs speed
+// times as fast as ref (the sidecar's gpu_types); speed 0 removes it.
+func (p *Profile) SetRelativeSpeed(t, ref planner.GPUType, speed float64) error {
+	if speed == 0 {
+		p.mu.Lock()
+		if _, ok := p.speeds[t]; ok {
+			delete(p.speeds, t)
+			p.gen++
+		}
+		p.mu.Unlock()
+		return nil
+	}
+	all := p.RelativeSpeeds()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	next := map[planner.GPUType]profile.RelativeSpeed{}
+	for k, v := range p.speeds {
+		next[k] = v
+	}
+	next[t] = profile.RelativeSpeed{Reference: ref, Speed: speed}
+	// Validate with every layer's (names, a positive speed, no loop).
+	all[t] = next[t]
+	if _, err := profile.Build("", nil, all); err != nil {
+		return fmt.Errorf("relative speed of %s: %w", t, err)
+	}
+	if p.speeds[t] != next[t] {
+		p.speeds = next
+		p.gen++
+	}
+	return nil
+}
+
+// RelativeSpeeds returns the operator's relative speeds in force: the base
+// profile's, the overlay's over them, and SetRelativeSpeed's over both.
+func (p *Profile) RelativeSpeeds() map[planner.GPUType]profile.RelativeSpeed {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	out := map[planner.GPUType]profile.RelativeSpeed{}
+	if b, ok := p.base.(*profile.Profile); ok {
+		for t, r := range b.RelativeSpeeds() {
+			out[t] = r
+		}
+	}
+	if p.overlay != nil {
+		for t, r := range p.overlay.RelativeSpeeds() {
+			out[t] = r
+		}
+	}
+	for t, r := range p.speeds {
+		out[t] = r
+	}
+	return out
+}
+
+// Generation changes whenever a figure may have: an overlay, a relative
+// speed or a declaration changed.
+func (p *Profile) Generation() uint64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.gen
 }
 
 // Family is the base profile's model behind key: the job's declared model
-// for a key of declared figures ("" when it named none), else key itself.
+// for a key of its own ("" when it named none), else key itself.
 func (p *Profile) Family(key string) string {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if d, ok := p.jobs[key]; ok {
+	if d, ok := p.jobs[key]; ok && strings.HasPrefix(key, jobPrefix) {
 		return d.Model
 	}
 	return key
@@ -85,53 +222,104 @@ func (p *Profile) Family(key string) string {
 func (p *Profile) Throughput(model string, sf int, t planner.GPUType, spread bool) (float64, error) {
 	p.mu.RLock()
 	d, declared := p.jobs[model]
+	merged, over := p.merged, p.overlay
 	p.mu.RUnlock()
-	if declared {
-		if v, ok := d.Throughput[t]; ok {
-			// Declared for the job's width; a narrower HadarE copy scales
-			// linearly. Spread over the nodes of one rack it pays the square
-			// root of its cross-rack sensitivity (Network adds the rest
-			// across racks).
-			v *= float64(sf) / float64(d.Workers)
-			if spread && d.Sensitivity > 1 {
-				v /= math.Sqrt(d.Sensitivity)
-			}
+	own := declared && strings.HasPrefix(model, jobPrefix)
+	if own {
+		if v, ok := d.figure(sf, t, spread); ok {
 			return v, nil
 		}
 		if d.Model == "" {
-			return 0, nil // declared figures only, not for this type
+			return 0, fmt.Errorf("job figures %s: none for GPU type %s: %w", model, t, profile.ErrNoFigure)
 		}
 		model = d.Model
 	}
-	v, err := p.base.Throughput(model, sf, t, spread)
-	if err != nil {
-		if known, _ := p.knows(model, sf); known {
-			// The model and width are profiled, the type is not: the job
-			// cannot be planned there.
-			return 0, nil
-		}
-		return 0, err
+	v, err := p.profiled(merged, over, model, sf, t, spread)
+	if err == nil || !errors.Is(err, profile.ErrNoFigure) {
+		return v, err
 	}
-	return v, nil
+	if declared && !own {
+		// A hint fills what the operator's profile lacks.
+		if v, ok := d.figure(sf, t, spread); ok {
+			return v, nil
+		}
+	}
+	return 0, err
 }
 
-// knows reports whether the base profile has (model, sf) on any type.
-func (p *Profile) knows(model string, sf int) (bool, error) {
-	type lister interface{ Types() []planner.GPUType }
-	l, ok := p.base.(lister)
-	if !ok {
-		return false, nil
+// figure is the declared figure on t at width sf: declared for the job's
+// width, a narrower HadarE copy scales linearly; spread over the nodes of
+// one rack it pays the square root of its cross-rack sensitivity (Network
+// adds the rest across racks).
+func (d Declared) figure(sf int, t planner.GPUType, spread bool) (float64, bool) {
+	v, ok := d.Throughput[t]
+	if !ok || d.Workers <= 0 {
+		return 0, false
 	}
-	var last error
-	for _, t := range l.Types() {
-		_, err := p.base.Throughput(model, sf, t, false)
-		if err == nil {
-			return true, nil
+	v *= float64(sf) / float64(d.Workers)
+	if spread && d.Sensitivity > 1 {
+		v /= math.Sqrt(d.Sensitivity)
+	}
+	return v, true
+}
+
+// profiled asks the operator's layers: the merged profile, or (a base that
+// is not a *profile.Profile) the overlay first, then the base.
+func (p *Profile) profiled(merged, over *profile.Profile, model string, sf int, t planner.GPUType, spread bool) (float64, error) {
+	if merged != nil {
+		return merged.Throughput(model, sf, t, spread)
+	}
+	if over != nil {
+		if v, err := over.Throughput(model, sf, t, spread); err == nil {
+			return v, nil
 		}
-		last = err
 	}
-	if last == nil {
-		last = fmt.Errorf("model %q on %d GPUs: no profiled type", model, sf)
+	return p.base.Throughput(model, sf, t, spread)
+}
+
+// Entries lists the operator's figures (base and overlay) and the hints
+// declared under model names, for the estimator to learn from. A base
+// that cannot list its figures contributes none.
+func (p *Profile) Entries() []profile.Entry {
+	p.mu.RLock()
+	merged, over := p.merged, p.overlay
+	hints := map[string]Declared{}
+	for k, d := range p.jobs {
+		if !strings.HasPrefix(k, jobPrefix) {
+			hints[k] = d
+		}
 	}
-	return false, last
+	p.mu.RUnlock()
+	var out []profile.Entry
+	if merged != nil {
+		out = merged.Entries()
+	} else {
+		if l, ok := p.base.(interface{ Entries() []profile.Entry }); ok {
+			out = l.Entries()
+		}
+		if over != nil {
+			out = append(out, over.Entries()...)
+		}
+	}
+	keys := make([]string, 0, len(hints))
+	for k := range hints {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		d := hints[k]
+		if d.Workers <= 0 {
+			continue
+		}
+		e := profile.Entry{Model: k, ScaleFactor: d.Workers, Consolidated: map[planner.GPUType]float64{}}
+		for t, v := range d.Throughput {
+			if _, err := p.profiled(merged, over, k, d.Workers, t, false); errors.Is(err, profile.ErrNoFigure) {
+				e.Consolidated[t] = v
+			}
+		}
+		if len(e.Consolidated) > 0 {
+			out = append(out, e)
+		}
+	}
+	return out
 }

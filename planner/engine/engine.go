@@ -21,9 +21,11 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/estimate"
 	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/planner/speed"
 )
@@ -142,6 +144,10 @@ type job struct {
 	// deferWhy says why.
 	deferUntil float64
 	deferWhy   string
+	// firmBest is the job's fastest throughput over the types whose
+	// estimate is firm (a figure or a measurement): what its progress
+	// reports are bounded by (0: none firm, reports are not bounded).
+	firmBest float64
 }
 
 // New returns an engine at time 0 with an empty cluster.
@@ -294,6 +300,7 @@ func (e *Engine) Runnable(jb planner.Job) (bool, error) {
 // server of the type (the speed it will actually get).
 func (e *Engine) throughputs(j *job) error {
 	tp := make([]float64, len(e.types))
+	j.firmBest = 0
 	for k, t := range e.types {
 		spread := !e.cfg.Speed.IgnoreSpread && j.view.ScaleFactor > e.widest[t]
 		v, err := e.cfg.Speed.Profile.Throughput(j.view.Model, j.view.ScaleFactor, t, spread)
@@ -304,9 +311,74 @@ func (e *Engine) throughputs(j *job) error {
 			v = 0 // no node may run it on this type
 		}
 		tp[k] = v
+		firm := true
+		if e.est != nil && v > 0 {
+			ke, err := e.est.Estimate(j.view.Model, j.view.ScaleFactor, t)
+			firm = err == nil && ke.firm()
+		}
+		if firm {
+			j.firmBest = max(j.firmBest, v)
+		}
 	}
 	j.view.Throughput = tp
 	return nil
+}
+
+// explore lets the estimates decide which uncertain keys to try, for the
+// active jobs, before a plan (Estimates.Explore).
+func (e *Engine) explore() {
+	if e.est == nil {
+		return
+	}
+	e.est.Refresh()
+	jobs := make([]ExploreJob, 0, len(e.jobs))
+	for _, j := range e.jobs {
+		ts := make([]planner.GPUType, 0, len(e.types))
+		for _, t := range e.types {
+			if j.view.Eligible.AnyOf(t) {
+				ts = append(ts, t)
+			}
+		}
+		jobs = append(jobs, ExploreJob{Model: j.view.Model, SF: j.view.ScaleFactor, Remaining: max(j.rem, e.cfg.Overrun*j.view.TotalSteps), Types: ts})
+	}
+	// A trial lasts at least until the next boundary, and until the key
+	// holds the evidence that replaces the estimate.
+	l := e.est.learn
+	e.est.Explore(jobs, max(e.cfg.Round, l.Warmup+l.FirstEvidence))
+}
+
+// estimateNotes says, for a job's decision, which GPU types it is tried on
+// without a measurement and which it has no estimate on ("" when none).
+func (e *Engine) estimateNotes(j *job, p planner.Placement) string {
+	if e.est == nil {
+		return ""
+	}
+	var notes []string
+	tried := map[estKey]bool{}
+	for _, u := range p.Units {
+		for _, t := range u.Types() {
+			k := estKey{j.view.Model, u.GPUs(), t}
+			if _, ok := e.est.explore[k]; ok && !tried[k] {
+				tried[k] = true
+				ke := e.est.tableEstimate(k)
+				what := "nothing is known of the type"
+				if ke.source != estimate.NoData {
+					what = fmt.Sprintf("estimated %.3g steps/s, typically %.0f %% off (%s)", ke.value, 100*(math.Exp(ke.sigma)-1), ke.source)
+				}
+				notes = append(notes, fmt.Sprintf("trying %s: %s x%d has no measurement there (%s)", t, j.view.Model, u.GPUs(), what))
+			}
+		}
+	}
+	for k, t := range e.types {
+		if k < len(j.view.Throughput) && j.view.Throughput[k] > 0 {
+			if why := e.est.gap(j.view.Model, t); why != "" {
+				if _, ok := e.est.explore[estKey{j.view.Model, j.view.ScaleFactor, t}]; !ok {
+					notes = append(notes, why)
+				}
+			}
+		}
+	}
+	return strings.Join(notes, "; ")
 }
 
 func (e *Engine) job(id string) (*job, error) {
@@ -378,12 +450,17 @@ const progressGrace = 60.0
 // progressLimit is the most steps done a report at now may claim: the
 // steps of the last report taken as written (or 0 at admission) plus
 // MaxFactor twice the job's fastest estimated rate (per unit, for a forked
-// job) over the time since it, and progressGrace. ok is false when the job
-// has no estimated speed to bound it by.
+// job) over the time since it, and progressGrace. Only firm estimates (a
+// figure or a measurement) count; ok is false when the job has none to
+// bound it by (a model no one measured: its own reports are all there is).
 func (e *Engine) progressLimit(j *job, now float64) (float64, bool) {
 	best := 0.0
 	for _, tp := range j.view.Throughput {
 		best = max(best, tp)
+	}
+	if e.est != nil {
+		// Only a firm estimate bounds a report: a guess may be far off.
+		best = j.firmBest
 	}
 	if !(best > 0) {
 		return 0, false
@@ -417,8 +494,12 @@ func (e *Engine) addProgress(j *job, steps, done, now float64) error {
 }
 
 // learn feeds the estimator with the job's progress since its previous
-// report, when it ran as one unit of one type on the same GPUs throughout
-// and past its warm-up.
+// report, when it ran on the same GPUs throughout and past its warm-up:
+// every placement, through the speed model. Each unit's share of the steps
+// is its share of the job's estimated speed; it counts for the key of its
+// width and of the type its speed rests on (the slowest of a mixed unit),
+// with the exposure the speed model gives a consolidated figure of 1
+// steps/s there (spread, network, mixed-type slowdowns).
 func (e *Engine) learn(j *job, now float64) {
 	if e.est == nil || !e.est.learn.On || !j.view.Running {
 		return
@@ -427,18 +508,45 @@ func (e *Engine) learn(j *job, now float64) {
 	if j.lastAt < 0 || j.lastAt < j.placedAt+e.est.learn.Warmup || now <= j.lastAt {
 		return
 	}
-	units := j.view.Placement.Units
-	if len(units) != 1 || len(units[0].Types()) != 1 || units[0].GPUs() != j.view.ScaleFactor {
-		return
+	type part struct {
+		k          estKey
+		rate, cons float64
 	}
-	base := e.cfg.Speed
-	base.Profile = e.est.base
-	pred, err := base.UnitRate(j.view.Job, units[0], now)
-	if err != nil || !(pred > 0) {
-		return
+	units := j.view.Placement.Units
+	parts := make([]part, 0, len(units))
+	total := 0.0
+	for _, u := range units {
+		r, err := e.cfg.Speed.UnitRate(j.view.Job, u, now)
+		if err != nil || !(r > 0) {
+			return
+		}
+		w := u.GPUs()
+		spread := u.Nodes() > 1 && !e.cfg.Speed.IgnoreSpread && e.cfg.Speed.Network == nil
+		var slow planner.GPUType
+		best, cons := math.Inf(1), 0.0
+		for _, t := range u.Types() {
+			v, err := e.est.Throughput(j.view.Model, w, t, spread)
+			if err != nil {
+				return
+			}
+			if v < best {
+				best, slow = v, t
+				if cons, err = e.est.Throughput(j.view.Model, w, t, false); err != nil {
+					return
+				}
+			}
+		}
+		if !(cons > 0) {
+			return
+		}
+		parts = append(parts, part{estKey{j.view.Model, w, slow}, r, cons})
+		total += r
 	}
 	dt := now - j.lastAt
-	e.est.observe(estKey{j.view.Model, j.view.ScaleFactor, units[0].Slots[0].Type}, j.view.ID, j.done-j.lastDone, pred*dt, dt)
+	steps := j.done - j.lastDone
+	for _, p := range parts {
+		e.est.observe(p.k, j.view.ID, steps*p.rate/total, p.rate/p.cons*dt, dt)
+	}
 }
 
 // Adopt records that job id runs on p, as observed outside a decision: a
@@ -840,6 +948,7 @@ func (e *Engine) Plan(ctx context.Context, now float64, kind Kind) (Decision, er
 	if kind == Fill && (e.cfg.NoFills || !e.dirty || len(e.jobs) == 0) {
 		return Decision{Time: now, Kind: None}, nil
 	}
+	e.explore()
 	if err := e.refreshThroughputs(); err != nil {
 		return Decision{}, err
 	}
@@ -950,15 +1059,27 @@ func fits(pool *round.Pool, p planner.Placement) bool {
 func (e *Engine) refreshThroughputs() error {
 	gen := uint64(0)
 	if e.est != nil {
-		gen = e.est.gen
+		gen = e.est.Generation()
 	}
 	if e.tputEpoch == e.epoch && e.tputGen == gen {
 		return nil
 	}
+	runnableChanged := false
 	for _, j := range e.jobs {
+		before := j.view.Throughput
 		if err := e.throughputs(j); err != nil {
 			return err
 		}
+		for k, v := range j.view.Throughput {
+			if k < len(before) && (v > 0) != (before[k] > 0) && len(before) == len(j.view.Throughput) {
+				runnableChanged = true
+			}
+		}
+	}
+	if runnableChanged && e.tputEpoch == e.epoch {
+		// A job can no longer run on a type (or now can), as learned: what
+		// schedulers derived for this epoch (an allocation) is stale.
+		e.epoch++
 	}
 	e.tputEpoch, e.tputGen = e.epoch, gen
 	return nil
@@ -1016,7 +1137,7 @@ func (e *Engine) repair(v *round.View, offered *round.Pool, ps []planner.Placeme
 			if !jb.Running || keepsAll(jb.Placement, ps[i]) {
 				continue
 			}
-			min := e.minRunTime(j)
+			min := e.planMinRunTime(j)
 			if ran := v.Now - j.placedAt; ran < min-1e-6 && e.check(v, check, jb, jb.Placement) == nil {
 				protected[i] = true
 				ps[i] = clonePlacement(jb.Placement)
@@ -1201,6 +1322,9 @@ func (e *Engine) apply(v *round.View, planned []*job, ps []planner.Placement, ki
 			// Whatever the policy says, this is why it waits.
 			jd.Reason.Why = why
 		}
+		if notes := e.estimateNotes(j, p); notes != "" {
+			jd.Reason.Why += "; " + notes
+		}
 		if len(p.Units) == 0 {
 			jd.Position = waiting
 			waiting++
@@ -1345,6 +1469,11 @@ type JobState struct {
 	// waiting: unknown).
 	ETA    float64      `json:"eta_s"`
 	Reason round.Reason `json:"reason"`
+	// Estimates says, per GPU type of the cluster, what its throughput
+	// rests on (a figure, a measurement, or the estimator's source and
+	// typical error, explored or not); absent when the speed model's
+	// profile is not an *Estimates.
+	Estimates map[string]KeyEstimate `json:"estimates,omitempty"`
 	// WaitingSince is when it last started waiting (meaningful when not
 	// running).
 	WaitingSince float64 `json:"waiting_since"`
@@ -1378,6 +1507,14 @@ func (e *Engine) state(j *job) JobState {
 		}
 		if k < len(j.view.Throughput) {
 			s.Throughput[string(t)] = j.view.Throughput[k]
+		}
+	}
+	if e.est != nil {
+		s.Estimates = map[string]KeyEstimate{}
+		for _, t := range e.types {
+			if ke, err := e.est.Estimate(j.view.Model, j.view.ScaleFactor, t); err == nil {
+				s.Estimates[string(t)] = ke
+			}
 		}
 	}
 	if j.view.Running {

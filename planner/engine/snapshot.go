@@ -15,9 +15,21 @@ import (
 )
 
 // Snapshot format identifiers (docs/engine.md, "Snapshots").
+//
+// Version rules: a change to what a snapshot holds bumps SnapshotVersion;
+// Restore reads every version from 1 to SnapshotVersion (converting an
+// older one: a sidecar upgraded in place restores what its predecessor
+// saved) and writes only the current one; a build refuses a version newer
+// than its own. Each version keeps a fixture in testdata
+// (snapshot-v<N>.json) that TestSnapshotFixturesRestore restores.
+//
+//   - 1: the first format.
+//   - 2: learning ledgers hold the exposure (steps at a consolidated 1
+//     steps/s) instead of the steps the profile predicted, so that keys
+//     without a profile figure are learned; the keys being explored.
 const (
 	SnapshotFormat  = "hadar-engine-snapshot"
-	SnapshotVersion = 1
+	SnapshotVersion = 2
 )
 
 // envelope wraps a versioned state with a checksum, so a truncated or
@@ -41,28 +53,35 @@ func Seal(format string, version int, state any) ([]byte, error) {
 }
 
 // Open checks an envelope written by Seal and returns its state bytes:
-// the format must match, the version must be one this build reads, and
-// the checksum must hold.
+// the format must match, the version must be one this build reads (1 to
+// version), and the checksum must hold.
 func Open(data []byte, format string, version int) ([]byte, error) {
+	b, _, err := OpenVersion(data, format, version)
+	return b, err
+}
+
+// OpenVersion is Open that also returns the version the state was
+// written in, for a reader that converts older versions.
+func OpenVersion(data []byte, format string, version int) ([]byte, int, error) {
 	var env envelope
 	if err := round.StrictUnmarshal(data, &env); err != nil {
-		return nil, fmt.Errorf("%s: not a snapshot (%v): the file is corrupt or not a snapshot", format, err)
+		return nil, 0, fmt.Errorf("%s: not a snapshot (%v): the file is corrupt or not a snapshot", format, err)
 	}
 	if env.Format != format {
-		return nil, fmt.Errorf("%s: the file is a %q, not a %q", format, env.Format, format)
+		return nil, 0, fmt.Errorf("%s: the file is a %q, not a %q", format, env.Format, format)
 	}
-	if env.Version != version {
-		return nil, fmt.Errorf("%s: version %d, but this build reads version %d only: restore it with the hadar release that wrote it, or start afresh", format, env.Version, version)
+	if env.Version < 1 || env.Version > version {
+		return nil, 0, fmt.Errorf("%s: version %d, but this build reads versions 1 to %d: restore it with the hadar release that wrote it, or start afresh", format, env.Version, version)
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, env.State); err != nil {
-		return nil, fmt.Errorf("%s: state: %w", format, err)
+		return nil, 0, fmt.Errorf("%s: state: %w", format, err)
 	}
 	sum := sha256.Sum256(compact.Bytes())
 	if hex.EncodeToString(sum[:]) != env.SHA256 {
-		return nil, fmt.Errorf("%s: checksum mismatch: the snapshot is corrupt (truncated or edited)", format)
+		return nil, 0, fmt.Errorf("%s: checksum mismatch: the snapshot is corrupt (truncated or edited)", format)
 	}
-	return compact.Bytes(), nil
+	return compact.Bytes(), env.Version, nil
 }
 
 type stateV1 struct {
@@ -104,10 +123,14 @@ type jobV1 struct {
 	Ineligible string         `json:"ineligible,omitempty"`
 }
 
+// estimatesV1 is the estimates of versions 1 and 2 (the fields of 2
+// only are empty in 1).
 type estimatesV1 struct {
-	Learn LearnConfig    `json:"learn"`
-	Gen   uint64         `json:"generation"`
-	Corr  []correctionV1 `json:"corrections"`
+	Learn    LearnConfig    `json:"learn"`
+	Gen      uint64         `json:"generation"`
+	LearnGen uint64         `json:"learn_generation,omitempty"`
+	Corr     []correctionV1 `json:"corrections"`
+	Explore  []exploreV2    `json:"explore,omitempty"`
 }
 
 type correctionV1 struct {
@@ -116,11 +139,21 @@ type correctionV1 struct {
 	Type  planner.GPUType `json:"type"`
 	// Job is the job whose ledger this is ("" for ledgers folded
 	// together, and in snapshots written before ledgers were per job).
-	Job       string  `json:"job,omitempty"`
-	Seq       uint64  `json:"seq,omitempty"`
-	Observed  float64 `json:"observed_steps"`
-	Predicted float64 `json:"predicted_steps"`
-	Seconds   float64 `json:"seconds"`
+	Job      string  `json:"job,omitempty"`
+	Seq      uint64  `json:"seq,omitempty"`
+	Observed float64 `json:"observed_steps"`
+	// Predicted (version 1) is the steps the profile predicted; Exposure
+	// (version 2) the steps a consolidated 1 steps/s would have made.
+	Predicted *float64 `json:"predicted_steps,omitempty"`
+	Exposure  *float64 `json:"exposure_steps,omitempty"`
+	Seconds   float64  `json:"seconds"`
+}
+
+type exploreV2 struct {
+	Model string          `json:"model"`
+	SF    int             `json:"sf"`
+	Type  planner.GPUType `json:"type"`
+	Value float64         `json:"value"`
 }
 
 type schedulerV1 struct {
@@ -144,14 +177,18 @@ func (e *Engine) Snapshot() ([]byte, error) {
 			DeferUntil: j.deferUntil, DeferWhy: j.deferWhy, Eligible: j.view.Eligible, Ineligible: j.ineligible})
 	}
 	if e.est != nil {
-		es := &estimatesV1{Learn: e.est.learn, Gen: e.est.gen}
-		for _, l := range e.est.Learned() {
-			ls := e.est.corr[estKey{l.Model, l.SF, l.Type}]
+		es := &estimatesV1{Learn: e.est.learn, Gen: e.est.gen, LearnGen: e.est.learnGen}
+		for _, k := range sortedKeys(e.est.corr) {
+			ls := e.est.corr[k]
 			for _, job := range slices.Sorted(maps.Keys(ls)) {
 				c := ls[job]
-				es.Corr = append(es.Corr, correctionV1{Model: l.Model, SF: l.SF, Type: l.Type, Job: job, Seq: c.Seq,
-					Observed: c.Observed, Predicted: c.Predicted, Seconds: c.Seconds})
+				x := c.Exposure
+				es.Corr = append(es.Corr, correctionV1{Model: k.Model, SF: k.SF, Type: k.Type, Job: job, Seq: c.Seq,
+					Observed: c.Observed, Exposure: &x, Seconds: c.Seconds})
 			}
+		}
+		for _, k := range sortedKeys(e.est.explore) {
+			es.Explore = append(es.Explore, exploreV2{Model: k.Model, SF: k.SF, Type: k.Type, Value: e.est.explore[k]})
 		}
 		st.Estimates = es
 	}
@@ -170,7 +207,7 @@ func (e *Engine) Snapshot() ([]byte, error) {
 // same placement policy). It is all or nothing: on any error no engine is
 // returned and sched's and the estimates' state are unchanged.
 func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
-	raw, err := Open(data, SnapshotFormat, SnapshotVersion)
+	raw, version, err := OpenVersion(data, SnapshotFormat, SnapshotVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -264,31 +301,16 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		e.byID[js.Job.ID] = j
 	}
 	var corr map[estKey]map[string]*correction
+	var explore map[estKey]float64
 	switch {
 	case st.Estimates != nil && e.est == nil:
 		return nil, fmt.Errorf("engine snapshot: it carries learned estimates, but the speed model's profile is not an *engine.Estimates")
 	case st.Estimates != nil:
-		if st.Estimates.Learn != e.est.learn {
-			return nil, fmt.Errorf("engine snapshot: learning %+v, the estimates here %+v", st.Estimates.Learn, e.est.learn)
+		if st.Estimates.Learn.withDefaults() != e.est.learn {
+			return nil, fmt.Errorf("engine snapshot: learning %+v, the estimates here %+v", st.Estimates.Learn.withDefaults(), e.est.learn)
 		}
-		corr = map[estKey]map[string]*correction{}
-		for _, c := range st.Estimates.Corr {
-			for _, x := range []float64{c.Observed, c.Predicted, c.Seconds} {
-				if err := finite("estimates", x); err != nil {
-					return nil, err
-				}
-				if x < 0 {
-					return nil, fmt.Errorf("engine snapshot: estimates: %v below 0", x)
-				}
-			}
-			k := estKey{c.Model, c.SF, c.Type}
-			if corr[k] == nil {
-				corr[k] = map[string]*correction{}
-			}
-			if _, dup := corr[k][c.Job]; dup {
-				return nil, fmt.Errorf("engine snapshot: estimates: two ledgers of job %q for %s/%d/%s", c.Job, c.Model, c.SF, c.Type)
-			}
-			corr[k][c.Job] = &correction{Observed: c.Observed, Predicted: c.Predicted, Seconds: c.Seconds, Seq: c.Seq}
+		if corr, explore, err = e.est.restoreLedgers(st.Estimates, version); err != nil {
+			return nil, err
 		}
 	}
 	stateful, isStateful := sched.(round.Stateful)
@@ -305,11 +327,12 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		}
 	}
 	if corr != nil {
-		e.est.corr, e.est.factor = corr, map[estKey]float64{}
-		for k := range corr {
+		e.est.corr, e.est.factor, e.est.rate, e.est.explore = corr, map[estKey]float64{}, map[estKey]float64{}, explore
+		e.est.seenBase = e.est.baseGen()
+		for _, k := range sortedKeys(corr) {
 			e.est.refactor(k)
 		}
-		e.est.gen = st.Estimates.Gen
+		e.est.gen, e.est.learnGen, e.est.tab = st.Estimates.Gen, st.Estimates.LearnGen, nil
 	}
 	// Throughputs are a pure function of the cluster and the estimates:
 	// recompute them.
@@ -325,4 +348,59 @@ func finite(what string, x float64) error {
 		return fmt.Errorf("engine snapshot: %s: %v is not a finite number", what, x)
 	}
 	return nil
+}
+
+// restoreLedgers checks and converts the estimates of a snapshot of the
+// given version. A version 1 ledger's predicted steps become its exposure
+// through the declared profile's consolidated figure (exact: the factor
+// was observed/predicted, and is observed/(exposure x figure) now); a
+// ledger whose key the profile no longer has a figure for is dropped.
+func (e *Estimates) restoreLedgers(es *estimatesV1, version int) (map[estKey]map[string]*correction, map[estKey]float64, error) {
+	corr := map[estKey]map[string]*correction{}
+	for _, c := range es.Corr {
+		var exposure float64
+		switch {
+		case version == 1 && c.Predicted != nil && c.Exposure == nil:
+			exposure = *c.Predicted
+		case version >= 2 && c.Exposure != nil && c.Predicted == nil:
+			exposure = *c.Exposure
+		default:
+			return nil, nil, fmt.Errorf("engine snapshot: estimates of %s/%d/%s: version %d wants %s", c.Model, c.SF, c.Type, version,
+				map[bool]string{true: "predicted_steps", false: "exposure_steps"}[version == 1])
+		}
+		for _, x := range []float64{c.Observed, exposure, c.Seconds} {
+			if err := finite("estimates", x); err != nil {
+				return nil, nil, err
+			}
+			if x < 0 {
+				return nil, nil, fmt.Errorf("engine snapshot: estimates: %v below 0", x)
+			}
+		}
+		k := estKey{c.Model, c.SF, c.Type}
+		if version == 1 {
+			b, ok, err := e.baseFigure(c.Model, c.SF, c.Type, false)
+			if err != nil || !ok || !(b > 0) {
+				continue
+			}
+			exposure /= b
+		}
+		if corr[k] == nil {
+			corr[k] = map[string]*correction{}
+		}
+		if _, dup := corr[k][c.Job]; dup {
+			return nil, nil, fmt.Errorf("engine snapshot: estimates: two ledgers of job %q for %s/%d/%s", c.Job, c.Model, c.SF, c.Type)
+		}
+		corr[k][c.Job] = &correction{Observed: c.Observed, Exposure: exposure, Seconds: c.Seconds, Seq: c.Seq}
+	}
+	explore := map[estKey]float64{}
+	for _, x := range es.Explore {
+		if err := finite("explored estimate", x.Value); err != nil {
+			return nil, nil, err
+		}
+		if !(x.Value > 0) || x.SF <= 0 {
+			return nil, nil, fmt.Errorf("engine snapshot: explored %s/%d/%s at %v steps/s: want a positive figure and width", x.Model, x.SF, x.Type, x.Value)
+		}
+		explore[estKey{x.Model, x.SF, x.Type}] = x.Value
+	}
+	return corr, explore, nil
 }

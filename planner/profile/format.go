@@ -24,6 +24,9 @@ type fileV1 struct {
 	Unit    string    `json:"unit"`
 	Source  string    `json:"source,omitempty"`
 	Entries []entryV1 `json:"entries"`
+	// RelativeSpeeds is optional (RelativeSpeed): how fast a GPU type no
+	// figure covers runs against a reference type.
+	RelativeSpeeds map[planner.GPUType]RelativeSpeed `json:"relative_speeds,omitempty"`
 }
 
 type entryV1 struct {
@@ -63,7 +66,7 @@ func parseOwn(data []byte) (*Profile, error) {
 	for i, e := range f.Entries {
 		entries[i] = Entry(e)
 	}
-	p, err := New(f.Source, entries)
+	p, err := Build(f.Source, entries, f.RelativeSpeeds)
 	if err != nil {
 		return nil, fmt.Errorf("profile: %w", err)
 	}
@@ -77,10 +80,11 @@ func parseOwn(data []byte) (*Profile, error) {
 func (p *Profile) WriteJSON(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	head, err := json.Marshal(struct {
-		Format string `json:"format"`
-		Unit   string `json:"unit"`
-		Source string `json:"source,omitempty"`
-	}{Format, Unit, p.source})
+		Format         string                            `json:"format"`
+		Unit           string                            `json:"unit"`
+		Source         string                            `json:"source,omitempty"`
+		RelativeSpeeds map[planner.GPUType]RelativeSpeed `json:"relative_speeds,omitempty"`
+	}{Format, Unit, p.source, p.speeds})
 	if err != nil {
 		return fmt.Errorf("profile: write: %w", err)
 	}

@@ -39,6 +39,29 @@ type Profile struct {
 	types   []planner.GPUType // union of consolidated types, sorted
 	models  []string          // sorted
 	sfs     map[string][]int  // per model, sorted
+	// speeds are the operator's relative speeds of types (RelativeSpeed).
+	speeds map[planner.GPUType]RelativeSpeed
+}
+
+// ErrNoFigure is wrapped by every Throughput error that says the profile
+// has no figure for the key (an unknown model, scale factor or GPU type),
+// as opposed to a measured 0: an estimator may then estimate the figure.
+var ErrNoFigure = errors.New("no figure")
+
+// noFigure wraps ErrNoFigure into a message that names the key and the fix.
+type noFigure struct{ msg string }
+
+func (e *noFigure) Error() string          { return e.msg }
+func (e *noFigure) Unwrap() error          { return ErrNoFigure }
+func noFigureErr(f string, a ...any) error { return &noFigure{fmt.Sprintf(f, a...)} }
+
+// RelativeSpeed is what an operator says of a GPU type no figure covers:
+// it runs Speed times as fast as Reference (2.5: a job makes 2.5 times the
+// steps/s). It is a prior: an estimator uses it until jobs measured the
+// type (docs/formats.md, "Relative speeds").
+type RelativeSpeed struct {
+	Reference planner.GPUType `json:"reference"`
+	Speed     float64         `json:"speed"`
 }
 
 // Entry is one (model, scale factor) of a profile in exported form, used to
@@ -62,7 +85,22 @@ func New(source string, entries []Entry) (*Profile, error) {
 	if len(entries) == 0 {
 		return nil, errors.New("profile has no entries: want at least one (model, scale_factor) entry")
 	}
+	return Build(source, entries, nil)
+}
+
+// Build is New that also takes the operator's relative speeds of GPU
+// types (RelativeSpeed), and accepts no entries when it has speeds: an
+// overlay may only say how fast a new type is.
+func Build(source string, entries []Entry, speeds map[planner.GPUType]RelativeSpeed) (*Profile, error) {
+	if len(entries) == 0 && len(speeds) == 0 {
+		return nil, errors.New("profile has no entries and no relative speeds: want at least one (model, scale_factor) entry or one relative speed")
+	}
 	p := &Profile{source: source, entries: make(map[key]entry, len(entries)), sfs: map[string][]int{}}
+	sp, err := checkSpeeds(speeds)
+	if err != nil {
+		return nil, err
+	}
+	p.speeds = sp
 	seenType := map[planner.GPUType]bool{}
 	for i, e := range entries {
 		where := fmt.Sprintf("entry %d (model %q, scale_factor %d)", i, e.Model, e.ScaleFactor)
@@ -176,7 +214,7 @@ func (p *Profile) Throughput(model string, sf int, t planner.GPUType, spread boo
 	if v, ok := e.consolidated[t]; ok {
 		return v, nil
 	}
-	return 0, fmt.Errorf("profile: %q at scale factor %d has no throughput for GPU type %q (its types: %s): add a consolidated %q figure to that entry, or use a type the profile knows",
+	return 0, noFigureErr("profile: %q at scale factor %d has no throughput for GPU type %q (its types: %s): add a consolidated %q figure to that entry, or use a type the profile knows",
 		model, sf, t, joinTypes(sortedTypes(e.consolidated)), t)
 }
 
@@ -187,9 +225,9 @@ func (p *Profile) lookup(model string, sf int) (entry, error) {
 	}
 	sfs, known := p.sfs[model]
 	if !known {
-		return entry{}, fmt.Errorf("profile: unknown model %q: want one of %s, or add entries for it to the profile", model, quoteAll(p.models))
+		return entry{}, noFigureErr("profile: unknown model %q: want one of %s, or add entries for it to the profile", model, quoteAll(p.models))
 	}
-	return entry{}, fmt.Errorf("profile: model %q has no scale factor %d (profiled: %s): use one of those or add a (%q, %d) entry to the profile",
+	return entry{}, noFigureErr("profile: model %q has no scale factor %d (profiled: %s): use one of those or add a (%q, %d) entry to the profile",
 		model, sf, joinInts(sfs), model, sf)
 }
 
@@ -254,10 +292,119 @@ func (p *Profile) Entries() []Entry {
 	return out
 }
 
-// Equal reports whether p and q hold the same figures (Source is ignored).
+// RelativeSpeeds returns the operator's relative speeds of GPU types
+// (a copy; nil when none).
+func (p *Profile) RelativeSpeeds() map[planner.GPUType]RelativeSpeed {
+	if len(p.speeds) == 0 {
+		return nil
+	}
+	out := make(map[planner.GPUType]RelativeSpeed, len(p.speeds))
+	for t, r := range p.speeds {
+		out[t] = r
+	}
+	return out
+}
+
+// checkSpeeds validates relative speeds: valid type names, a reference
+// other than the type, a finite positive speed; no chain may loop back.
+func checkSpeeds(in map[planner.GPUType]RelativeSpeed) (map[planner.GPUType]RelativeSpeed, error) {
+	out := make(map[planner.GPUType]RelativeSpeed, len(in))
+	for t, r := range in {
+		switch {
+		case !t.ValidName():
+			return nil, fmt.Errorf("relative_speeds: GPU type %q: want a lowercase name of letters, digits, '-' or '_'", t)
+		case !r.Reference.ValidName():
+			return nil, fmt.Errorf("relative_speeds.%s: reference %q: want the name of a GPU type, e.g. \"v100\"", t, r.Reference)
+		case r.Reference == t:
+			return nil, fmt.Errorf("relative_speeds.%s: reference is the type itself: want another type", t)
+		case !(r.Speed > 0) || math.IsInf(r.Speed, 0):
+			return nil, fmt.Errorf("relative_speeds.%s: speed %v: want a positive number (2.5 = 2.5 times as fast as %s)", t, r.Speed, r.Reference)
+		}
+		out[t] = r
+	}
+	for t := range out {
+		seen := map[planner.GPUType]bool{t: true}
+		for r, ok := out[t]; ok; r, ok = out[r.Reference] {
+			if seen[r.Reference] {
+				return nil, fmt.Errorf("relative_speeds.%s: its references loop back to %s: want a chain that ends at a type with figures", t, r.Reference)
+			}
+			seen[r.Reference] = true
+		}
+	}
+	return out, nil
+}
+
+// Overlay returns p with over's figures added: an entry of over replaces
+// p's figures for the types it names (consolidated and spread alike) and
+// adds the rest, a new (model, scale factor) is added, and over's relative
+// speeds replace p's for the same types. Neither profile is changed.
+func (p *Profile) Overlay(over *Profile) (*Profile, error) {
+	if over == nil {
+		return p, nil
+	}
+	byKey := map[key]Entry{}
+	var order []key
+	for _, e := range p.Entries() {
+		k := key{e.Model, e.ScaleFactor}
+		byKey[k] = e
+		order = append(order, k)
+	}
+	for _, e := range over.Entries() {
+		k := key{e.Model, e.ScaleFactor}
+		b, ok := byKey[k]
+		if !ok {
+			byKey[k] = e
+			order = append(order, k)
+			continue
+		}
+		for t, v := range e.Consolidated {
+			b.Consolidated[t] = v
+			// A figure replaced without a spread one must not keep the
+			// old spread figure: it belonged to the old measurement.
+			if _, ok := e.Spread[t]; !ok && b.Spread != nil {
+				delete(b.Spread, t)
+			}
+		}
+		for t, v := range e.Spread {
+			if b.Spread == nil {
+				b.Spread = map[planner.GPUType]float64{}
+			}
+			b.Spread[t] = v
+		}
+		byKey[k] = b
+	}
+	entries := make([]Entry, len(order))
+	for i, k := range order {
+		entries[i] = byKey[k]
+	}
+	speeds := p.RelativeSpeeds()
+	if speeds == nil {
+		speeds = map[planner.GPUType]RelativeSpeed{}
+	}
+	for t, r := range over.speeds {
+		speeds[t] = r
+	}
+	source := p.source
+	if over.source != "" {
+		source = strings.TrimPrefix(source+"; overlay: "+over.source, "; ")
+	}
+	q, err := Build(source, entries, speeds)
+	if err != nil {
+		return nil, fmt.Errorf("profile overlay: %w", err)
+	}
+	return q, nil
+}
+
+// Equal reports whether p and q hold the same figures and relative speeds
+// (Source is ignored).
 func (p *Profile) Equal(q *Profile) bool {
-	if len(p.entries) != len(q.entries) {
+	if len(p.entries) != len(q.entries) || len(p.speeds) != len(q.speeds) {
 		return false
+	}
+	for t, r := range p.speeds {
+		if q.speeds[t] != r {
+			return false
+		}
 	}
 	for k, a := range p.entries {
 		b, ok := q.entries[k]

@@ -23,6 +23,7 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/engine"
+	"github.com/hadar-sched/hadar/planner/queue"
 	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/planner/speed"
 )
@@ -88,6 +89,11 @@ type Config struct {
 	Checkpoint func(now float64, snapshot []byte) (stop bool, err error)
 	// Resume continues the run saved in a snapshot instead of starting.
 	Resume []byte
+	// Queues is the queue configuration the run is measured against:
+	// with it, or when jobs name queues (planner.Job.Queue), the result
+	// has one line per queue (Result.Queues). It measures only: the
+	// scheduler is what shares the cluster among queues.
+	Queues queue.Config
 }
 
 // JobResult is one job's outcome.
@@ -139,6 +145,16 @@ type Result struct {
 	// CommOverhead is the time jobs spent communicating, summed over
 	// jobs, when the speed model has a network (0 otherwise).
 	CommOverhead float64
+	// Queues has one entry per queue (Config.Queues first, then the
+	// others by name) when the run has queues; QueueFairness is Jain's
+	// index across them of GPU time received over fair GPU time
+	// (QueueResult.FairGPUSeconds).
+	Queues        []QueueResult `json:",omitempty"`
+	QueueFairness float64       `json:",omitempty"`
+	// BusyWhileWaiting is the share of the cluster's GPUs held while at
+	// least one job waited (measured with queues): work conservation,
+	// whatever the makespan's tail.
+	BusyWhileWaiting float64 `json:",omitempty"`
 }
 
 // jobState is the simulator's truth about one job.
@@ -164,6 +180,9 @@ type jobState struct {
 	finish     float64
 	restarts   int
 	gpuSeconds float64
+	// zeroSince is when the job was last placed where it truly cannot run
+	// (the estimates said it could), -1 when it is not.
+	zeroSince float64
 }
 
 // simulation is one run in progress.
@@ -188,6 +207,8 @@ type simulation struct {
 	now                          float64
 	res                          Result
 	roundBusy                    []float64
+	// meter measures the queues (nil without any).
+	meter *queueMeter
 }
 
 // Run simulates cfg with sched until every job completes.
@@ -283,7 +304,7 @@ func newSimulation(cfg Config, sched round.Scheduler) (*simulation, error) {
 		if _, dup := s.byID[jb.ID]; dup {
 			return nil, fmt.Errorf("simulation: job ID %s appears twice", jb.ID)
 		}
-		js := &jobState{job: jb, idx: i, rem: jb.TotalSteps, ckptRem: jb.TotalSteps}
+		js := &jobState{job: jb, idx: i, rem: jb.TotalSteps, ckptRem: jb.TotalSteps, zeroSince: -1}
 		s.jobs = append(s.jobs, js)
 		s.byID[jb.ID] = js
 	}
@@ -291,6 +312,7 @@ func newSimulation(cfg Config, sched round.Scheduler) (*simulation, error) {
 	s.order = append([]*jobState(nil), s.jobs...)
 	sort.SliceStable(s.order, func(a, b int) bool { return s.order[a].job.Arrival < s.order[b].job.Arrival })
 	s.res = Result{Scheduler: sched.Name(), Types: s.types, Total: len(s.jobs)}
+	s.meter = newQueueMeter(s)
 	if gavel && len(s.order) > 0 {
 		// Gavel's rounds start at the first arrival.
 		s.now = s.order[0].job.Arrival
@@ -418,7 +440,11 @@ func (s *simulation) run(ctx context.Context) (Result, error) {
 			cfg.Progress(s.now, s.done, len(s.jobs))
 		}
 	}
-	return summarize(s.res, s.jobs, s.totalGPUs), nil
+	res := summarize(s.res, s.jobs, s.totalGPUs)
+	if s.meter != nil {
+		res.Queues, res.QueueFairness, res.BusyWhileWaiting = s.meter.results(s.jobs, res.Makespan)
+	}
+	return res, nil
 }
 
 // admit hands the jobs that arrived by upTo to the engine, with their
@@ -446,6 +472,9 @@ func (s *simulation) admit(upTo float64) (bool, error) {
 func (s *simulation) advance(next float64) (bool, error) {
 	dt := next - s.now
 	finished := false
+	if s.meter != nil {
+		s.meter.observe(s, dt)
+	}
 	for _, js := range s.active {
 		if !js.running {
 			continue
@@ -518,6 +547,7 @@ func (s *simulation) plan(ctx context.Context, kind engine.Kind) error {
 			if js.running {
 				js.ckptRem = js.rem // a stopped job checkpoints
 			}
+			js.zeroSince = -1
 			js.running = false
 			js.placement = planner.Placement{}
 			js.rates, js.delays, js.comm = nil, nil, nil
@@ -544,9 +574,12 @@ func (s *simulation) plan(ctx context.Context, kind engine.Kind) error {
 			if err != nil {
 				return err
 			}
-			if r <= 0 {
-				return fmt.Errorf("t=%.0fs: scheduler %s placed job %s where it cannot run (speed 0 on %v)", s.now, s.sched.Name(), js.job.ID, u.Slots)
+			if r <= 0 && !s.cfg.Estimate.Learn {
+				return fmt.Errorf("t=%.0fs: scheduler %s placed job %s where it cannot run (speed 0 on %v): the estimates say it can, and without --learn nothing corrects them", s.now, s.sched.Name(), js.job.ID, u.Slots)
 			}
+			// With learning, a unit where the job truly cannot run (the
+			// estimates said it could: in a real cluster it fails at
+			// start) makes no progress, and the engine learns that.
 			rates[k] = r
 			if s.cn != nil {
 				comm[k] = s.cn.CommFraction(js.job, u, s.now)
@@ -555,12 +588,37 @@ func (s *simulation) plan(ctx context.Context, kind engine.Kind) error {
 		if restarted && js.started {
 			js.restarts++
 		}
+		if err := s.watchZero(js, rates); err != nil {
+			return err
+		}
 		if !js.started {
 			js.started, js.start = true, s.now
 		}
 		js.placement = jd.To
 		js.running = true
 		js.rates, js.delays, js.comm = rates, delays, comm
+	}
+	return nil
+}
+
+// zeroLimit is how long a job may sit where it truly cannot run before
+// the simulation gives up: learning takes it away within a round or two
+// unless a known figure, which learning bounds, insists it can.
+const zeroLimit = 20 * 3600.0
+
+func (s *simulation) watchZero(js *jobState, rates []float64) error {
+	total := 0.0
+	for _, r := range rates {
+		total += r
+	}
+	switch {
+	case total > 0:
+		js.zeroSince = -1
+	case js.zeroSince < 0:
+		js.zeroSince = s.now
+	case s.now-js.zeroSince > zeroLimit:
+		return fmt.Errorf("t=%.0fs: job %s has sat for %.0f h where it cannot run (%s): the known profile says it can, and learning bounds a known figure's correction to %gx",
+			s.now, js.job.ID, (s.now-js.zeroSince)/3600, js.job.Model, engine.MaxFactor)
 	}
 	return nil
 }

@@ -30,6 +30,9 @@ type simStateV1 struct {
 	Rounds      int                         `json:"rounds"`
 	Samples     []Sample                    `json:"samples"`
 	Capacity    map[planner.GPUType]float64 `json:"capacity"`
+	// Queues is the queue meter's sums (absent without queues).
+	Queues []queueAcc `json:"queues,omitempty"`
+	Busy   *busyAcc   `json:"busy_while_waiting,omitempty"`
 }
 
 type simJobV1 struct {
@@ -61,6 +64,9 @@ func (s *simulation) snapshot() ([]byte, error) {
 		Rounds: s.res.Rounds, Samples: s.res.Samples, Capacity: s.capacity, Active: []string{}}
 	for _, js := range s.active {
 		st.Active = append(st.Active, js.job.ID)
+	}
+	if s.meter != nil {
+		st.Queues, st.Busy = s.meter.acc, &s.meter.busy
 	}
 	for _, js := range s.jobs {
 		st.Jobs = append(st.Jobs, simJobV1{ID: js.job.ID, TotalSteps: js.job.TotalSteps, Rem: js.rem, CkptRem: js.ckptRem, Placement: js.placement,
@@ -118,6 +124,30 @@ func (s *simulation) restore(data []byte) error {
 		}
 		active = append(active, js)
 	}
+	var acc []queueAcc
+	var busy busyAcc
+	if s.meter != nil {
+		if len(st.Queues) != len(s.meter.acc) {
+			return fmt.Errorf("simulation snapshot: %d queues measured, this run has %d: resume with the same trace and queues", len(st.Queues), len(s.meter.acc))
+		}
+		for q, a := range st.Queues {
+			if a.Queue != s.meter.acc[q].Queue {
+				return fmt.Errorf("simulation snapshot: queue %d is %q, this run's is %q: resume with the same trace and queues", q, a.Queue, s.meter.acc[q].Queue)
+			}
+			for _, x := range []float64{a.Below, a.Stretch, a.Longest, a.Fair, a.Reclaim, a.ReclaimStretch, a.ReclaimLongest} {
+				if math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
+					return fmt.Errorf("simulation snapshot: queue %s: %v is not a finite number >= 0", a.Queue, x)
+				}
+			}
+		}
+		acc = slices.Clone(st.Queues)
+		if st.Busy == nil || math.IsNaN(st.Busy.Held+st.Busy.Capacity) || math.IsInf(st.Busy.Held+st.Busy.Capacity, 0) {
+			return fmt.Errorf("simulation snapshot: the queue meter's busy time is missing or not finite")
+		}
+		busy = *st.Busy
+	} else if len(st.Queues) > 0 {
+		return fmt.Errorf("simulation snapshot: it measured queues, this run has none: resume with the same trace and queues")
+	}
 	eng, err := engine.Restore(st.Engine, s.engineConfig(), s.sched)
 	if err != nil {
 		return fmt.Errorf("simulation snapshot: %w", err)
@@ -130,5 +160,8 @@ func (s *simulation) restore(data []byte) error {
 	s.now, s.nextArrival, s.nextEvent, s.done = st.Now, st.NextArrival, st.NextEvent, st.Done
 	s.res.Rounds, s.res.Samples = st.Rounds, st.Samples
 	s.capacity = st.Capacity
+	if s.meter != nil {
+		s.meter.acc, s.meter.busy = acc, busy
+	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/profile"
+	"github.com/hadar-sched/hadar/planner/queue"
 	"github.com/hadar-sched/hadar/planner/registry"
 	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/planner/sim"
@@ -30,20 +31,28 @@ type resumeCase struct {
 	// at is where in the run it is stopped and resumed: a fraction of its
 	// makespan, or seconds when above 1.
 	at float64
+	// queues runs the policy inside two team queues (planner/queue).
+	queues bool
 }
 
 func (c resumeCase) name() string {
-	return fmt.Sprintf("%s+%s/%s/learn=%v", c.policy, c.place, c.fid, c.learn)
+	name := fmt.Sprintf("%s+%s/%s/learn=%v", c.policy, c.place, c.fid, c.learn)
+	if c.queues {
+		name += "/queues"
+	}
+	return name
 }
 
 var resumeCases = []resumeCase{
-	{"gavel-maxmin", placement.Pack, sim.Improved, false, 0.3},
-	{"gavel-makespan", placement.DelayAutotune, sim.Improved, false, 0.4},
-	{"gavel-ftf", placement.Spread, sim.Improved, true, 0.5},
-	{"gavel-maxmin", placement.Pack, sim.Gavel, false, 20000},
-	{"hadar", placement.Delay, sim.Improved, false, 0.25},
-	{"hadare", placement.Pack, sim.Improved, true, 0.35},
-	{"fifo", placement.Pack, sim.Improved, false, 0.6},
+	{"gavel-maxmin", placement.Pack, sim.Improved, false, 0.3, false},
+	{"gavel-makespan", placement.DelayAutotune, sim.Improved, false, 0.4, false},
+	{"gavel-ftf", placement.Spread, sim.Improved, true, 0.5, false},
+	{"gavel-maxmin", placement.Pack, sim.Gavel, false, 20000, false},
+	{"hadar", placement.Delay, sim.Improved, false, 0.25, false},
+	{"hadare", placement.Pack, sim.Improved, true, 0.35, false},
+	{"fifo", placement.Pack, sim.Improved, false, 0.6, false},
+	{"gavel-maxmin", placement.Pack, sim.Improved, false, 0.3, true},
+	{"hadar", placement.Delay, sim.Improved, true, 0.4, true},
 }
 
 func caseByName(name string) (resumeCase, bool) {
@@ -75,7 +84,23 @@ func (c resumeCase) build(t testing.TB) (sim.Config, round.Scheduler) {
 		}
 		o.Placer = pl
 	}
-	s, err := registry.New(c.policy, o)
+	var s round.Scheduler
+	var qc queue.Config
+	if c.queues {
+		// Every third job is team b's, which is guaranteed a third of
+		// each type; team a borrows the rest.
+		for i := range jobs {
+			jobs[i].Queue = "a"
+			if i%3 == 0 {
+				jobs[i].Queue = "b"
+			}
+		}
+		qc = queue.Config{Queues: []queue.Queue{{Name: "a", Weight: 1}, {Name: "b", Weight: 1, Guarantee: map[planner.GPUType]int{"v100": 4, "p100": 4, "k80": 4}}}}
+		pc := placement.Config{Speed: plan, Seed: 5, RestartCost: 20}
+		s, err = registry.BuildQueues(qc, c.policy, c.place, o, pc)
+	} else {
+		s, err = registry.New(c.policy, o)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +110,7 @@ func (c resumeCase) build(t testing.TB) (sim.Config, round.Scheduler) {
 		{Time: 7 * 3600, Kind: sim.Join, Node: planner.Node{ID: "v100-9", Rack: "rack-v100-9", GPUs: map[planner.GPUType]int{"v100": 4}}},
 		{Time: 9 * 3600, Kind: sim.Undrain, NodeID: "v100-0"},
 	}
-	cfg := sim.Config{Cluster: cl, Jobs: jobs, Speed: truth, Plan: plan, Estimate: est, Events: events, Fidelity: c.fid, RestartCost: 20, MergeCost: 10}
+	cfg := sim.Config{Cluster: cl, Jobs: jobs, Speed: truth, Plan: plan, Estimate: est, Events: events, Fidelity: c.fid, RestartCost: 20, MergeCost: 10, Queues: qc}
 	return cfg, s
 }
 

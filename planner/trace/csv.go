@@ -11,15 +11,21 @@ import (
 	"strings"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/queue"
 )
 
 // Header is the first line of hadar's own trace format.
 var Header = []string{"id", "model", "scale_factor", "total_steps", "weight", "arrival_s", "slo_s"}
 
+// Optional columns may follow Header, each at most once and in this
+// order: the job's queue (planner.Job.Queue, "" = the default queue) and
+// its priority inside it (planner.Job.Priority, 0 = Nomad's default).
+var Optional = []string{"queue", "priority"}
+
 // Parse reads hadar's own trace format: CSV (RFC 4180, so model names may
 // hold commas when quoted) with the header line
-// "id,model,scale_factor,total_steps,weight,arrival_s,slo_s", then one job a
-// row. Lines starting with '#' are comments and blank lines are skipped.
+// "id,model,scale_factor,total_steps,weight,arrival_s,slo_s", optionally
+// followed by ",queue" and ",priority" (Optional), then one job a row. Lines starting with '#' are comments and blank lines are skipped.
 // IDs must be unique; slo_s is seconds after arrival, 0 = none. Jobs are
 // sorted stably by arrival.
 func Parse(r io.Reader) ([]planner.Job, error) {
@@ -39,9 +45,10 @@ func parseCSV(r io.Reader) ([]planner.Job, map[string]int, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("trace: %w", err)
 	}
-	if !slices.Equal(trimAll(head), Header) {
+	cols, ok := columns(trimAll(head))
+	if !ok {
 		line, _ := cr.FieldPos(0)
-		return nil, nil, fmt.Errorf("trace line %d: header %q: want %q", line, strings.Join(head, ","), strings.Join(Header, ","))
+		return nil, nil, fmt.Errorf("trace line %d: header %q: want %q, optionally followed by %s", line, strings.Join(head, ","), strings.Join(Header, ","), strings.Join(Optional, " and "))
 	}
 	var jobs []planner.Job
 	seen := map[string]int{}
@@ -54,7 +61,7 @@ func parseCSV(r io.Reader) ([]planner.Job, map[string]int, error) {
 			return nil, nil, fmt.Errorf("trace: %w", err)
 		}
 		line, _ := cr.FieldPos(0)
-		j, err := parseRow(rec)
+		j, err := parseRow(rec, cols)
 		if err != nil {
 			return nil, nil, fmt.Errorf("trace line %d: %w", line, err)
 		}
@@ -79,9 +86,26 @@ func trimAll(ss []string) []string {
 	return out
 }
 
-func parseRow(rec []string) (planner.Job, error) {
-	if len(rec) != len(Header) {
-		return planner.Job{}, fmt.Errorf("%d columns: want %d (%s)", len(rec), len(Header), strings.Join(Header, ","))
+// columns checks a header: Header, then optional columns in Optional's
+// order; it returns every column's name.
+func columns(head []string) ([]string, bool) {
+	if len(head) < len(Header) || !slices.Equal(head[:len(Header)], Header) {
+		return nil, false
+	}
+	next := 0
+	for _, c := range head[len(Header):] {
+		k := slices.Index(Optional, c)
+		if k < next {
+			return nil, false
+		}
+		next = k + 1
+	}
+	return head, true
+}
+
+func parseRow(rec []string, cols []string) (planner.Job, error) {
+	if len(rec) != len(cols) {
+		return planner.Job{}, fmt.Errorf("%d columns: want %d (%s)", len(rec), len(cols), strings.Join(cols, ","))
 	}
 	j := planner.Job{ID: strings.TrimSpace(rec[0]), Model: strings.TrimSpace(rec[1])}
 	if j.ID == "" {
@@ -111,6 +135,25 @@ func parseRow(rec []string) (planner.Job, error) {
 	}
 	if j.SLO, err = nonNegative("slo_s", rec[6]); err != nil {
 		return j, err
+	}
+	for k := len(Header); k < len(cols); k++ {
+		cell := strings.TrimSpace(rec[k])
+		switch cols[k] {
+		case "queue":
+			if cell != "" && !queue.ValidName(cell) {
+				return j, fmt.Errorf("queue %q: want a queue name of letters, digits, '-', '_' or '.' (empty: the default queue)", cell)
+			}
+			j.Queue = cell
+		case "priority":
+			if cell == "" {
+				continue
+			}
+			p, err := strconv.Atoi(cell)
+			if err != nil || p < 0 {
+				return j, fmt.Errorf("priority %q: want an integer >= 0 (Nomad's job priority; empty or 0: its default 50)", cell)
+			}
+			j.Priority = p
+		}
 	}
 	if err := j.Validate(); err != nil {
 		return j, err
@@ -143,15 +186,35 @@ func Write(w io.Writer, jobs []planner.Job) error {
 			return fmt.Errorf("trace: write: job ID %q given twice: want unique IDs", j.ID)
 		}
 		seen[j.ID] = true
+		if j.Queue != "" && !queue.ValidName(j.Queue) {
+			return fmt.Errorf("trace: write job %s: queue %q: want a queue name of letters, digits, '-', '_' or '.'", j.ID, j.Queue)
+		}
+	}
+	// The optional columns are written when some job needs them, so a
+	// trace without queues reads as before.
+	head := slices.Clone(Header)
+	withQueue := slices.ContainsFunc(jobs, func(j planner.Job) bool { return j.Queue != "" })
+	withPriority := slices.ContainsFunc(jobs, func(j planner.Job) bool { return j.Priority != 0 })
+	if withQueue {
+		head = append(head, "queue")
+	}
+	if withPriority {
+		head = append(head, "priority")
 	}
 	bw := bufio.NewWriter(w)
 	cw := csv.NewWriter(bw)
-	if err := cw.Write(Header); err != nil {
+	if err := cw.Write(head); err != nil {
 		return fmt.Errorf("trace: write: %w", err)
 	}
 	num := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 	for _, j := range jobs {
 		rec := []string{j.ID, j.Model, strconv.Itoa(j.ScaleFactor), num(j.TotalSteps), num(j.Weight), num(j.Arrival), num(j.SLO)}
+		if withQueue {
+			rec = append(rec, j.Queue)
+		}
+		if withPriority {
+			rec = append(rec, strconv.Itoa(j.Priority))
+		}
 		if err := cw.Write(rec); err != nil {
 			return fmt.Errorf("trace: write job %s: %w", j.ID, err)
 		}

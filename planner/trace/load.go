@@ -26,6 +26,8 @@ type Lines struct {
 	Path   string // the file as given to LoadWithLines
 	Format string // FormatHadar, FormatGavel or FormatGavelLegacy
 	line   map[string]int
+	// path is each job's file when LoadSet read several (else Path).
+	path map[string]string
 }
 
 // Line returns the line of job id in the file, or 0 when unknown.
@@ -40,6 +42,9 @@ func (l *Lines) Line(id string) int {
 // unknown. It fits profile.Resolve's where argument.
 func (l *Lines) Where(id string) string {
 	if n := l.Line(id); n > 0 {
+		if p := l.path[id]; p != "" {
+			return fmt.Sprintf("%s:%d", p, n)
+		}
 		return fmt.Sprintf("%s:%d", l.Path, n)
 	}
 	return "job " + id

@@ -24,9 +24,7 @@ import (
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/belief"
 	"github.com/hadar-sched/hadar/planner/engine"
-	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/profile"
-	"github.com/hadar-sched/hadar/planner/registry"
 	"github.com/hadar-sched/hadar/planner/speed"
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/config"
@@ -73,10 +71,13 @@ type Agent struct {
 	// repairs counts plans the engine had to mend, by kind (placement: a
 	// job's placement replaced; fallback: a failed solve replaced).
 	repairs map[string]int
-	next    time.Time // next round boundary
-	ports   *apply.Ports
-	warned  map[string]time.Time
-	onCycle func(engine.Kind, time.Duration) // see OnCycle; under mu
+	// learning is the overlay file reloaded and the gaps warned of (overlay.go).
+	learning learnState
+	queues   queueState // the team queues (queues.go)
+	next     time.Time  // next round boundary
+	ports    *apply.Ports
+	warned   map[string]time.Time
+	onCycle  func(engine.Kind, time.Duration) // see OnCycle; under mu
 	// progress reads a job's training progress (the watcher's reader).
 	progress func(context.Context, *watch.Alloc) (*contract.Progress, error)
 	// ahead is set while ReadAhead runs: boundaries then use the progress
@@ -168,6 +169,9 @@ func New(cfg config.Settings, client *api.Client, logger hclog.Logger) (*Agent, 
 	a.progress = w.Progress
 	a.feas = feasible.NewEvaluator(a.types.Type)
 	a.prof = belief.NewProfile(base)
+	if err := a.loadOverlay(); err != nil {
+		return nil, err
+	}
 	if a.net, err = belief.NewNetwork(a.prof, nil); err != nil {
 		return nil, fmt.Errorf("sidecar: the network model: %w", err)
 	}
@@ -263,9 +267,7 @@ func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates,
 		return nil, nil, err
 	}
 	model := speed.Model{Profile: est, Network: a.net}
-	sched, _, err := registry.Build(a.cfg.Policy, a.cfg.Placement,
-		registry.Options{Speed: model, RestartCost: a.cfg.RestartCostD.Seconds(), MergeCost: a.cfg.MergeCostD.Seconds()},
-		placement.Config{MinRunTime: a.cfg.MinRunTimeD.Seconds(), RestartCost: a.cfg.RestartCostD.Seconds()})
+	sched, err := a.scheduler(model)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -283,6 +285,7 @@ func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates,
 // not believe the decisions ran.
 func (a *Agent) plan(ctx context.Context, now float64, kind engine.Kind, acting bool) (engine.Decision, error) {
 	if acting {
+		defer a.noteQueues(a.eng)
 		return a.eng.Plan(ctx, now, kind)
 	}
 	data, err := a.eng.Snapshot()
@@ -293,6 +296,7 @@ func (a *Agent) plan(ctx context.Context, now float64, kind engine.Kind, acting 
 	if err != nil {
 		return engine.Decision{}, err
 	}
+	defer a.noteQueues(scratch)
 	return scratch.Plan(ctx, now, kind)
 }
 
@@ -423,6 +427,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	if boundary {
 		kind = engine.Boundary
 	}
+	a.reloadOverlay()
 	d, err := a.plan(ctx, now, kind, acting)
 	if err != nil {
 		return fmt.Errorf("plan: %w", err)
@@ -439,6 +444,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 		}
 	}
 	a.noteRepairs(d, acting)
+	a.warnGaps(acting)
 	if d.Kind != engine.None {
 		a.last = d
 		if acting {

@@ -288,6 +288,7 @@ func (a *Agent) admit(snap *watch.Snapshot, j *watch.Job, now float64) {
 		arrival = now
 	}
 	jb := s.Job(engineID(k), arrival)
+	a.placeInQueue(&jb, s, k)
 	if err := a.eng.Admit(jb, now); err != nil {
 		a.prof.Forget(model)
 		fe := &jobspec.FieldError{Job: s.JobID, Namespace: s.Namespace, Field: jobspec.KeyModel, Value: s.Model,

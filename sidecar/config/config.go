@@ -15,6 +15,7 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/placement"
+	"github.com/hadar-sched/hadar/planner/queue"
 	"github.com/hadar-sched/hadar/planner/registry"
 )
 
@@ -38,6 +39,10 @@ type Config struct {
 	// Profile is a throughput profile file (Gavel JSON or hadar's);
 	// empty: Gavel's measured throughputs, embedded.
 	Profile string `hcl:"profile,optional"`
+	// ProfileOverlay is a profile file laid over Profile (figures and
+	// relative speeds of GPU types, docs/formats.md "Overlays"), reloaded
+	// when it changes; empty: none.
+	ProfileOverlay string `hcl:"profile_overlay,optional"`
 	// GPUTypes maps a device model (the device group name, what
 	// ${device.model} matches) to the planner's GPU type name, for models
 	// the built-in rules do not recognise.
@@ -72,6 +77,9 @@ type Config struct {
 	DryRun bool `hcl:"dry_run,optional"`
 	// LogLevel is hclog's: trace, debug, info, warn, error.
 	LogLevel string `hcl:"log_level,optional"`
+	// Queues are the teams sharing the fleet (docs/queues.md): none, no
+	// queues (one policy over every job).
+	Queues []queue.Block `hcl:"queue,block"`
 }
 
 // NomadConfig is the connection to Nomad.
@@ -177,6 +185,8 @@ type Settings struct {
 	LearnOn                                                                   bool
 	PortLow, PortHigh                                                         int
 	LeaderTTL, LeaderDelay                                                    time.Duration
+	// QueueConfig is Queues resolved (no queue: queues are off).
+	QueueConfig queue.Config
 }
 
 // fileConfig is Config as a file holds it: every block optional.
@@ -187,6 +197,7 @@ type fileConfig struct {
 	Placement       string            `hcl:"placement,optional"`
 	Round           string            `hcl:"round,optional"`
 	Profile         string            `hcl:"profile,optional"`
+	ProfileOverlay  string            `hcl:"profile_overlay,optional"`
 	GPUTypes        map[string]string `hcl:"gpu_types,optional"`
 	RackMetaKey     string            `hcl:"rack_meta_key,optional"`
 	MinRunTime      string            `hcl:"min_run_time,optional"`
@@ -201,6 +212,7 @@ type fileConfig struct {
 	Leader          *LeaderConfig     `hcl:"leader,block"`
 	DryRun          bool              `hcl:"dry_run,optional"`
 	LogLevel        string            `hcl:"log_level,optional"`
+	Queues          []queue.Block     `hcl:"queue,block"`
 }
 
 // LoadConfig reads an HCL config file; an empty path gives the defaults.
@@ -223,9 +235,9 @@ func ParseConfig(path string, src []byte) (Config, error) {
 		return Config{}, fmt.Errorf("sidecar config: %w", err)
 	}
 	c := Config{Namespaces: f.Namespaces, Policy: f.Policy, Placement: f.Placement, Round: f.Round, Profile: f.Profile,
-		GPUTypes: f.GPUTypes, RackMetaKey: f.RackMetaKey, MinRunTime: f.MinRunTime, RestartCost: f.RestartCost,
+		ProfileOverlay: f.ProfileOverlay, GPUTypes: f.GPUTypes, RackMetaKey: f.RackMetaKey, MinRunTime: f.MinRunTime, RestartCost: f.RestartCost,
 		MergeCost: f.MergeCost, GangTimeout: f.GangTimeout, StopTimeout: f.StopTimeout, Learn: f.Learn,
-		RendezvousPorts: f.RendezvousPorts, DryRun: f.DryRun, LogLevel: f.LogLevel}
+		RendezvousPorts: f.RendezvousPorts, DryRun: f.DryRun, LogLevel: f.LogLevel, Queues: f.Queues}
 	if f.Nomad != nil {
 		c.Nomad = *f.Nomad
 	}
@@ -370,6 +382,9 @@ func (c Config) Resolve() (Settings, error) {
 	case "trace", "debug", "info", "warn", "error":
 	default:
 		return s, fmt.Errorf("sidecar config: log_level = %q: want trace, debug, info, warn or error", s.LogLevel)
+	}
+	if err := s.resolveQueues(); err != nil {
+		return s, err
 	}
 	return s, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/queue"
 )
 
 // MetaPrefix starts every meta key hadar reads. A job with at least one
@@ -36,11 +37,12 @@ const (
 	KeySensitivity = "hadar.sensitivity"
 	KeyGang        = "hadar.gang"
 	KeyMinRunTime  = "hadar.min_run_time"
+	KeyQueue       = "hadar.queue"
 )
 
 // knownKeys lists the keys in the order docs/jobspec.md describes them;
 // error messages list them in this order too.
-var knownKeys = []string{KeyModel, KeyThroughput, KeySteps, KeyWorkers, KeyWeight, KeyForkable, KeySensitivity, KeyGang, KeyMinRunTime}
+var knownKeys = []string{KeyModel, KeyThroughput, KeySteps, KeyWorkers, KeyWeight, KeyForkable, KeySensitivity, KeyGang, KeyMinRunTime, KeyQueue}
 
 // KnownKeys returns the meta keys of the contract.
 func KnownKeys() []string { return append([]string(nil), knownKeys...) }
@@ -66,8 +68,10 @@ type Spec struct {
 	JobID     string
 	Namespace string
 
-	// Model is the job type key of the throughput profile (hadar.model);
-	// empty when hadar.throughput alone describes the job.
+	// Model is hadar.model: a free name, the key under which every job of
+	// the model shares what is learned of its throughputs (a profiled
+	// name starts from the profile's figures); empty when
+	// hadar.throughput alone describes the job.
 	Model string
 	// Throughput is hadar.throughput: steps/s of the whole job (all its
 	// workers on one node) per GPU type (lowercase planner type names). It
@@ -89,6 +93,13 @@ type Spec struct {
 	// MinRunTime is the least run time before a preemption; 0 means the
 	// sidecar's configured default.
 	MinRunTime time.Duration
+	// Queue is the queue the job asks for (hadar.queue; "": none): the
+	// sidecar's queue blocks decide whether it is followed
+	// (queue.Config.QueueOf).
+	Queue string
+	// Priority is Nomad's job priority (0 when the job gives none): it
+	// orders jobs inside their queue.
+	Priority int
 
 	// Group is the template task group (the job's only group).
 	Group string
@@ -180,6 +191,9 @@ func Parse(job *api.Job) (Spec, error) {
 		return Spec{}, &FieldError{Field: "job", Want: "want a job, got none"}
 	}
 	p := parser{spec: Spec{JobID: deref(job.ID), Namespace: deref(job.Namespace)}}
+	if job.Priority != nil {
+		p.spec.Priority = *job.Priority
+	}
 	if p.spec.Namespace == "" {
 		p.spec.Namespace = "default"
 	}
@@ -419,10 +433,10 @@ func (p *parser) meta(m map[string]string) error {
 	}
 	if v, ok := m[KeyModel]; ok {
 		if s.Model = strings.TrimSpace(v); s.Model == "" {
-			return p.fail(KeyModel, v, `want a job type of the throughput profile, e.g. hadar.model = "ResNet-18 (batch size 16)"`)
+			return p.fail(KeyModel, v, `want a model name: any name, under which the model's throughputs are learned (a profiled one starts from its figures), e.g. hadar.model = "ResNet-18 (batch size 16)"`)
 		}
 	} else if s.Throughput == nil {
-		return p.fail(KeyModel, "", `missing: want hadar.model (a job type of the throughput profile, e.g. "ResNet-18 (batch size 16)") or hadar.throughput (e.g. "v100=40,k80=12")`)
+		return p.fail(KeyModel, "", `missing: want hadar.model (a model name, profiled or not, e.g. "ResNet-18 (batch size 16)") or hadar.throughput (e.g. "v100=40,k80=12")`)
 	}
 	v, ok := m[KeySteps]
 	if !ok {
@@ -469,6 +483,11 @@ func (p *parser) meta(m map[string]string) error {
 			return p.fail(KeyMinRunTime, v, fmt.Sprintf(`want a positive duration up to %v, e.g. hadar.min_run_time = "30m" (absent: the sidecar's default)`, MaxMinRunTime))
 		}
 		s.MinRunTime = d
+	}
+	if v, ok := m[KeyQueue]; ok {
+		if s.Queue = strings.TrimSpace(v); !queue.ValidName(s.Queue) {
+			return p.fail(KeyQueue, v, `want a queue name of the sidecar's queue blocks (letters, digits, '-', '_', '.'), e.g. hadar.queue = "vision"`)
+		}
 	}
 	return nil
 }

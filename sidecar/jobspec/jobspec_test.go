@@ -1,15 +1,12 @@
 package jobspec
 
 import (
-	"errors"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
-
-	"github.com/hadar-sched/hadar/planner/profile"
 )
 
 // validJob is a well-formed managed job: batch, one group whose task asks
@@ -49,7 +46,7 @@ func TestParseDefaults(t *testing.T) {
 	}
 	want := Spec{
 		JobID: "resnet-a", Namespace: "default", Model: "ResNet-18 (batch size 16)", Steps: 50000,
-		Workers: 1, Weight: 1, Forkable: false, Gang: false, Sensitivity: SensitivityAuto,
+		Workers: 1, Weight: 1, Forkable: false, Gang: false, Sensitivity: SensitivityAuto, Priority: 50,
 		Group: "workers", Task: "train", Device: "nvidia/gpu", Gates: []Gate{{Index: 0}},
 	}
 	if !reflect.DeepEqual(s, want) {
@@ -87,6 +84,7 @@ func TestParseFields(t *testing.T) {
 		{"sensitivity 1", with(KeySensitivity, "1"), func(s Spec) bool { return s.Sensitivity == 1 }},
 		{"sensitivity 1.8", with(KeySensitivity, "1.8"), func(s Spec) bool { return s.Sensitivity == 1.8 }},
 		{"min run time", with(KeyMinRunTime, "1h30m"), func(s Spec) bool { return s.MinRunTime == 90*time.Minute }},
+		{"queue trimmed", with(KeyQueue, " vision "), func(s Spec) bool { return s.Queue == "vision" }},
 		{"unrelated meta kept out", with("owner", "ana", "hadarx", "1"), func(s Spec) bool { return s.Steps == 50000 }},
 	}
 	for _, c := range cases {
@@ -113,7 +111,7 @@ func TestParseMetaErrors(t *testing.T) {
 		want  string // substring of Want
 	}{
 		{"no model no throughput", with(KeyModel, "<delete>"), KeyModel, "", "or hadar.throughput"},
-		{"empty model", with(KeyModel, " "), KeyModel, " ", "job type"},
+		{"empty model", with(KeyModel, " "), KeyModel, " ", "model name"},
 		{"missing steps", with(KeySteps, "<delete>"), KeySteps, "", "missing"},
 		{"steps 1e", with(KeySteps, "1e"), KeySteps, "1e", "positive integer"},
 		{"steps zero", with(KeySteps, "0"), KeySteps, "0", "positive integer"},
@@ -138,6 +136,8 @@ func TestParseMetaErrors(t *testing.T) {
 		{"min run time zero", with(KeyMinRunTime, "0s"), KeyMinRunTime, "0s", "positive duration"},
 		{"min run time negative", with(KeyMinRunTime, "-1m"), KeyMinRunTime, "-1m", "positive duration"},
 		{"min run time too long", with(KeyMinRunTime, "800h"), KeyMinRunTime, "800h", "up to"},
+		{"queue empty", with(KeyQueue, " "), KeyQueue, " ", "queue name"},
+		{"queue bad name", with(KeyQueue, "team a"), KeyQueue, "team a", "queue name"},
 		{"throughput no equals", with(KeyThroughput, "v100"), KeyThroughput, "v100", "TYPE=STEPS_PER_SEC"},
 		{"throughput empty entry", with(KeyThroughput, "v100=4,,k80=1"), KeyThroughput, "v100=4,,k80=1", `entry ""`},
 		{"throughput empty", with(KeyThroughput, ""), KeyThroughput, "", "TYPE=STEPS_PER_SEC"},
@@ -173,6 +173,21 @@ func asFieldError(t *testing.T, err error) *FieldError {
 		t.Fatalf("error %T is not a *FieldError: %v", err, err)
 	}
 	return fe
+}
+
+func TestParsePriority(t *testing.T) {
+	// Nomad's job priority orders jobs inside their queue; absent, 0 (the
+	// queues read it as Nomad's default 50).
+	j := validJob(baseMeta())
+	j.Priority = nil
+	s, err := Parse(j)
+	if err != nil || s.Priority != 0 || s.Job("x", 0).Priority != 0 {
+		t.Fatalf("no priority: got %d (%v), want 0", s.Priority, err)
+	}
+	j.Priority = ptr(70)
+	if s, err = Parse(j); err != nil || s.Priority != 70 || s.Job("x", 0).Priority != 70 {
+		t.Fatalf("priority 70: got %d (%v)", s.Priority, err)
+	}
 }
 
 func TestFieldErrorMessage(t *testing.T) {
@@ -400,41 +415,6 @@ func TestFindGates(t *testing.T) {
 	// The gate a jobspec file writes: no operator.
 	if !IsGate(&api.Constraint{LTarget: GateAttribute, RTarget: GateValue}) || IsGate(nil) {
 		t.Fatal("IsGate")
-	}
-}
-
-func TestCheckProfile(t *testing.T) {
-	p := profile.Default()
-	model := p.Models()[0]
-	sfs := p.ScaleFactors(model)
-	missingSF := sfs[len(sfs)-1] + 1
-	cases := []struct {
-		name  string
-		spec  Spec
-		field string // "" = accepted
-	}{
-		{"known", Spec{Model: model, Workers: sfs[0]}, ""},
-		{"throughput only", Spec{Throughput: map[string]float64{"v100": 1}, Workers: 3}, ""},
-		{"unknown model", Spec{Model: "ResNet-19", Workers: 1}, KeyModel},
-		{"unknown model with throughput", Spec{Model: "ResNet-19", Throughput: map[string]float64{"v100": 1}, Workers: 1}, KeyModel},
-		{"unprofiled workers", Spec{Model: model, Workers: missingSF}, KeyWorkers},
-		{"unprofiled workers with throughput", Spec{Model: model, Workers: missingSF, Throughput: map[string]float64{"v100": 1}}, ""},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			c.spec.JobID = "j"
-			err := c.spec.CheckProfile(p)
-			if c.field == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			var fe *FieldError
-			if !errors.As(err, &fe) || fe.Field != c.field || fe.Job != "j" {
-				t.Fatalf("want a FieldError on %s, got %v", c.field, err)
-			}
-		})
 	}
 }
 

@@ -70,6 +70,8 @@ func New(src Source, opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/jobs", s.jobs)
 	s.mux.HandleFunc("GET /v1/jobs/{id...}", s.job)
 	s.mux.HandleFunc("GET /v1/decisions", s.decisions)
+	s.routeLearned()
+	s.routeQueues()
 	if opts.Telemetry != nil {
 		metrics := opts.Telemetry.Handler()
 		// The metrics count the whole cluster's GPUs by rack: what node

@@ -77,9 +77,9 @@ var Defs = []Def{
 		"1 while this replica acts (holds the leader lock, or runs without an election), 0 while it follows."},
 }
 
-// def returns the definition of a family.
+// def returns the definition of a family (the queues' too).
 func def(name string) (Def, bool) {
-	for _, d := range Defs {
+	for _, d := range append(Defs[:len(Defs):len(Defs)], QueueDefs...) {
 		if d.Name == name {
 			return d, true
 		}

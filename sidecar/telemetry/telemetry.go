@@ -24,6 +24,7 @@ import (
 
 	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/sidecar/apply"
+	"github.com/hadar-sched/hadar/sidecar/queues"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
@@ -97,7 +98,10 @@ type Telemetry struct {
 	prev        map[string]memo      // jobs at the previous sample, by ID
 	explained   map[string]time.Time // jobs whose last stop a decision explains
 	counters    map[string]counterKey
-	util        utilRing
+	// lastQueues are the queues' preemption totals at the previous
+	// sample (queues.go).
+	lastQueues map[queues.CounterKey]uint64
+	util       utilRing
 }
 
 // memo is what a sample remembers of a job for the next one.
@@ -274,6 +278,7 @@ func (t *Telemetry) Sample() {
 	t.sampleJobs(obs)
 	t.sampleGPUs(obs)
 	t.sampleCounts(h, ws)
+	t.sampleQueues()
 	fresh, lost := t.cursor.after(evs)
 	if lost {
 		t.log.Warn("more decisions than the history keeps were made within one sampling interval: the decision counters miss some")

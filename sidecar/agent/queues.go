@@ -1,0 +1,86 @@
+package agent
+
+import (
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/engine"
+	"github.com/hadar-sched/hadar/planner/placement"
+	"github.com/hadar-sched/hadar/planner/queue"
+	"github.com/hadar-sched/hadar/planner/registry"
+	"github.com/hadar-sched/hadar/planner/round"
+	"github.com/hadar-sched/hadar/planner/speed"
+	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/watch"
+)
+
+// The team queues (docs/queues.md) in the agent: the scheduler built
+// inside them when the configuration has queue blocks, each job put in its
+// queue at admission, and the queues' status after each plan for the
+// status API and the metrics.
+
+// queueState is the queues' part of the agent (under a.mu).
+type queueState struct {
+	// status is the queues after the last plan (by the engine or, on a
+	// follower or a dry run, its scratch copy); ok once a plan ran.
+	status queue.Status
+	ok     bool
+}
+
+// queuesOn reports whether the configuration has queues.
+func (a *Agent) queuesOn() bool { return len(a.cfg.QueueConfig.Queues) > 0 }
+
+// scheduler builds the policy the engine runs: inside the queues when
+// there are any (each queue's policy, or the sidecar's), else alone.
+func (a *Agent) scheduler(model speed.Model) (round.Scheduler, error) {
+	o := registry.Options{Speed: model, RestartCost: a.cfg.RestartCostD.Seconds(), MergeCost: a.cfg.MergeCostD.Seconds()}
+	pc := placement.Config{MinRunTime: a.cfg.MinRunTimeD.Seconds(), RestartCost: a.cfg.RestartCostD.Seconds()}
+	if !a.queuesOn() {
+		s, _, err := registry.Build(a.cfg.Policy, a.cfg.Placement, o, pc)
+		return s, err
+	}
+	// The queues hold jobs to the engine's minimum run time: the
+	// sidecar's min_run_time, 0 meaning none (BuildQueues reads 0 as the
+	// default).
+	o.MinRunTime = a.cfg.MinRunTimeD.Seconds()
+	if o.MinRunTime == 0 {
+		o.MinRunTime = -1
+	}
+	s, err := registry.BuildQueues(a.cfg.QueueConfig, a.cfg.Policy, a.cfg.Placement, o, pc)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// placeInQueue puts a job being admitted in its queue: the queue its
+// hadar.queue names where that queue accepts its namespace, else its
+// namespace's. A hadar.queue not followed is logged (and shown in the
+// queue status's job, under its queue).
+func (a *Agent) placeInQueue(jb *planner.Job, s jobspec.Spec, k watch.JobKey) {
+	if !a.queuesOn() {
+		return
+	}
+	name, note := a.cfg.QueueConfig.QueueOf(s.Namespace, s.Queue)
+	jb.Queue = name
+	if note != "" {
+		a.log.Warn("job meta hadar.queue not followed", "job", k.String(), "queue", name, "why", note)
+	}
+}
+
+// noteQueues keeps the queues' status after a plan on e.
+func (a *Agent) noteQueues(e *engine.Engine) {
+	if qs, ok := e.Scheduler().(*queue.Scheduler); ok {
+		a.queues = queueState{status: qs.Status(), ok: true}
+	}
+}
+
+// Queues is the queues after the last plan and their configuration; ok
+// is false when there are no queues or no plan ran yet (GET /v1/queues,
+// the queue metrics).
+func (a *Agent) Queues() (queue.Status, queue.Config, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.queuesOn() || !a.queues.ok {
+		return queue.Status{}, a.cfg.QueueConfig, false
+	}
+	return a.queues.status, a.cfg.QueueConfig, true
+}

@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/planner/engine"
+	"github.com/hadar-sched/hadar/planner/queue"
+	"github.com/hadar-sched/hadar/sidecar/config"
+	"github.com/hadar-sched/hadar/sidecar/watch"
+)
+
+// With queue blocks the agent plans inside the queues: each job in the
+// queue its namespace or its hadar.queue (where allowed) gives it, its
+// Nomad priority carried, and the queues' status kept after the plan.
+func TestAgentPlansInsideQueues(t *testing.T) {
+	job := func(q string) map[string]string {
+		m := map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "1000"}
+		if q != "" {
+			m["hadar.queue"] = q
+		}
+		return m
+	}
+	snap, rec := noteState(t, []noteCase{{name: "plain", meta: job("")}, {name: "chosen", meta: job("team-b")}, {name: "refused", meta: job("team-c")}})
+	rec.jobs["chosen"].Priority = ptr(70)
+	chosen := watch.NewJob(rec.jobs["chosen"])
+	chosen.SubmitTime = snap.Jobs[chosen.Key()].SubmitTime
+	snap.Jobs[chosen.Key()] = chosen
+	snap.Nodes["n1"], snap.Nodes["n2"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 1), gpuNode("n2", "Tesla V100-SXM2-16GB", 1)
+
+	c, err := config.ParseConfig("s.hcl", []byte(`
+policy    = "gavel-maxmin"
+placement = "pack"
+round     = "1h"
+state { store = "none" }
+queue "team-a" {
+  namespaces = ["default"]
+}
+queue "team-b" {
+  meta_namespaces = ["*"]
+  guarantee       = { v100 = 1 }
+}
+queue "team-c" {
+  policy = "fifo"
+}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(rec)
+	t.Cleanup(srv.Close)
+	client, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(s, client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.settleWrites)
+	if _, _, ok := a.Queues(); ok {
+		t.Fatal("queue status before any plan")
+	}
+
+	a.mu.Lock()
+	now := a.now()
+	if err := a.sync(snap, now); err != nil {
+		a.mu.Unlock()
+		t.Fatal(err)
+	}
+	if got := a.eng.Scheduler().Name(); got != "queues(gavel-maxmin)" {
+		t.Errorf("scheduler %q, want queues(gavel-maxmin)", got)
+	}
+	want := map[string]struct {
+		queue    string
+		priority int
+	}{"plain": {"team-a", 50}, "chosen": {"team-b", 70}, "refused": {"team-a", 50}}
+	for id, w := range want {
+		st, ok := a.eng.Job(engineID(watch.JobKey{Namespace: "default", ID: id}))
+		if !ok || st.Job.Queue != w.queue || st.Job.Priority != w.priority {
+			t.Errorf("job %s: queue %q priority %d (admitted %v), want %q, %d", id, st.Job.Queue, st.Job.Priority, ok, w.queue, w.priority)
+		}
+	}
+	_, err = a.plan(context.Background(), now, engine.Boundary, true)
+	a.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	st, qc, ok := a.Queues()
+	if !ok || len(qc.Queues) != 3 {
+		t.Fatalf("queue status after a plan: ok %v, %d queues configured", ok, len(qc.Queues))
+	}
+	byName := map[string]queue.QueueStatus{}
+	for _, q := range st.Queues {
+		byName[q.Name] = q
+	}
+	// team-b's guarantee is its one V100; team-a runs one job on the
+	// other and the third waits.
+	if b := byName["team-b"]; b.Used["v100"] != 1 || b.Admitted != 1 {
+		t.Errorf("team-b: %+v, want its guaranteed V100 used", b)
+	}
+	if a := byName["team-a"]; a.Admitted != 1 || a.Pending != 1 {
+		t.Errorf("team-a: %+v, want 1 admitted and 1 pending", a)
+	}
+	if js, ok := st.Jobs["default/chosen"]; !ok || !js.Running || js.Queue != "team-b" {
+		t.Errorf("job chosen: %+v", js)
+	}
+}
