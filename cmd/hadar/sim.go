@@ -76,7 +76,30 @@ type simFlags struct {
 	load        float64
 }
 
+// runSim is `hadar sim`: flags, then the models they describe, then the
+// simulations (concurrently), then the report.
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseSimFlags(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	s, err := buildSim(f, stderr)
+	if err != nil {
+		return err
+	}
+	results, err := s.runAll(ctx, stderr)
+	if err != nil {
+		return err
+	}
+	return s.write(results, stdout, stderr)
+}
+
+// parseSimFlags reads the flags and checks what needs no file: the
+// output format, the fidelity's name, the round.
+func parseSimFlags(args []string, stderr io.Writer) (simFlags, error) {
 	var f simFlags
 	fs := flag.NewFlagSet("hadar sim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -119,108 +142,154 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&f.queueModes, "queue-modes", "", "with --queues, comma-separated: queues (default: guarantees, borrowing, reclaim), static (each queue on its guarantee alone), flat (no queues, measured per queue)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil
+			return f, err
 		}
-		return errUsage
+		return f, errUsage
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: all inputs are flags", fs.Arg(0))
+		return f, fmt.Errorf("unexpected argument %q: all inputs are flags", fs.Arg(0))
 	}
 	switch f.format {
 	case "table", "json", "csv":
 	default:
-		return fmt.Errorf("--format %q: want table, json or csv", f.format)
-	}
-	fid, err := sim.ParseFidelity(f.fidelity)
-	if err != nil {
-		return fmt.Errorf("--fidelity: %w", err)
+		return f, fmt.Errorf("--format %q: want table, json or csv", f.format)
 	}
 	if f.round <= 0 {
-		return fmt.Errorf("--round %v: want a positive duration such as 360s", f.round)
+		return f, fmt.Errorf("--round %v: want a positive duration such as 360s", f.round)
 	}
-	cluster, err := planner.ParseClusterSpec(f.cluster, f.gpusPerNode)
+	return f, nil
+}
+
+// simSetup is everything the simulations share, built once from the
+// flags: the cluster, the jobs, the world's speed model and what the
+// schedulers are told, and the runs (policy x placement x queue mode).
+type simSetup struct {
+	f        simFlags
+	fid      sim.Fidelity
+	cluster  planner.Cluster
+	jobs     []planner.Job
+	model    speed.Model
+	est      sim.EstimateConfig
+	events   []sim.Event
+	placeCfg placement.Config
+	opts     registry.Options
+	queues   simQueues
+	runs     []simRun
+}
+
+// simRun is one simulation: a policy with a placement in a queue mode.
+type simRun struct{ policy, place, mode, label string }
+
+// buildSim loads and checks every input before any simulation runs, so
+// a typo in the last flag fails at once.
+func buildSim(f simFlags, stderr io.Writer) (*simSetup, error) {
+	s := &simSetup{f: f}
+	var err error
+	if s.fid, err = sim.ParseFidelity(f.fidelity); err != nil {
+		return nil, fmt.Errorf("--fidelity: %w", err)
+	}
+	if s.cluster, err = planner.ParseClusterSpec(f.cluster, f.gpusPerNode); err != nil {
+		return nil, fmt.Errorf("--cluster: %w", err)
+	}
+	prof, err := s.loadJobs(stderr)
 	if err != nil {
-		return fmt.Errorf("--cluster: %w", err)
+		return nil, err
 	}
+	if err := s.buildModels(prof); err != nil {
+		return nil, err
+	}
+	if err := s.buildSchedulers(prof); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// loadJobs reads the throughput profile and the trace (or synthesizes
+// jobs), and resolves the jobs against the profile; it returns the
+// resolved profile, the world's truth.
+func (s *simSetup) loadJobs(stderr io.Writer) (*profile.Profile, error) {
+	f := s.f
 	prof := profile.Default()
+	var err error
 	if f.throughputs != "" {
 		if prof, err = profile.Load(f.throughputs); err != nil {
-			return fmt.Errorf("--throughputs: %w", err)
+			return nil, fmt.Errorf("--throughputs: %w", err)
 		}
 	}
 	mode, err := profile.ParseUnprofiled(f.unprofiled)
 	if err != nil {
-		return fmt.Errorf("--unprofiled: %w", err)
+		return nil, fmt.Errorf("--unprofiled: %w", err)
 	}
 	var jobs []planner.Job
 	var lines *trace.Lines
 	switch {
 	case f.trace != "" && f.synthetic > 0:
-		return fmt.Errorf("give either --trace or --synthetic, not both")
+		return nil, fmt.Errorf("give either --trace or --synthetic, not both")
 	case f.trace != "" && (f.sizes != "gavel" || f.load > 0):
-		return fmt.Errorf("--sizes and --load shape synthetic jobs: give them with --synthetic, not --trace")
+		return nil, fmt.Errorf("--sizes and --load shape synthetic jobs: give them with --synthetic, not --trace")
 	case f.trace != "":
 		if jobs, lines, err = trace.LoadSet(f.trace); err != nil {
-			return fmt.Errorf("--trace: %w", err)
+			return nil, fmt.Errorf("--trace: %w", err)
 		}
 	case f.synthetic > 0:
 		sizes, err := trace.ParseSizeMix(f.sizes)
 		if err != nil {
-			return fmt.Errorf("--sizes: %w", err)
+			return nil, fmt.Errorf("--sizes: %w", err)
 		}
 		sc := trace.SynthConfig{Jobs: f.synthetic, RatePerHour: f.rate, Seed: f.seed, Profile: prof, Reference: planner.GPUType(f.reference),
 			ScaleFactors: sizes.ScaleFactors, ScaleFactorWeights: sizes.Weights, Extrapolate: mode == profile.Extrapolate}
 		if f.load > 0 {
 			if f.rate > 0 {
-				return fmt.Errorf("give either --rate or --load, not both")
+				return nil, fmt.Errorf("give either --rate or --load, not both")
 			}
-			if sc.RatePerHour, err = trace.RateForLoad(sc, cluster, f.load); err != nil {
-				return fmt.Errorf("--load: %w", err)
+			if sc.RatePerHour, err = trace.RateForLoad(sc, s.cluster, f.load); err != nil {
+				return nil, fmt.Errorf("--load: %w", err)
 			}
 		}
 		if jobs, err = trace.Synthesize(sc); err != nil {
-			return fmt.Errorf("--synthetic: %w", err)
+			return nil, fmt.Errorf("--synthetic: %w", err)
 		}
 	default:
-		return fmt.Errorf("no jobs: give --trace FILE or --synthetic N")
+		return nil, fmt.Errorf("no jobs: give --trace FILE or --synthetic N")
 	}
-	res, err := prof.Resolve(jobs, cluster.Types(), mode, lines.Where)
+	res, err := prof.Resolve(jobs, s.cluster.Types(), mode, lines.Where)
 	if err != nil {
-		return fmt.Errorf("trace against profile: %w", err)
+		return nil, fmt.Errorf("trace against profile: %w", err)
 	}
-	prof, jobs = res.Profile, res.Jobs
+	s.jobs = res.Jobs
 	if r := res.Report(); r != "" {
 		fmt.Fprintln(stderr, r)
 	}
-	prices, err := parsePrices(f.prices)
-	if err != nil {
-		return err
-	}
-	names := splitList(f.policies)
-	if len(names) == 0 {
-		return fmt.Errorf("--policies is empty: want one or more of %s", strings.Join(registry.Names(), ", "))
-	}
-	model := speed.Model{Profile: prof, IgnoreSpread: fid == sim.Gavel}
+	return res.Profile, nil
+}
+
+// buildModels makes the world's speed model (with the network model on a
+// topology), what schedulers are told of it (errors, a known profile,
+// learning) and the cluster's events.
+func (s *simSetup) buildModels(prof *profile.Profile) error {
+	f := s.f
+	var err error
+	s.model = speed.Model{Profile: prof, IgnoreSpread: s.fid == sim.Gavel}
 	if f.topology != "" {
-		if fid == sim.Gavel {
+		if s.fid == sim.Gavel {
 			return fmt.Errorf("--topology needs --fidelity improved: Gavel's simulator has no placement effect")
 		}
 		tp, err := netmodel.LoadTopologyFile(f.topology)
 		if err != nil {
 			return fmt.Errorf("--topology: %w", err)
 		}
-		if cluster, err = placement.ApplyTopology(cluster, tp, f.topology); err != nil {
+		if s.cluster, err = placement.ApplyTopology(s.cluster, tp, f.topology); err != nil {
 			return fmt.Errorf("--topology: %w", err)
 		}
 		rep, err := netmodel.DefaultCalibration()
 		if err != nil {
 			return fmt.Errorf("--topology: calibrating the network model: %w", err)
 		}
-		nw, err := placement.NewNetwork(tp, rep, prof, jobs, cluster.Types())
+		nw, err := placement.NewNetwork(tp, rep, prof, s.jobs, s.cluster.Types())
 		if err != nil {
 			return fmt.Errorf("--topology: %w", err)
 		}
-		model.Network = nw
+		s.model.Network = nw
 	}
 	est := sim.EstimateConfig{ProfileError: f.estError, StepError: f.estError, Seed: uint64(f.seed), Learn: f.learn}
 	if f.profError >= 0 {
@@ -247,106 +316,105 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		est.Known = known
 	}
-	if _, _, err := sim.EstimatedModel(model, est); err != nil {
+	if _, _, err := sim.EstimatedModel(s.model, est); err != nil {
 		return fmt.Errorf("--estimate-error: %w", err)
 	}
-	var events []sim.Event
+	s.est = est
 	if f.events != "" {
-		if events, err = sim.LoadEvents(f.events); err != nil {
+		if s.events, err = sim.LoadEvents(f.events); err != nil {
 			return fmt.Errorf("--events: %w", err)
 		}
+	}
+	return nil
+}
+
+// buildSchedulers checks every policy, placement and queue mode by
+// building each once, and lists the runs.
+func (s *simSetup) buildSchedulers(prof *profile.Profile) error {
+	f := s.f
+	prices, err := parsePrices(f.prices)
+	if err != nil {
+		return err
+	}
+	names := splitList(f.policies)
+	if len(names) == 0 {
+		return fmt.Errorf("--policies is empty: want one or more of %s", strings.Join(registry.Names(), ", "))
 	}
 	places := splitList(f.placement)
 	if len(places) == 0 {
 		return fmt.Errorf("--placement is empty: want one or more of %s", strings.Join(placement.Names(), ", "))
 	}
-	placeCfg := placement.Config{Speed: model, Seed: f.seed, Scale: f.delayScale, MaxWait: f.maxWait.Seconds(),
+	s.placeCfg = placement.Config{Speed: s.model, Seed: f.seed, Scale: f.delayScale, MaxWait: f.maxWait.Seconds(),
 		MaxPreemptions: f.maxPreempt, MinRunTime: f.minRun.Seconds(), RestartCost: f.restart.Seconds()}
 	if f.delayScale == 0 {
-		placeCfg.Scale = -1 // an explicit 0: no waiting
+		s.placeCfg.Scale = -1 // an explicit 0: no waiting
 	}
 	if f.maxPreempt == 0 {
-		placeCfg.MaxPreemptions = -1
+		s.placeCfg.MaxPreemptions = -1
 	}
 	for _, pl := range places {
-		if _, err := placement.New(pl, placeCfg); err != nil {
+		if _, err := placement.New(pl, s.placeCfg); err != nil {
 			return fmt.Errorf("--placement: %w", err)
 		}
 	}
-	opts := registry.Options{Types: cluster.Types(), PricePerHour: prices, GavelFidelity: fid == sim.Gavel,
-		Speed: model, RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), HadarUtility: f.utility, MinRunTime: f.minRun.Seconds()}
+	s.opts = registry.Options{Types: s.cluster.Types(), PricePerHour: prices, GavelFidelity: s.fid == sim.Gavel,
+		Speed: s.model, RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), HadarUtility: f.utility, MinRunTime: f.minRun.Seconds()}
 	if f.minRun <= 0 {
-		opts.MinRunTime = -1 // none (0 would be the default)
+		s.opts.MinRunTime = -1 // none (0 would be the default)
 	}
-	if fid == sim.Gavel {
-		opts.RestartCost, opts.MergeCost = 0, 0
+	if s.fid == sim.Gavel {
+		s.opts.RestartCost, s.opts.MergeCost = 0, 0
 	}
-	// Build every scheduler first: a typo fails before any simulation runs.
 	for _, n := range names {
-		if _, err := registry.New(n, opts); err != nil {
+		if _, err := registry.New(n, s.opts); err != nil {
 			return fmt.Errorf("--policies: %w", err)
 		}
 	}
-	sq, err := loadSimQueues(f.queues, f.queueModes, cluster, jobs, prof)
-	if err != nil {
+	if s.queues, err = loadSimQueues(f.queues, f.queueModes, s.cluster, s.jobs, prof); err != nil {
 		return err
 	}
-	type combo struct{ policy, place, mode, label string }
-	var runs []combo
 	for _, n := range names {
 		for _, pl := range places {
 			label := n
 			if len(places) > 1 || pl != placement.Pack {
 				label = n + "+" + pl
 			}
-			for _, mode := range sq.modes {
-				runs = append(runs, combo{n, pl, mode, sq.label(label, mode)})
+			for _, mode := range s.queues.modes {
+				s.runs = append(s.runs, simRun{n, pl, mode, s.queues.label(label, mode)})
 			}
 		}
 	}
-	labels := make([]string, len(runs))
-	for i, r := range runs {
-		labels[i] = r.label
+	return nil
+}
+
+func (s *simSetup) labels() []string {
+	out := make([]string, len(s.runs))
+	for i, r := range s.runs {
+		out[i] = r.label
 	}
-	prog := newProgress(stderr, labels)
-	results := make([]sim.Result, len(runs))
-	errs := make([]error, len(runs))
-	placers := make([]*placement.Policy, len(runs))
-	par := f.parallel
+	return out
+}
+
+// runAll runs every simulation, --parallel at a time, with a progress
+// line on a terminal; each run plans with estimates of its own (they
+// learn).
+func (s *simSetup) runAll(ctx context.Context, stderr io.Writer) ([]simOutcome, error) {
+	prog := newProgress(stderr, s.labels())
+	out := make([]simOutcome, len(s.runs))
+	errs := make([]error, len(s.runs))
+	par := s.f.parallel
 	if par <= 0 {
 		par = max(1, numCPU())
 	}
 	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup
-	for i, run := range runs {
+	for i, run := range s.runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			// Each run plans with its own estimates: they learn.
-			plan, _, err := sim.EstimatedModel(model, est)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			o := opts
-			o.Speed = plan
-			pc := placeCfg
-			pc.Speed = plan
-			sched, pl, err := sq.build(run.mode, run.policy, run.place, o, pc)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			placers[i], _ = pl.(*placement.Policy)
-			cfg := sim.Config{Queues: sq.cfg,
-				Cluster: cluster, Jobs: jobs, Speed: model, Plan: plan, Estimate: est, Events: events,
-				Round: f.round.Seconds(), RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), MinRunTime: f.minRun.Seconds(), Fidelity: fid,
-				Progress: func(now float64, done, total int) { prog.update(i, now, done, total) },
-			}
-			results[i], errs[i] = sim.Run(ctx, cfg, sched)
-			results[i].Scheduler = run.label
+			out[i], errs[i] = s.run(ctx, run, func(now float64, done, total int) { prog.update(i, now, done, total) })
 			if errs[i] != nil {
 				errs[i] = fmt.Errorf("policy %s: %w", run.label, errs[i])
 			}
@@ -354,16 +422,60 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	wg.Wait()
 	prog.finish()
-	if err := errors.Join(errs...); err != nil {
-		return err
+	return out, errors.Join(errs...)
+}
+
+// simOutcome is one run's result and its placer (for the placement
+// notes and the tuner's CSVs).
+type simOutcome struct {
+	result sim.Result
+	placer *placement.Policy
+}
+
+func (s *simSetup) run(ctx context.Context, run simRun, progress func(now float64, done, total int)) (simOutcome, error) {
+	var out simOutcome
+	plan, _, err := sim.EstimatedModel(s.model, s.est)
+	if err != nil {
+		return out, err
 	}
+	o := s.opts
+	o.Speed = plan
+	pc := s.placeCfg
+	pc.Speed = plan
+	sched, pl, err := s.queues.build(run.mode, run.policy, run.place, o, pc)
+	if err != nil {
+		return out, err
+	}
+	out.placer, _ = pl.(*placement.Policy)
+	f := s.f
+	cfg := sim.Config{Queues: s.queues.cfg,
+		Cluster: s.cluster, Jobs: s.jobs, Speed: s.model, Plan: plan, Estimate: s.est, Events: s.events,
+		Round: f.round.Seconds(), RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), MinRunTime: f.minRun.Seconds(), Fidelity: s.fid,
+		Progress: progress,
+	}
+	out.result, err = sim.Run(ctx, cfg, sched)
+	out.result.Scheduler = run.label
+	return out, err
+}
+
+// write prints the results as --format says, and the files of --out.
+func (s *simSetup) write(outcomes []simOutcome, stdout, stderr io.Writer) error {
+	f := s.f
+	results := make([]sim.Result, len(outcomes))
+	placers := make([]*placement.Policy, len(outcomes))
+	for i, o := range outcomes {
+		results[i], placers[i] = o.result, o.placer
+	}
+	labels := s.labels()
+	var err error
 	switch f.format {
 	case "json":
 		err = report.WriteJSON(stdout, results)
 	case "csv":
 		err = report.WriteCSV(stdout, results)
 	default:
-		fmt.Fprintf(stdout, "%d jobs on %s (%d GPUs), round %v, fidelity %s", len(jobs), f.cluster, cluster.TotalGPUs(), f.round, fid)
+		est := s.est
+		fmt.Fprintf(stdout, "%d jobs on %s (%d GPUs), round %v, fidelity %s", len(s.jobs), f.cluster, s.cluster.TotalGPUs(), f.round, s.fid)
 		if est.ProfileError > 0 || est.StepError > 0 || est.Learn {
 			fmt.Fprintf(stdout, ", estimates off by up to %.0f %% (throughput) and %.0f %% (steps)", 100*est.ProfileError, 100*est.StepError)
 			if est.Learn {
@@ -373,8 +485,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if f.known != "" {
 			fmt.Fprintf(stdout, ", schedulers told %s", f.known)
 		}
-		if len(events) > 0 {
-			fmt.Fprintf(stdout, ", %d cluster events", len(events))
+		if len(s.events) > 0 {
+			fmt.Fprintf(stdout, ", %d cluster events", len(s.events))
 		}
 		if f.topology != "" {
 			fmt.Fprintf(stdout, ", topology %s", f.topology)
