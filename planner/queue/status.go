@@ -222,8 +222,8 @@ func (s *Scheduler) explain(v *round.View, plans []*plan, out []planner.Placemen
 // the jobs it stops need not be the victims (a victim may be moved onto
 // GPUs another of its jobs held): the running jobs the plan stops, up to
 // the number of victims, are the preempted ones, and the bound reclaim
-// puts on their minimum run time (MinRunBound) moves to them from the
-// victims that still run.
+// puts on the victims' minimum run time (MinRunBound) applies to them
+// too.
 func (s *Scheduler) attribute(v *round.View, p *plan, out []planner.Placement) map[int]bool {
 	if v.MidRound {
 		return nil
@@ -241,11 +241,9 @@ func (s *Scheduler) attribute(v *round.View, p *plan, out []planner.Placement) m
 	if victims == 0 {
 		return nil
 	}
-	for _, m := range p.members {
-		if m.victim && len(out[m.i].Units) > 0 {
-			delete(s.bounds, m.jb.ID)
-		}
-	}
+	// A victim the policy moved keeps its bound: the move preempts it
+	// too, and without the bound the engine would hold it to its minimum
+	// run time on the GPUs the reclaiming queue waits for.
 	preempted := map[int]bool{}
 	for _, m := range p.members {
 		if victims == 0 {

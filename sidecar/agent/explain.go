@@ -34,6 +34,7 @@ func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
 	for _, st := range a.eng.Jobs() {
 		jv := wire.JobView{ID: st.Job.ID, Workers: st.Job.ScaleFactor, Weight: st.Job.Weight, Model: st.Job.Model,
 			StepsDone: st.Done, Steps: st.Job.TotalSteps, Rate: st.Rate, ETA: st.ETA, Reason: st.Reason, Position: -1}
+		a.queueView(&jv, st.Job.Queue)
 		var mj *managed
 		for _, m := range a.jobs {
 			if m.id == st.Job.ID {

@@ -140,7 +140,7 @@ func (a *Agent) observe(snap *watch.Snapshot, leader bool) wire.Observation {
 			if !st.Running {
 				jo.WaitingSince = unixTime(st.WaitingSince)
 				jo.Pending = wire.PendingNoCapacity
-				if runnable {
+				if runnable || a.queueHolds(jv.ID) {
 					jo.Pending = wire.PendingHeld
 				}
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/hadar-sched/hadar/planner/speed"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/watch"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // The team queues (docs/queues.md) in the agent: the scheduler built
@@ -83,4 +84,29 @@ func (a *Agent) Queues() (queue.Status, queue.Config, bool) {
 		return queue.Status{}, a.cfg.QueueConfig, false
 	}
 	return a.queues.status, a.cfg.QueueConfig, true
+}
+
+// queueHolds reports whether the queues, not a lack of GPUs, keep job id
+// waiting though no GPU it runs on is free: its queue's guarantee is
+// held by other queues' jobs until the next boundary (waiting_for_reclaim),
+// or its queue is at its limit (at_limit). Such a job is held by hadar
+// (hadar_pending_jobs{status="held"}). Called under a.mu.
+func (a *Agent) queueHolds(id string) bool {
+	if !a.queues.ok {
+		return false
+	}
+	js, ok := a.queues.status.Jobs[id]
+	return ok && !js.Running && (js.Code == queue.ReasonReclaim || js.Code == queue.ReasonAtLimit)
+}
+
+// queueView adds a job's queue and its queue's reason code to its view
+// (/v1/plan, /v1/status, /v1/jobs/...). Called under a.mu.
+func (a *Agent) queueView(jv *wire.JobView, name string) {
+	if !a.queuesOn() {
+		return
+	}
+	jv.TeamQueue = name
+	if js, ok := a.queues.status.Jobs[jv.ID]; ok && a.queues.ok {
+		jv.QueueReason = js.Code
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hadar-sched/hadar/planner/queue"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/watch"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // With queue blocks the agent plans inside the queues: each job in the
@@ -24,7 +25,7 @@ func TestAgentPlansInsideQueues(t *testing.T) {
 		}
 		return m
 	}
-	snap, rec := noteState(t, []noteCase{{name: "plain", meta: job("")}, {name: "chosen", meta: job("team-b")}, {name: "refused", meta: job("team-c")}})
+	snap, rec := noteState(t, []noteCase{{name: "plain", meta: job("")}, {name: "chosen", meta: job("team-b")}, {name: "refused", meta: job("team-c")}, {name: "capped", meta: job("team-d")}})
 	rec.jobs["chosen"].Priority = ptr(70)
 	chosen := watch.NewJob(rec.jobs["chosen"])
 	chosen.SubmitTime = snap.Jobs[chosen.Key()].SubmitTime
@@ -45,6 +46,10 @@ queue "team-b" {
 }
 queue "team-c" {
   policy = "fifo"
+}
+queue "team-d" {
+  meta_namespaces = ["*"]
+  limit           = { v100 = 0 }
 }
 `))
 	if err != nil {
@@ -95,7 +100,7 @@ queue "team-c" {
 	}
 
 	st, qc, ok := a.Queues()
-	if !ok || len(qc.Queues) != 3 {
+	if !ok || len(qc.Queues) != 4 {
 		t.Fatalf("queue status after a plan: ok %v, %d queues configured", ok, len(qc.Queues))
 	}
 	byName := map[string]queue.QueueStatus{}
@@ -112,5 +117,28 @@ queue "team-c" {
 	}
 	if js, ok := st.Jobs["default/chosen"]; !ok || !js.Running || js.Queue != "team-b" {
 		t.Errorf("job chosen: %+v", js)
+	}
+	// No GPU is free: the job its queue's limit holds is held by hadar,
+	// the one waiting its turn in team-a has no capacity.
+	a.mu.Lock()
+	obs := a.observe(snap, true)
+	a.mu.Unlock()
+	pending := map[string]string{}
+	for _, j := range obs.Jobs {
+		pending[j.ID] = j.Pending
+		// The plan's view of each job names its queue and the queue's
+		// reason (/v1/plan, /v1/status, /v1/jobs/...).
+		if j.ID == "default/capped" && (j.TeamQueue != "team-d" || j.QueueReason != queue.ReasonAtLimit) {
+			t.Errorf("capped in the plan view: queue %q reason %q, want team-d, at_limit", j.TeamQueue, j.QueueReason)
+		}
+		if j.ID == "default/chosen" && (j.TeamQueue != "team-b" || j.QueueReason != "") {
+			t.Errorf("chosen in the plan view: queue %q reason %q, want team-b and no queue reason", j.TeamQueue, j.QueueReason)
+		}
+	}
+	if pending["default/capped"] != wire.PendingHeld || pending["default/refused"] != wire.PendingNoCapacity {
+		t.Errorf("pending: %v; want capped held (at its queue's limit), refused no_capacity", pending)
+	}
+	if js := st.Jobs["default/capped"]; js.Code != queue.ReasonAtLimit {
+		t.Errorf("capped: %+v, want at_limit", js)
 	}
 }

@@ -64,7 +64,8 @@ func buildStatus(o wire.Observation, h wire.Health, hist []wire.Event, util []wi
 			continue
 		}
 		q := wire.QueueEntry{ID: j.ID, Position: j.Position, Waits: j.Pending, Why: j.Reason.Why, Nomad: j.Nomad, State: j.State, WaitingS: j.WaitingS,
-			Workers: j.Workers, Model: j.Model, Weight: j.Weight, RunsOn: []string{}, StepsDone: j.StepsDone, Steps: j.Steps}
+			Workers: j.Workers, Model: j.Model, Weight: j.Weight, RunsOn: []string{}, StepsDone: j.StepsDone, Steps: j.Steps,
+			TeamQueue: j.TeamQueue, QueueReason: j.QueueReason}
 		for t := range j.Throughput {
 			q.RunsOn = append(q.RunsOn, t)
 		}

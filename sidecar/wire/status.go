@@ -66,9 +66,12 @@ type QueueEntry struct {
 	Nomad    string  `json:"nomad,omitempty"`
 	State    string  `json:"state"`
 	WaitingS float64 `json:"waiting_s"`
-	Workers  int     `json:"workers"`
-	Model    string  `json:"model"`
-	Weight   float64 `json:"weight"`
+	// TeamQueue and QueueReason as in JobView (docs/queues.md).
+	TeamQueue   string  `json:"team_queue,omitempty"`
+	QueueReason string  `json:"queue_reason,omitempty"`
+	Workers     int     `json:"workers"`
+	Model       string  `json:"model"`
+	Weight      float64 `json:"weight"`
 	// RunsOn are the GPU types it can run on.
 	RunsOn    []string `json:"runs_on"`
 	StepsDone float64  `json:"steps_done"`

@@ -54,6 +54,11 @@ type JobView struct {
 	Rate      float64 `json:"rate"`
 	ETA       float64 `json:"eta_s"`
 	WaitingS  float64 `json:"waiting_s,omitempty"`
+	// TeamQueue is the team queue the job belongs to (docs/queues.md),
+	// QueueReason its queue's reason code when the queue, not its
+	// policy, decided ("" for both without queues).
+	TeamQueue   string `json:"team_queue,omitempty"`
+	QueueReason string `json:"queue_reason,omitempty"`
 }
 
 // UnitView is one unit of a placement.
