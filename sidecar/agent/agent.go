@@ -349,7 +349,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	case err := <-werr:
-		return fmt.Errorf("watcher: %w", err)
+		return watcherEnded(ctx, err)
 	case <-a.watcher.Ready():
 	}
 	ahead := make(chan struct{})
@@ -374,12 +374,25 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case err := <-werr:
-			return fmt.Errorf("watcher: %w", err)
+			return watcherEnded(ctx, err)
 		case <-a.watcher.Changes():
 		case <-a.wrote:
 		case <-tick.C:
 		}
 	}
+}
+
+// watcherEnded is what Run returns when the watcher stopped: nothing when
+// the sidecar is stopping (the watcher's nil and ctx.Done race in a
+// select), else why it stopped.
+func watcherEnded(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("stopped without an error while the sidecar runs")
+	}
+	return fmt.Errorf("watcher: %w", err)
 }
 
 // Cycle brings the engine in step with the cluster, advances the writes
@@ -537,7 +550,10 @@ func (a *Agent) PlanOnce(ctx context.Context) (wire.PlanView, error) {
 	case <-ctx.Done():
 		return wire.PlanView{}, fmt.Errorf("waiting for Nomad: %w", ctx.Err())
 	case err := <-werr:
-		return wire.PlanView{}, fmt.Errorf("watcher: %w", err)
+		if ctx.Err() != nil {
+			return wire.PlanView{}, fmt.Errorf("waiting for Nomad: %w", ctx.Err())
+		}
+		return wire.PlanView{}, watcherEnded(ctx, err)
 	case <-a.watcher.Ready():
 	}
 	dry := a.cfg.DryRun
