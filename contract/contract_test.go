@@ -12,7 +12,7 @@ import (
 // The fixtures are the contract's progress files: every implementation
 // (Go here, the Python library, the node simulator) reads and writes them.
 func TestProgressFixtures(t *testing.T) {
-	want := Progress{Version: 1, StepsDone: 1200, TotalSteps: 5000, StepsPerSec: 41.5, Loss: 0.312, Checkpoint: "/alloc/data/checkpoints/ckpt-1200.json",
+	want := Progress{Version: 2, StepsDone: 1200, TotalSteps: 5000, StepsPerSec: 41.5, Loss: 0.312, Checkpoint: "/alloc/data/checkpoints/ckpt-1200.json",
 		Updated: time.Date(2026, 11, 21, 23, 59, 0, 0, time.UTC), State: StateRunning, CopyIndex: 1, Copies: 2, LocalSteps: 600, Merges: 3, Round: 3,
 		WorldSize: 2, Unit: 4, UnitStepsPerSec: 40, Nodes: 2}
 	b, err := os.ReadFile("testdata/progress-full.json")

@@ -127,6 +127,38 @@ var jobspecKinds = map[string]func(t *testing.T, job *api.Job, spec *jobspec.Spe
 	"hadare-emulated.nomad.hcl": func(t *testing.T, job *api.Job, s *jobspec.Spec) {
 		wantUnmanaged(t, job, s)
 	},
+	"pytorch-exec.nomad.hcl": func(t *testing.T, job *api.Job, s *jobspec.Spec) {
+		wantManaged(t, s, 2)
+		if !s.Gang || len(s.Throughput) == 0 {
+			t.Errorf("want a gang with a declared hadar.throughput, got gang %v throughput %v", s.Gang, s.Throughput)
+		}
+		wantPyTorch(t, job, "exec", "hadar_train.examples.ddp")
+	},
+	"pytorch-hadar-train.nomad.hcl": func(t *testing.T, job *api.Job, s *jobspec.Spec) {
+		wantManaged(t, s, 1)
+		if !s.Forkable {
+			t.Error("want hadar.forkable")
+		}
+		wantPyTorch(t, job, "hadar-train", "hadar_train.examples.hadare")
+		if _, ok := job.TaskGroups[0].Tasks[0].Config["emulate"]; !ok {
+			t.Error("want an emulate block (the GPU-less test machines keep its paces)")
+		}
+	},
+}
+
+// pythonVar is the value TestJobspecs gives the PyTorch jobspecs'
+// variable "python", to see that the task runs it.
+const pythonVar = "/opt/pytorch/bin/python3"
+
+// wantPyTorch checks a PyTorch jobspec's task: the driver, the python
+// variable as its command, and the library's example module it runs.
+func wantPyTorch(t *testing.T, job *api.Job, driver, module string) {
+	t.Helper()
+	task := job.TaskGroups[0].Tasks[0]
+	args, _ := task.Config["args"].([]any)
+	if task.Driver != driver || len(args) < 2 || args[0] != "-m" || args[1] != module {
+		t.Errorf("task %s: driver %q, args %v; want %s running python -m %s", task.Name, task.Driver, args, driver, module)
+	}
 }
 
 func wantManaged(t *testing.T, s *jobspec.Spec, workers int) {
@@ -220,11 +252,16 @@ func TestJobspecs(t *testing.T) {
 			// An unknown block or attribute fails the agent's parser; an
 			// undeclared variable only fails the nomad CLI's (strict) one,
 			// so check that the trainer given is the command of every task.
-			job, err := a.Client.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src), Variables: vars, Canonicalize: true})
+			fileVars, command := vars, trainer
+			if strings.HasPrefix(name, "pytorch-") {
+				// A PyTorch job's command is the Python interpreter.
+				fileVars, command = fmt.Sprintf("python = %q\n", pythonVar), pythonVar
+			}
+			job, err := a.Client.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src), Variables: fileVars, Canonicalize: true})
 			if err != nil {
 				t.Fatalf("the agent's parser: %v", err)
 			}
-			wantTrainer(t, job, trainer)
+			wantTrainer(t, job, command)
 			var spec *jobspec.Spec
 			if jobspec.IsManaged(job) {
 				s, err := jobspec.Parse(job)

@@ -652,7 +652,11 @@ func TestTrainerHadarEForks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := trainer.Evaluate(last.Params, test)
+	lastParams, err := run.ParamsOf(last.State, single.Params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := trainer.Evaluate(lastParams, test)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,6 +72,10 @@ func (d *Driver) plan(cfg *plugin.TaskConfig, tc *TaskConfig) (*launch, error) {
 		// Without a PATH the process could not find "python3".
 		env["PATH"] = os.Getenv("PATH")
 	}
+	if upgradeTorchrunEnv(env, cfg.JobID) {
+		d.logger.Info("torchrun environment of an older sidecar brought to the contract's: one process per GPU, LOCAL_RANK 0",
+			"task", cfg.Name, "rank", env[contract.EnvRank])
+	}
 	set := map[string]string{}
 
 	l := &launch{user: u, job: job, args: tc.Args, taskDir: taskDir.Dir, progress: progressRel}
@@ -202,6 +206,38 @@ func (d *Driver) plan(cfg *plugin.TaskConfig, tc *TaskConfig) (*launch, error) {
 		l.dir = taskDir.Dir
 	}
 	return l, nil
+}
+
+// upgradeTorchrunEnv rewrites the torchrun variables a sidecar of
+// contract version 1 wrote (no GROUP_WORLD_SIZE; LOCAL_RANK counting the
+// unit's workers on the node although each sees one GPU, so
+// torch.cuda.set_device(LOCAL_RANK) failed on co-located workers) as the
+// contract now has them (contract.WorkerEnv); NODE_RANK, the node's index,
+// meant the same then. Tasks of a current sidecar, and tasks not placed
+// by one, are left as they are. It reports whether it rewrote.
+func upgradeTorchrunEnv(env map[string]string, jobID string) bool {
+	if env[contract.EnvManagedBy] != contract.ManagedBySidecar || env[contract.EnvRank] == "" || env[contract.EnvGroupWorldSize] != "" {
+		return false
+	}
+	rank, err1 := strconv.Atoi(env[contract.EnvRank])
+	world, err2 := strconv.Atoi(env[contract.EnvWorldSize])
+	node, err3 := strconv.Atoi(env[contract.EnvNodeRank])
+	port, err4 := strconv.Atoi(env[contract.EnvMasterPort])
+	unit, err5 := strconv.Atoi(env[contract.EnvUnit])
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || err5 != nil {
+		return false
+	}
+	set, defaults := contract.WorkerEnv{Rank: rank, WorldSize: world, NodeRank: node, MasterAddr: env[contract.EnvMasterAddr],
+		MasterPort: port, RunID: contract.RunID(jobID, unit)}.Env()
+	for k, v := range defaults {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
+	}
+	for k, v := range set {
+		env[k] = v
+	}
+	return true
 }
 
 // jobIDs are the job's uid and gid: from the driver's range, recorded in

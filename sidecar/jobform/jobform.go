@@ -10,7 +10,10 @@
 //     generated task group per worker, "<template>-hadar-u<unit>-w<rank>",
 //     each pinned to its node with a ${node.unique.id} constraint and to its
 //     GPU models with a ${device.model} constraint on the GPU request, and
-//     given the distributed-training environment torchrun uses.
+//     given the training contract's environment (torchrun's variables for
+//     one process per GPU, and on Nomad's own task drivers the paths
+//     hadar-train would set, with the storage they are on mounted), and a
+//     kill signal and timeout that leave time for a checkpoint.
 //
 // A unit keeps its number across rewrites as long as it runs on the same
 // GPUs, so a rewrite that forks, unforks or moves one unit leaves every
@@ -23,10 +26,13 @@ package jobform
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"path"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -41,6 +47,73 @@ const (
 	ModelAttribute = "${device.model}"
 	// PortLabel is the rendezvous port of a unit's rank 0.
 	PortLabel = "hadar_rdzv"
+)
+
+// Options are what the sidecar's configuration says about the tasks it
+// generates. The zero value of a field is its default (DefaultOptions).
+type Options struct {
+	// CheckpointVolume and MergeVolume are the client host volumes (the
+	// same shared storage on every node, like hadar-train's
+	// checkpoint_root and merge_root) mounted into tasks on drivers that
+	// mount volumes (exec, docker, ...), at MountDir/checkpoints and
+	// MountDir/merge.
+	CheckpointVolume, MergeVolume string
+	MountDir                      string
+	// CheckpointMeta and MergeMeta are the node meta keys holding the
+	// host paths of that storage, for raw_exec tasks, which mount nothing
+	// and see the host.
+	CheckpointMeta, MergeMeta string
+	// KillTimeout is the least kill_timeout a generated task gets: the
+	// time a stopped worker has to checkpoint (Nomad caps it at the
+	// client's max_kill_timeout, 30s by default).
+	KillTimeout time.Duration
+}
+
+// The defaults of Options.
+const (
+	DefaultCheckpointVolume = "hadar-checkpoints"
+	DefaultMergeVolume      = "hadar-merge"
+	DefaultMountDir         = "/hadar"
+	DefaultCheckpointMeta   = "hadar.checkpoint_root"
+	DefaultMergeMeta        = "hadar.merge_root"
+	DefaultKillTimeout      = 30 * time.Second
+	// DefaultKillSignal is the kill_signal of a task that sets none
+	// (Nomad's default is SIGINT; the contract takes both).
+	DefaultKillSignal = "SIGTERM"
+)
+
+// DefaultOptions are the options of a sidecar configured with none.
+func DefaultOptions() Options { return Options{}.withDefaults() }
+
+func (o Options) withDefaults() Options {
+	def := func(v *string, d string) {
+		if *v == "" {
+			*v = d
+		}
+	}
+	def(&o.CheckpointVolume, DefaultCheckpointVolume)
+	def(&o.MergeVolume, DefaultMergeVolume)
+	def(&o.MountDir, DefaultMountDir)
+	def(&o.CheckpointMeta, DefaultCheckpointMeta)
+	def(&o.MergeMeta, DefaultMergeMeta)
+	if o.KillTimeout <= 0 {
+		o.KillTimeout = DefaultKillTimeout
+	}
+	return o
+}
+
+// TrainDriver is hadar's task driver: it sets the contract's paths
+// itself (docs/driver.md); tasks on any other driver get them from the
+// sidecar.
+const TrainDriver = "hadar-train"
+
+// RawExecDriver runs tasks on the host, mounting nothing.
+const RawExecDriver = "raw_exec"
+
+// Volume names the generated groups use for the storage.
+const (
+	checkpointVolumeName = "hadar-checkpoints"
+	mergeVolumeName      = "hadar-merge"
 )
 
 // Unit is one placement unit of a job as written: a number stable while it
@@ -172,11 +245,17 @@ func Held(job *api.Job, spec jobspec.Spec) (*api.Job, error) {
 	return out, nil
 }
 
-// Placed returns the placed form of job running units (the whole
+// Placed is PlacedWith the default options.
+func Placed(job *api.Job, spec jobspec.Spec, units []Unit) (*api.Job, error) {
+	return PlacedWith(job, spec, units, DefaultOptions())
+}
+
+// PlacedWith returns the placed form of job running units (the whole
 // placement: units not listed are removed). Generated groups of units that
 // are already written with the same workers are kept as they are, so
 // Nomad leaves their allocations alone.
-func Placed(job *api.Job, spec jobspec.Spec, units []Unit) (*api.Job, error) {
+func PlacedWith(job *api.Job, spec jobspec.Spec, units []Unit, o Options) (*api.Job, error) {
+	o = o.withDefaults()
 	out, err := clone(job)
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", spec.JobID, err)
@@ -227,7 +306,7 @@ func Placed(job *api.Job, spec jobspec.Spec, units []Unit) (*api.Job, error) {
 				out.TaskGroups = append(out.TaskGroups, g)
 				continue
 			}
-			g, err := worker(t, spec, u, rank)
+			g, err := worker(t, spec, u, rank, o)
 			if err != nil {
 				return nil, err
 			}
@@ -251,7 +330,7 @@ func sameWorkers(a, b Unit) bool {
 }
 
 // worker builds the generated group of one worker from the template.
-func worker(t *api.TaskGroup, spec jobspec.Spec, u Unit, rank int) (*api.TaskGroup, error) {
+func worker(t *api.TaskGroup, spec jobspec.Spec, u Unit, rank int, o Options) (*api.TaskGroup, error) {
 	g, err := clone(t)
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", spec.JobID, err)
@@ -263,28 +342,20 @@ func worker(t *api.TaskGroup, spec jobspec.Spec, u Unit, rank int) (*api.TaskGro
 	g.Count = &one
 	g.Scaling = nil // a policy for the template is not one per worker
 	g.Constraints = append(withoutGate(g.Constraints), api.NewConstraint(NodeAttribute, "=", w.Node))
-	// The unit's layout: which nodes, in order, and each worker's place.
+	// The unit's layout: which nodes, in order. Each worker is one
+	// process on one GPU, torchrun's "node" of one local worker.
 	var nodes []string
-	local, localSize := 0, 0
-	for i, x := range u.Workers {
+	for _, x := range u.Workers {
 		if !slices.Contains(nodes, x.Node) {
 			nodes = append(nodes, x.Node)
 		}
-		if x.Node == w.Node {
-			if i < rank {
-				local++
-			}
-			localSize++
-		}
 	}
-	env := map[string]string{
-		contract.EnvRank: strconv.Itoa(rank), contract.EnvWorldSize: strconv.Itoa(len(u.Workers)),
-		contract.EnvLocalRank: strconv.Itoa(local), contract.EnvLocalWorldSize: strconv.Itoa(localSize),
-		contract.EnvGroupRank: strconv.Itoa(slices.Index(nodes, w.Node)), contract.EnvNodeRank: strconv.Itoa(slices.Index(nodes, w.Node)),
-		contract.EnvMasterAddr: u.Workers[0].Addr, contract.EnvMasterPort: strconv.Itoa(u.Port),
+	env, defaults := contract.WorkerEnv{Rank: rank, WorldSize: len(u.Workers), NodeRank: slices.Index(nodes, w.Node),
+		MasterAddr: u.Workers[0].Addr, MasterPort: u.Port, RunID: contract.RunID(spec.JobID, u.ID)}.Env()
+	maps.Copy(env, map[string]string{
 		contract.EnvUnit: strconv.Itoa(u.ID), contract.EnvTemplate: spec.Group,
-		contract.EnvGPUType: string(w.Type), contract.EnvTotalSteps: strconv.FormatInt(spec.Steps, 10), contract.EnvManagedBy: "hadar-sidecar",
-	}
+		contract.EnvGPUType: string(w.Type), contract.EnvTotalSteps: strconv.FormatInt(spec.Steps, 10), contract.EnvManagedBy: contract.ManagedBySidecar,
+	})
 	if len(w.Models) == 1 {
 		env[contract.EnvGPUModel] = w.Models[0]
 	}
@@ -297,8 +368,22 @@ func worker(t *api.TaskGroup, spec jobspec.Spec, u Unit, rank int) (*api.TaskGro
 		if task.Env == nil {
 			task.Env = map[string]string{}
 		}
-		for k, v := range env {
-			task.Env[k] = v
+		for k, v := range defaults {
+			if _, ok := task.Env[k]; !ok {
+				task.Env[k] = v
+			}
+		}
+		maps.Copy(task.Env, env)
+		if task.Driver != TrainDriver {
+			storage(g, task, spec, u, o)
+		}
+		// Time to checkpoint when Nomad stops the worker.
+		if task.KillSignal == "" {
+			task.KillSignal = DefaultKillSignal
+		}
+		if task.KillTimeout == nil || *task.KillTimeout < o.KillTimeout {
+			kt := o.KillTimeout
+			task.KillTimeout = &kt
 		}
 		if task.Resources == nil {
 			continue
@@ -336,6 +421,67 @@ func worker(t *api.TaskGroup, spec jobspec.Spec, u Unit, rank int) (*api.TaskGro
 		}
 	}
 	return g, nil
+}
+
+// storage gives a task on one of Nomad's own drivers what hadar-train
+// would give it (docs/training-contract.md, "Environment"): its job's ID,
+// the progress file where the sidecar reads it, and its checkpoint (and
+// HadarE merge) directory on shared storage, keyed like hadar-train's:
+// <root>/<namespace>/<job>/<template>/<task>[/copy-<unit>] and
+// <root>/<namespace>/<job>. On raw_exec the roots are host paths from the
+// node's meta; elsewhere host volumes mounted into the task.
+func storage(g *api.TaskGroup, task *api.Task, spec jobspec.Spec, u Unit, o Options) {
+	ns := spec.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	ckptRoot, mergeRoot := "${meta."+o.CheckpointMeta+"}", "${meta."+o.MergeMeta+"}"
+	if task.Driver != RawExecDriver {
+		ckptRoot, mergeRoot = path.Join(o.MountDir, "checkpoints"), path.Join(o.MountDir, "merge")
+		mount(g, task, checkpointVolumeName, o.CheckpointVolume, ckptRoot)
+		if spec.Forkable {
+			mount(g, task, mergeVolumeName, o.MergeVolume, mergeRoot)
+		}
+	}
+	jobDir := []string{element(ns), element(spec.JobID)}
+	ckpt := append([]string{ckptRoot}, jobDir...)
+	ckpt = append(ckpt, element(spec.Group), element(task.Name))
+	if spec.Forkable {
+		// A HadarE copy (a unit) checkpoints on its own: copies hold
+		// different states between merges.
+		ckpt = append(ckpt, "copy-"+strconv.Itoa(u.ID))
+		task.Env[contract.EnvMergeDir] = path.Join(append([]string{mergeRoot}, jobDir...)...)
+		task.Env[contract.EnvCopyIndex] = strconv.Itoa(u.ID)
+	}
+	task.Env[contract.EnvCheckpointDir] = path.Join(ckpt...)
+	task.Env[contract.EnvProgressFile] = "${NOMAD_TASK_DIR}/" + contract.ProgressFileName
+	task.Env[contract.EnvJobID] = spec.JobID
+}
+
+// element is a Nomad name as one element of a storage path
+// (contract.PathElement), with "$" escaped too: Nomad interpolates
+// ${...} in env values.
+func element(name string) string {
+	return strings.ReplaceAll(contract.PathElement(name), "$", "%24")
+}
+
+// mount mounts host volume source read-write at dest in the task, adding
+// it to the group (unless the group has a volume of that name), unless
+// the task mounts something there already.
+func mount(g *api.TaskGroup, task *api.Task, name, source, dest string) {
+	for _, m := range task.VolumeMounts {
+		if m != nil && m.Destination != nil && *m.Destination == dest {
+			return
+		}
+	}
+	if g.Volumes == nil {
+		g.Volumes = map[string]*api.VolumeRequest{}
+	}
+	if _, ok := g.Volumes[name]; !ok {
+		g.Volumes[name] = &api.VolumeRequest{Name: name, Type: "host", Source: source}
+	}
+	vol, d, ro := name, dest, false
+	task.VolumeMounts = append(task.VolumeMounts, &api.VolumeMount{Volume: &vol, Destination: &d, ReadOnly: &ro})
 }
 
 // Units reads the placement written in job: its generated groups, by unit

@@ -2,13 +2,17 @@ package jobform
 
 import (
 	"encoding/json"
+	"maps"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/contract"
+	"github.com/hadar-sched/hadar/driver/confine"
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 )
@@ -102,12 +106,27 @@ func TestPlacedForm(t *testing.T) {
 	if node == nil || node.RTarget != "n2" {
 		t.Fatalf("node constraint %+v, want n2", node)
 	}
+	// The contract's worker environment (its fixture is this worker), the
+	// unit's hadar variables, and the template's own. On hadar-train the
+	// driver sets the paths: the sidecar does not.
 	env := g.Tasks[0].Env
-	want := map[string]string{"LR": "0.1", contract.EnvRank: "2", contract.EnvWorldSize: "3", contract.EnvLocalRank: "0", contract.EnvLocalWorldSize: "1", contract.EnvGroupRank: "1", contract.EnvNodeRank: "1",
-		contract.EnvMasterAddr: "10.0.0.1", contract.EnvMasterPort: "29500", contract.EnvUnit: "0", contract.EnvTemplate: "train", contract.EnvGPUType: "p100",
-		contract.EnvTotalSteps: "5000", contract.EnvManagedBy: "hadar-sidecar"}
+	want := workerEnvFixture(t)
+	maps.Copy(want, map[string]string{"LR": "0.1", contract.EnvUnit: "0", contract.EnvTemplate: "train", contract.EnvGPUType: "p100",
+		contract.EnvTotalSteps: "5000", contract.EnvManagedBy: "hadar-sidecar"})
 	if !reflect.DeepEqual(env, want) {
 		t.Fatalf("env\n got %v\nwant %v", env, want)
+	}
+	// Two workers on n1: each its own process on its own GPU, LOCAL_RANK 0.
+	for _, name := range []string{"train-hadar-u0-w0", "train-hadar-u0-w1"} {
+		e := group(placed, name).Tasks[0].Env
+		if e[contract.EnvLocalRank] != "0" || e[contract.EnvLocalWorldSize] != "1" || e[contract.EnvNodeRank] != "0" || e[contract.EnvGroupRank] != e[contract.EnvRank] {
+			t.Fatalf("%s: LOCAL_RANK %s LOCAL_WORLD_SIZE %s NODE_RANK %s GROUP_RANK %s RANK %s", name, e[contract.EnvLocalRank], e[contract.EnvLocalWorldSize],
+				e[contract.EnvNodeRank], e[contract.EnvGroupRank], e[contract.EnvRank])
+		}
+	}
+	task := g.Tasks[0]
+	if task.KillSignal != DefaultKillSignal || *task.KillTimeout != DefaultKillTimeout || len(g.Volumes) != 0 || len(task.VolumeMounts) != 0 {
+		t.Fatalf("kill %q after %v, volumes %v mounts %v: want SIGTERM, 30s and no storage on hadar-train", task.KillSignal, *task.KillTimeout, g.Volumes, task.VolumeMounts)
 	}
 	dev := g.Tasks[0].Resources.Devices[0]
 	if len(dev.Constraints) != 2 || dev.Constraints[1].LTarget != ModelAttribute || dev.Constraints[1].Operand != "set_contains_any" ||
@@ -252,5 +271,154 @@ func TestGroupNames(t *testing.T) {
 	}
 	if GroupName("x", 3, 4) != "x-hadar-u3-w4" {
 		t.Fatal(GroupName("x", 3, 4))
+	}
+}
+
+// workerEnvFixture is contract/testdata/worker-env.json's environment (the
+// defaults included): worker 2 of unit0 below.
+func workerEnvFixture(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile("../../contract/testdata/worker-env.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx struct {
+		Env, Defaults map[string]string
+	}
+	if err := json.Unmarshal(b, &fx); err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(fx.Env, fx.Defaults)
+	return fx.Env
+}
+
+// jobOn is submitted's job with its task on driver, forkable or not.
+func jobOn(t *testing.T, driver string, forkable bool) (*api.Job, jobspec.Spec) {
+	t.Helper()
+	j, _ := submitted(t)
+	*j.ID = "digits"
+	j.Namespace = new("research")
+	j.Meta["hadar.workers"] = "1"
+	if forkable {
+		j.Meta["hadar.forkable"] = "true"
+	}
+	j.TaskGroups[0].Tasks[0].Driver = driver
+	spec, err := jobspec.Parse(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, spec
+}
+
+// On Nomad's own drivers the sidecar writes what hadar-train would set:
+// the job's ID, the progress file where it reads it, the checkpoint and
+// merge directories on shared storage (host volumes mounted, or on
+// raw_exec the node's own paths), keyed as hadar-train keys them.
+func TestNomadDriversGetTheContract(t *testing.T) {
+	u := Unit{ID: 7, Port: 29600, Workers: []Worker{{Node: "n3", Type: "k80", Models: []string{"Tesla K80"}, Addr: "10.0.0.3"}}}
+	for _, tc := range []struct {
+		driver   string
+		forkable bool
+		env      map[string]string
+		mounts   map[string]string // destination -> volume
+	}{
+		{"exec", false, map[string]string{
+			contract.EnvCheckpointDir: "/hadar/checkpoints/research/digits/train/train",
+		}, map[string]string{"/hadar/checkpoints": "hadar-checkpoints"}},
+		{"docker", true, map[string]string{
+			contract.EnvCheckpointDir: "/hadar/checkpoints/research/digits/train/train/copy-7",
+			contract.EnvMergeDir:      "/hadar/merge/research/digits", contract.EnvCopyIndex: "7",
+		}, map[string]string{"/hadar/checkpoints": "hadar-checkpoints", "/hadar/merge": "hadar-merge"}},
+		{"raw_exec", true, map[string]string{
+			contract.EnvCheckpointDir: "${meta.hadar.checkpoint_root}/research/digits/train/train/copy-7",
+			contract.EnvMergeDir:      "${meta.hadar.merge_root}/research/digits", contract.EnvCopyIndex: "7",
+		}, map[string]string{}},
+	} {
+		t.Run(tc.driver, func(t *testing.T) {
+			j, spec := jobOn(t, tc.driver, tc.forkable)
+			placed, err := Placed(j, spec, []Unit{u})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := group(placed, "train-hadar-u7-w0")
+			task := g.Tasks[0]
+			maps.Copy(tc.env, map[string]string{contract.EnvJobID: "digits", contract.EnvProgressFile: "${NOMAD_TASK_DIR}/hadar-progress.json"})
+			for k, v := range tc.env {
+				if task.Env[k] != v {
+					t.Errorf("env %s = %q, want %q", k, task.Env[k], v)
+				}
+			}
+			if !tc.forkable && (task.Env[contract.EnvMergeDir] != "" || task.Env[contract.EnvCopyIndex] != "") {
+				t.Errorf("a job that is not forkable got merge env %v", task.Env)
+			}
+			mounts := map[string]string{}
+			for _, m := range task.VolumeMounts {
+				mounts[*m.Destination] = *m.Volume
+				if *m.ReadOnly {
+					t.Errorf("mount %s is read-only", *m.Destination)
+				}
+				if v := g.Volumes[*m.Volume]; v == nil || v.Type != "host" || v.Source != *m.Volume {
+					t.Errorf("mount %s: group volume %+v, want host volume %s", *m.Destination, v, *m.Volume)
+				}
+			}
+			if !reflect.DeepEqual(mounts, tc.mounts) || len(g.Volumes) != len(tc.mounts) {
+				t.Errorf("mounts %v, volumes %v; want %v", mounts, g.Volumes, tc.mounts)
+			}
+			if task.KillSignal != "SIGTERM" || *task.KillTimeout != 30*time.Second {
+				t.Errorf("kill %q after %v", task.KillSignal, *task.KillTimeout)
+			}
+			// The template is left as it was.
+			tmpl := group(placed, "train")
+			if len(tmpl.Volumes) != 0 || tmpl.Tasks[0].Env[contract.EnvCheckpointDir] != "" || tmpl.Tasks[0].KillSignal != "" {
+				t.Errorf("the template changed: %s", asJSON(t, tmpl))
+			}
+		})
+	}
+}
+
+// The operator's options, and what the template already says, win.
+func TestStorageOptionsAndTemplateChoices(t *testing.T) {
+	j, spec := jobOn(t, "exec", true)
+	task := j.TaskGroups[0].Tasks[0]
+	long, dest, vol := 60*time.Second, "/hadar/checkpoints", "team-ckpt"
+	task.KillTimeout, task.KillSignal = &long, "SIGUSR1"
+	task.VolumeMounts = []*api.VolumeMount{{Volume: &vol, Destination: &dest}}
+	j.TaskGroups[0].Volumes = map[string]*api.VolumeRequest{"team-ckpt": {Name: "team-ckpt", Type: "host", Source: "team-ckpt"}}
+	task.Env["NCCL_ASYNC_ERROR_HANDLING"] = "0"
+	u := Unit{ID: 2, Port: 29601, Workers: []Worker{{Node: "n3", Type: "k80", Models: []string{"Tesla K80"}, Addr: "10.0.0.3"}}}
+	placed, err := PlacedWith(j, spec, []Unit{u}, Options{MountDir: "/hadar", MergeVolume: "nfs-merge", KillTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := group(placed, "train-hadar-u2-w0")
+	pt := g.Tasks[0]
+	if pt.KillSignal != "SIGUSR1" || *pt.KillTimeout != long {
+		t.Errorf("kill %q after %v: the template's signal and longer timeout stand", pt.KillSignal, *pt.KillTimeout)
+	}
+	if pt.Env["NCCL_ASYNC_ERROR_HANDLING"] != "0" {
+		t.Errorf("the task's own NCCL_ASYNC_ERROR_HANDLING was overwritten")
+	}
+	// The template mounts its own volume at the checkpoint mount point:
+	// that one is used; the merge volume is the operator's.
+	if len(pt.VolumeMounts) != 2 || *pt.VolumeMounts[0].Volume != "team-ckpt" || *pt.VolumeMounts[1].Volume != "hadar-merge" ||
+		g.Volumes["hadar-merge"].Source != "nfs-merge" || g.Volumes[checkpointVolumeName] != nil {
+		t.Errorf("mounts %s, volumes %s", asJSON(t, pt.VolumeMounts), asJSON(t, g.Volumes))
+	}
+}
+
+// The storage layout's path elements are hadar-train's (confine.Element),
+// with "$" kept out of Nomad's interpolation.
+func TestPathElementsAreTheDrivers(t *testing.T) {
+	for _, name := range []string{"digits", "a/b", "..", ".hidden", "50%", "x-y_z.1"} {
+		want, err := confine.Element(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := element(name); got != want {
+			t.Errorf("%q: %q, the driver's %q", name, got, want)
+		}
+	}
+	if got := element("${attr.x}"); strings.Contains(got, "$") {
+		t.Errorf("%q keeps a $", got)
 	}
 }

@@ -1,7 +1,6 @@
 package run
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,9 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/hadar-sched/hadar/trainer"
 
@@ -165,11 +161,15 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 	return &c, nil
 }
 
-// checkpointName is the file name of the checkpoint after local step n.
-func checkpointName(n int64) string { return fmt.Sprintf("ckpt-%d.json", n) }
+// checkpointExt is the format of the trainer's checkpoints in the
+// contract's names (ckpt-<local steps>.json).
+const checkpointExt = "json"
 
-// listCheckpoints returns the checkpoint files in dir, newest (highest
-// local step) first. A missing directory has none.
+// checkpointName is the file name of the checkpoint after local step n.
+func checkpointName(n int64) string { return contract.CheckpointName(n, checkpointExt) }
+
+// listCheckpoints returns the trainer's checkpoint files in dir, newest
+// (highest local step) first. A missing directory has none.
 func listCheckpoints(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
@@ -178,27 +178,15 @@ func listCheckpoints(dir string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint dir: %w", err)
 	}
-	type ck struct {
-		n    int64
-		path string
-	}
-	var cks []ck
+	var names []string
 	for _, e := range entries {
-		num, ok := strings.CutPrefix(e.Name(), "ckpt-")
-		if !ok || e.IsDir() {
-			continue
+		if !e.IsDir() {
+			names = append(names, e.Name())
 		}
-		num, ok = strings.CutSuffix(num, ".json")
-		n, err := strconv.ParseInt(num, 10, 64)
-		if !ok || err != nil || n < 0 {
-			continue
-		}
-		cks = append(cks, ck{n, filepath.Join(dir, e.Name())})
 	}
-	slices.SortFunc(cks, func(a, b ck) int { return cmp.Compare(b.n, a.n) })
-	out := make([]string, len(cks))
-	for i, c := range cks {
-		out[i] = c.path
+	out := contract.Checkpoints(names, checkpointExt)
+	for i, n := range out {
+		out[i] = filepath.Join(dir, n)
 	}
 	return out, nil
 }
@@ -216,48 +204,19 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 	return c, nil
 }
 
-// mergeFileVersion is bumped when the merge directory's files change
-// incompatibly. Version 2: membership (heartbeats, closed rounds).
-const mergeFileVersion = 2
+// The merge directory's files are the contract's (contract/merge.go).
+type (
+	MergeFile    = contract.MergeFile
+	Merged       = contract.Merged
+	Member       = contract.Member
+	Contribution = contract.Contribution
+)
 
-// MergeFile is what a copy writes to round-<r>/copy-<i>.json: its
-// parameters and the steps it did since the last merge (the merge weight).
-type MergeFile struct {
-	Version   int    `json:"version"`
-	JobID     string `json:"job_id"`
-	Round     int    `json:"round"`
-	CopyIndex int    `json:"copy_index"`
-	// Copies is the declared number of copies (HADAR_COPIES); 1 when the
-	// copies are dynamic.
-	Copies int   `json:"copies"`
-	Steps  int64 `json:"steps"`
-	// MergeEvery is the copy's steps per round, which the round's closer
-	// uses to size the next round.
-	MergeEvery int `json:"merge_every"`
-	// Leaving: the copy was stopped mid-round; these are its last steps.
-	Leaving bool           `json:"leaving,omitempty"`
-	Params  trainer.Params `json:"params"`
-}
-
-// Validate checks a merge file read from the shared directory.
-func (m *MergeFile) Validate() error {
-	switch {
-	case m.Version != mergeFileVersion:
-		return fmt.Errorf("field \"version\": want %d, got %d; all copies must run the same hadar-trainer", mergeFileVersion, m.Version)
-	case m.Round < 1:
-		return fmt.Errorf("field \"round\": want >= 1, got %d", m.Round)
-	case m.Copies < 1 || m.CopyIndex < 0 || (m.Copies > 1 && m.CopyIndex >= m.Copies):
-		return fmt.Errorf("fields \"copy_index\" %d, \"copies\" %d: want copies >= 1, copy_index >= 0, and copy_index < copies when copies > 1", m.CopyIndex, m.Copies)
-	case m.Steps < 0:
-		return fmt.Errorf("field \"steps\": want >= 0, got %d", m.Steps)
-	case m.MergeEvery < 0:
-		return fmt.Errorf("field \"merge_every\": want >= 0, got %d", m.MergeEvery)
-	}
-	if err := m.Params.Validate(); err != nil {
-		return fmt.Errorf("field \"params\": %w", err)
-	}
-	return nil
-}
+// Heartbeat states of a copy that is gone.
+const (
+	MemberLeaving = contract.MemberLeaving
+	MemberDone    = contract.MemberDone
+)
 
 // EncodeMergeFile serializes m as JSON.
 func EncodeMergeFile(m *MergeFile) ([]byte, error) {
@@ -270,90 +229,11 @@ func EncodeMergeFile(m *MergeFile) ([]byte, error) {
 
 // DecodeMergeFile parses and validates a merge file written by another
 // process.
-func DecodeMergeFile(b []byte) (*MergeFile, error) {
-	var m MergeFile
-	if err := trainer.DecodeStrict(b, &m); err != nil {
-		return nil, err
-	}
-	if err := m.Validate(); err != nil {
-		return nil, err
-	}
-	return &m, nil
-}
-
-// Merged is a closed round, round-<r>/merged.json: the parameters every
-// copy adopts, the job's steps after the round, who took part, and the
-// steps each member is to do in the next round. Exactly one is written per
-// round (the first copy to close it wins; the others adopt it), so every
-// copy holds the same parameters and the same count of the job's steps.
-// Round 0 is the start: the initial parameters and no steps.
-type Merged struct {
-	Version    int            `json:"version"`
-	JobID      string         `json:"job_id"`
-	Round      int            `json:"round"`
-	TotalSteps int64          `json:"total_steps"`
-	StepsDone  int64          `json:"steps_done"` // the job's steps after this round
-	Members    []Contribution `json:"members"`    // the copies merged, by copy
-	// Targets are the members of the next round and their steps in it;
-	// Steps 0 means "your own merge-every" (a declared copy not seen yet).
-	Targets  []Contribution `json:"targets"`
-	Done     bool           `json:"done"` // the job's total is reached
-	ClosedBy int            `json:"closed_by"`
-	Closed   time.Time      `json:"closed"`
-	Params   trainer.Params `json:"params"`
-}
-
-// Contribution is one copy's steps in a round.
-type Contribution struct {
-	Copy    int   `json:"copy"`
-	Steps   int64 `json:"steps"`
-	Leaving bool  `json:"leaving,omitempty"`
-}
-
-// Target returns copy's steps in the next round; ok is false when it is
-// not a member of it.
-func (m *Merged) Target(copyIndex int) (steps int64, ok bool) {
-	for _, t := range m.Targets {
-		if t.Copy == copyIndex {
-			return t.Steps, true
-		}
-	}
-	return 0, false
-}
-
-// Validate checks a closed round read from the shared directory.
-func (m *Merged) Validate() error {
-	switch {
-	case m.Version != mergeFileVersion:
-		return fmt.Errorf("field \"version\": want %d, got %d; all copies must run the same hadar-trainer", mergeFileVersion, m.Version)
-	case m.Round < 0:
-		return fmt.Errorf("field \"round\": want >= 0, got %d", m.Round)
-	case m.TotalSteps < 1 || m.StepsDone < 0 || m.StepsDone > m.TotalSteps:
-		return fmt.Errorf("fields \"steps_done\" %d, \"total_steps\" %d: want 0 <= steps_done <= total_steps", m.StepsDone, m.TotalSteps)
-	}
-	for _, c := range append(slices.Clone(m.Members), m.Targets...) {
-		if c.Copy < 0 || c.Steps < 0 {
-			return fmt.Errorf("members and targets: copy %d with %d steps; want both >= 0", c.Copy, c.Steps)
-		}
-	}
-	if err := m.Params.Validate(); err != nil {
-		return fmt.Errorf("field \"params\": %w", err)
-	}
-	return nil
-}
+func DecodeMergeFile(b []byte) (*MergeFile, error) { return contract.ParseMergeFile(b) }
 
 // DecodeMerged parses and validates a closed round written by another
 // process.
-func DecodeMerged(b []byte) (*Merged, error) {
-	var m Merged
-	if err := trainer.DecodeStrict(b, &m); err != nil {
-		return nil, err
-	}
-	if err := m.Validate(); err != nil {
-		return nil, err
-	}
-	return &m, nil
-}
+func DecodeMerged(b []byte) (*Merged, error) { return contract.ParseMerged(b) }
 
 // ReadMerged reads and validates a closed round.
 func ReadMerged(path string) (*Merged, error) {
@@ -361,32 +241,12 @@ func ReadMerged(path string) (*Merged, error) {
 	if err != nil {
 		return nil, fmt.Errorf("merged round: %w", err)
 	}
-	m, err := DecodeMerged(b)
+	m, err := contract.ParseMerged(b)
 	if err != nil {
 		return nil, fmt.Errorf("merged round %s: %w", path, err)
 	}
 	return m, nil
 }
-
-// Member is a copy's heartbeat, members/copy-<i>.json, rewritten every
-// second while the copy lives: how the others know who is there.
-type Member struct {
-	Version    int       `json:"version"`
-	JobID      string    `json:"job_id"`
-	Copy       int       `json:"copy"`
-	State      string    `json:"state"` // joining, running, merging, leaving, done
-	Round      int       `json:"round"` // the round it works on (joining: the one it waits for)
-	MergeEvery int       `json:"merge_every"`
-	Host       string    `json:"host"`
-	PID        int       `json:"pid"`
-	Updated    time.Time `json:"updated"`
-}
-
-// Member states that mean the copy is gone for good.
-const (
-	MemberLeaving = "leaving"
-	MemberDone    = "done"
-)
 
 // readMember reads a heartbeat; a missing one is (nil, nil).
 func readMember(path string) (*Member, error) {
@@ -397,31 +257,15 @@ func readMember(path string) (*Member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat: %w", err)
 	}
-	var m Member
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("heartbeat %s: %w", path, err)
+	m, err := contract.ParseMember(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &m, nil
-}
-
-// Paths in the merge directory.
-func roundDir(dir string, round int) string {
-	return filepath.Join(dir, fmt.Sprintf("round-%d", round))
-}
-
-// mergePath is where copy i writes its parameters for round r.
-func mergePath(dir string, round, copyIndex int) string {
-	return filepath.Join(roundDir(dir, round), fmt.Sprintf("copy-%d.json", copyIndex))
+	return m, nil
 }
 
 // MergedPath is where round r's closed result is.
-func MergedPath(dir string, round int) string {
-	return filepath.Join(roundDir(dir, round), "merged.json")
-}
-
-func memberPath(dir string, copyIndex int) string {
-	return filepath.Join(dir, "members", fmt.Sprintf("copy-%d.json", copyIndex))
-}
+func MergedPath(dir string, round int) string { return contract.MergedPath(dir, round) }
 
 // MergedRounds lists the rounds of dir that have a merged.json, ascending.
 func MergedRounds(dir string) ([]int, error) {
@@ -434,12 +278,8 @@ func MergedRounds(dir string) ([]int, error) {
 	}
 	var out []int
 	for _, e := range entries {
-		num, ok := strings.CutPrefix(e.Name(), "round-")
+		r, ok := contract.ParseRoundDir(e.Name())
 		if !ok || !e.IsDir() {
-			continue
-		}
-		r, err := strconv.Atoi(num)
-		if err != nil || r < 0 {
 			continue
 		}
 		if _, err := os.Stat(MergedPath(dir, r)); err == nil {

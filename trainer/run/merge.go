@@ -10,8 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,14 +18,15 @@ import (
 	"github.com/hadar-sched/hadar/contract"
 )
 
-// HadarE merging by membership (docs/trainer.md, "HadarE in the
-// process"). The copies of a job share one merge directory:
+// HadarE merging by membership (docs/training-contract.md, "HadarE
+// membership and merge"; the files are contract/merge.go's). The copies
+// of a job share one merge directory:
 //
 //	members/copy-<i>.json   each copy's heartbeat, rewritten every second
-//	round-<r>/copy-<i>.json copy i's parameters and steps of round r
-//	round-<r>/merged.json   round r closed: the merged parameters, the
-//	                        job's steps, who took part, and who takes
-//	                        part in round r+1 with how many steps
+//	round-<r>/copy-<i>.json copy i's model state and steps of round r
+//	round-<r>/merged.json   round r closed: the merged state, the job's
+//	                        steps, who took part, and who takes part in
+//	                        round r+1 with how many steps
 //
 // Round 0 is the start (the initial parameters, no steps), written by the
 // first copy. A copy listed in round r's targets trains its steps of round
@@ -60,6 +59,7 @@ type membership struct {
 	hb         *heartbeat
 	mergeEvery int            // this copy's steps per round
 	init       trainer.Params // round 0's parameters
+	initState  contract.State // the same, as the contract's state
 }
 
 // heartbeat keeps members/copy-<i>.json fresh while the copy lives.
@@ -134,13 +134,17 @@ func (h *heartbeat) stop(state string) {
 // join announces this copy in the merge directory and returns the newest
 // closed round (creating round 0 if there is none).
 func join(o Options, log *slog.Logger, mergeEvery int, init trainer.Params) (*membership, *Merged, error) {
-	m := &membership{dir: o.MergeDir, o: o, self: o.CopyIndex, log: log, mergeEvery: mergeEvery, init: init}
+	initState, err := StateOf(init)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hadare: %w", err)
+	}
+	m := &membership{dir: o.MergeDir, o: o, self: o.CopyIndex, log: log, mergeEvery: mergeEvery, init: init, initState: initState}
 	host, _ := os.Hostname()
 	every := o.heartbeatEvery
 	if every <= 0 {
 		every = time.Second
 	}
-	hb, err := startHeartbeat(memberPath(m.dir, m.self), Member{Version: mergeFileVersion, JobID: o.JobID, Copy: m.self, State: contract.StateJoining,
+	hb, err := startHeartbeat(contract.MemberPath(m.dir, m.self), Member{Version: contract.MergeVersion, JobID: o.JobID, Copy: m.self, State: contract.StateJoining,
 		MergeEvery: mergeEvery, Host: host, PID: os.Getpid()}, every, log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("hadare: announce copy %d in %s: %w", m.self, m.dir, err)
@@ -185,9 +189,10 @@ func (m *membership) compatible(mg *Merged) error {
 		return fmt.Errorf("field \"job_id\": %q, this copy runs %q; give every job its own merge directory", mg.JobID, m.o.JobID)
 	case mg.TotalSteps != int64(m.o.Steps):
 		return fmt.Errorf("field \"total_steps\": %d, this copy runs %d steps; all copies must be given the same HADAR_TOTAL_STEPS", mg.TotalSteps, m.o.Steps)
-	case !mg.Params.SameShape(m.init):
-		return fmt.Errorf("field \"params\": shape %s/%d/%d/%d differs from this copy's %s/%d/%d/%d; all copies must run the same model",
-			mg.Params.Model, mg.Params.Dim, mg.Params.Hidden, mg.Params.Classes, m.init.Model, m.init.Dim, m.init.Hidden, m.init.Classes)
+	}
+	if err := m.initState.SameLayout(mg.State); err != nil {
+		return fmt.Errorf("field \"state\": %w; this copy runs model %s with dim %d hidden %d classes %d, and all copies must run the same model",
+			err, m.init.Model, m.init.Dim, m.init.Hidden, m.init.Classes)
 	}
 	return nil
 }
@@ -195,89 +200,42 @@ func (m *membership) compatible(mg *Merged) error {
 // genesis writes round 0: the initial parameters, and as members of round
 // 1 the declared copies (HADAR_COPIES) and those announced so far.
 func (m *membership) genesis() (*Merged, error) {
-	var cands []candidate
+	var cands []contract.Candidate
 	if m.o.Copies > 1 {
 		for i := range m.o.Copies {
-			cands = append(cands, candidate{copy: i})
+			cands = append(cands, contract.Candidate{Copy: i})
 		}
 	}
-	cands = m.withJoiners(cands)
-	mg := &Merged{Version: mergeFileVersion, JobID: m.o.JobID, Round: 0, TotalSteps: int64(m.o.Steps), Members: []Contribution{},
-		Targets: m.targets(int64(m.o.Steps), cands), ClosedBy: m.self, Closed: time.Now().UTC(), Params: m.init}
+	for _, j := range m.joiners() {
+		if i := slices.IndexFunc(cands, func(c contract.Candidate) bool { return c.Copy == j.Copy }); i >= 0 {
+			cands[i].MergeEvery = j.MergeEvery
+		} else {
+			cands = append(cands, j)
+		}
+	}
+	slices.SortFunc(cands, func(a, b contract.Candidate) int { return a.Copy - b.Copy })
+	mg := &Merged{Version: contract.MergeVersion, JobID: m.o.JobID, Round: 0, TotalSteps: int64(m.o.Steps), Members: []Contribution{},
+		Targets: contract.NextTargets(int64(m.o.Steps), cands, m.mergeEvery), ClosedBy: m.self, Closed: time.Now().UTC(), State: m.initState}
 	return m.publish(mg)
 }
 
-// candidate is a copy that may take part in the next round, with its
-// steps per round (0: not known yet).
-type candidate struct {
-	copy       int
-	mergeEvery int
-}
-
-// withJoiners adds the copies whose fresh heartbeats say they wait to
-// join.
-func (m *membership) withJoiners(cands []candidate) []candidate {
+// joiners are the copies whose fresh heartbeats say they wait to join.
+func (m *membership) joiners() []contract.Candidate {
 	entries, err := os.ReadDir(filepath.Join(m.dir, "members"))
 	if err != nil {
-		return cands
+		return nil
 	}
+	var out []contract.Candidate
 	for _, e := range entries {
-		num, ok := strings.CutPrefix(e.Name(), "copy-")
-		num, ok2 := strings.CutSuffix(num, ".json")
-		c, err := strconv.Atoi(num)
-		if !ok || !ok2 || err != nil {
+		c, ok := contract.ParseCopyName(e.Name())
+		if !ok {
 			continue
 		}
 		hb, err := readMember(filepath.Join(m.dir, "members", e.Name()))
 		if err != nil || hb == nil || hb.JobID != m.o.JobID || hb.State != contract.StateJoining || m.stale(hb) {
 			continue
 		}
-		if i := slices.IndexFunc(cands, func(x candidate) bool { return x.copy == c }); i >= 0 {
-			cands[i].mergeEvery = hb.MergeEvery
-			continue
-		}
-		cands = append(cands, candidate{copy: c, mergeEvery: hb.MergeEvery})
-	}
-	slices.SortFunc(cands, func(a, b candidate) int { return a.copy - b.copy })
-	return cands
-}
-
-// targets sizes the next round: every member does its merge-every, unless
-// that would pass the job's total; then the remaining steps are shared in
-// proportion to the members' merge-every (their speeds, when merge-every
-// is proportional to the pace), so the steps sum exactly to the total. A
-// member whose merge-every is unknown is sized like this copy for the
-// share, and told "its own merge-every" (0) otherwise.
-func (m *membership) targets(remaining int64, cands []candidate) []Contribution {
-	if remaining <= 0 || len(cands) == 0 {
-		return []Contribution{}
-	}
-	est := make([]float64, len(cands))
-	var sum int64
-	for i, c := range cands {
-		e := c.mergeEvery
-		if e <= 0 {
-			e = m.mergeEvery
-		}
-		est[i] = float64(e)
-		sum += int64(e)
-	}
-	out := make([]Contribution, 0, len(cands))
-	if sum <= remaining {
-		for _, c := range cands {
-			out = append(out, Contribution{Copy: c.copy, Steps: int64(c.mergeEvery)})
-		}
-		return out
-	}
-	shares, err := trainer.Allocate(int(remaining), est)
-	if err != nil {
-		// Unreachable with positive estimates; fall back to one member.
-		return []Contribution{{Copy: cands[0].copy, Steps: remaining}}
-	}
-	for i, c := range cands {
-		if shares[i] > 0 {
-			out = append(out, Contribution{Copy: c.copy, Steps: int64(shares[i])})
-		}
+		out = append(out, contract.Candidate{Copy: c, MergeEvery: hb.MergeEvery})
 	}
 	return out
 }
@@ -312,13 +270,17 @@ func (m *membership) publish(mg *Merged) (*Merged, error) {
 // contribute writes this copy's file of round r.
 func (m *membership) contribute(r int, steps int64, params trainer.Params, leaving bool) error {
 	copies := max(m.o.Copies, 1)
-	f := &MergeFile{Version: mergeFileVersion, JobID: m.o.JobID, Round: r, CopyIndex: m.self, Copies: copies, Steps: steps,
-		MergeEvery: m.mergeEvery, Leaving: leaving, Params: params}
+	state, err := StateOf(params)
+	if err != nil {
+		return fmt.Errorf("hadare: merge round %d: %w", r, err)
+	}
+	f := &MergeFile{Version: contract.MergeVersion, JobID: m.o.JobID, Round: r, CopyIndex: m.self, Copies: copies, Steps: steps,
+		MergeEvery: m.mergeEvery, Leaving: leaving, State: state}
 	b, err := EncodeMergeFile(f)
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(mergePath(m.dir, r, m.self), b); err != nil {
+	if err := writeFileAtomic(contract.CopyPath(m.dir, r, m.self), b); err != nil {
 		return fmt.Errorf("hadare: merge round %d: %w", r, err)
 	}
 	return nil
@@ -330,7 +292,7 @@ func (m *membership) contribute(r int, steps int64, params trainer.Params, leavi
 func (m *membership) roundState(r int, base *Merged) (files map[int]*MergeFile, waiting []int) {
 	files = map[int]*MergeFile{}
 	for _, t := range base.Targets {
-		path := mergePath(m.dir, r, t.Copy)
+		path := contract.CopyPath(m.dir, r, t.Copy)
 		raw, err := os.ReadFile(path)
 		if err == nil {
 			f, err := DecodeMergeFile(raw)
@@ -349,7 +311,7 @@ func (m *membership) roundState(r int, base *Merged) (files map[int]*MergeFile, 
 			m.log.Warn("hadare: skipping an unreadable copy file", "path", path, "err", err)
 			continue
 		}
-		hb, err := readMember(memberPath(m.dir, t.Copy))
+		hb, err := readMember(contract.MemberPath(m.dir, t.Copy))
 		switch {
 		case err != nil:
 			// Torn heartbeat: look again at the next poll.
@@ -357,7 +319,7 @@ func (m *membership) roundState(r int, base *Merged) (files map[int]*MergeFile, 
 		case hb == nil:
 			// Declared but not started: waited for, up to the timeout.
 			waiting = append(waiting, t.Copy)
-		case hb.State == MemberLeaving || hb.State == MemberDone || m.stale(hb):
+		case hb.Gone() || m.stale(hb):
 			// Gone without a contribution.
 		default:
 			waiting = append(waiting, t.Copy)
@@ -373,47 +335,29 @@ func (m *membership) checkFile(f *MergeFile, r, copyIndex int, base *Merged) err
 		return fmt.Errorf("field \"job_id\": %q, this copy runs %q; give every job its own merge dir", f.JobID, m.o.JobID)
 	case f.Round != r || f.CopyIndex != copyIndex:
 		return fmt.Errorf("fields \"round\" %d, \"copy_index\" %d do not match the file's path (round %d, copy %d)", f.Round, f.CopyIndex, r, copyIndex)
-	case !f.Params.SameShape(base.Params):
-		return fmt.Errorf("field \"params\": shape %s/%d/%d/%d differs from the job's %s/%d/%d/%d; all copies must run the same model",
-			f.Params.Model, f.Params.Dim, f.Params.Hidden, f.Params.Classes, base.Params.Model, base.Params.Dim, base.Params.Hidden, base.Params.Classes)
+	}
+	if err := base.State.SameLayout(f.State); err != nil {
+		return fmt.Errorf("field \"state\": %w; all copies must run the same model", err)
 	}
 	return nil
 }
 
-// close closes round r (base is round r-1) with the files present.
+// close closes round r (base is round r-1) with the files present, as
+// the contract says (contract.Close).
 func (m *membership) close(r int, base *Merged, files map[int]*MergeFile) (*Merged, error) {
-	ids := slices.Sorted(maps.Keys(files))
-	params := make([]trainer.Params, 0, len(ids))
-	weights := make([]float64, 0, len(ids))
+	list := make([]*MergeFile, 0, len(files))
 	var steps int64
-	members := []Contribution{}
-	var cands []candidate
-	for _, id := range ids {
-		f := files[id]
-		params, weights = append(params, f.Params), append(weights, float64(f.Steps))
-		steps += f.Steps
-		members = append(members, Contribution{Copy: id, Steps: f.Steps, Leaving: f.Leaving})
-		if !f.Leaving {
-			cands = append(cands, candidate{copy: id, mergeEvery: f.MergeEvery})
-		}
+	for _, id := range slices.Sorted(maps.Keys(files)) {
+		list = append(list, files[id])
+		steps += files[id].Steps
 	}
-	merged := base.Params
-	if len(params) > 0 {
-		var err error
-		if merged, err = trainer.Merge(params, weights); err != nil {
-			return nil, fmt.Errorf("hadare: merge round %d: %w", r, err)
-		}
-	}
-	done := base.StepsDone + steps
-	if done > base.TotalSteps {
+	if base.StepsDone+steps > base.TotalSteps {
 		// Only copies that disagree about a round's members can get here.
-		m.log.Warn("hadare: the round's steps pass the job's total; counting the total", "round", r, "steps", done, "total", base.TotalSteps)
-		done = base.TotalSteps
+		m.log.Warn("hadare: the round's steps pass the job's total; counting the total", "round", r, "steps", base.StepsDone+steps, "total", base.TotalSteps)
 	}
-	mg := &Merged{Version: mergeFileVersion, JobID: m.o.JobID, Round: r, TotalSteps: base.TotalSteps, StepsDone: done,
-		Members: members, Targets: []Contribution{}, Done: done >= base.TotalSteps, ClosedBy: m.self, Closed: time.Now().UTC(), Params: merged}
-	if !mg.Done {
-		mg.Targets = m.targets(base.TotalSteps-done, m.withJoiners(cands))
+	mg, err := contract.Close(base, list, m.joiners(), m.self, m.mergeEvery, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("hadare: %w", err)
 	}
 	return m.publish(mg)
 }

@@ -149,7 +149,11 @@ func TestCopiesComeAndGo(t *testing.T) {
 			together, left, local3, outA.LocalSteps, local7, outB.LocalSteps, local3+local7, total)
 	}
 	last := rounds[len(rounds)-1]
-	if !slices.Equal(outA.Params.W, last.Params.W) {
+	lastParams, err := ParamsOf(last.State, outA.Params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(outA.Params.W, lastParams.W) {
 		t.Fatal("copy 3 ended with other parameters than the last merged round")
 	}
 	single, _ := runToEnd(t, context.Background(), testOptions(t, t.TempDir(), nil, "--steps", strconv.Itoa(total)))

@@ -105,7 +105,7 @@ func ParseTrainArgs(args []string, getenv func(string) string, usage io.Writer) 
 	fs.IntVar(&o.WorldSize, "world-size", 1, "workers in the unit (env WORLD_SIZE)")
 	fs.StringVar(&o.MasterAddr, "master-addr", "", "rank 0's address, where the other ranks join (env MASTER_ADDR)")
 	fs.IntVar(&o.MasterPort, "master-port", 0, "rank 0's rendezvous port (env MASTER_PORT)")
-	fs.IntVar(&o.NodeRank, "node-rank", -1, "this worker's node in the unit (env GROUP_RANK, else NODE_RANK); -1: tell nodes apart by host name")
+	fs.IntVar(&o.NodeRank, "node-rank", -1, "this worker's node in the unit (env NODE_RANK, else GROUP_RANK); -1: tell nodes apart by host name")
 	fs.StringVar(&o.GPUModel, "gpu-model", "", "the GPU model, reported at the rendezvous (env HADAR_GPU_MODEL)")
 	fs.Float64Var(&o.SpreadStepsPerSec, "spread-steps-per-sec", 0, "emulated pace when the unit spans several nodes; 0: --steps-per-sec (env HADAR_SPREAD_STEPS_PER_SEC)")
 	fs.IntVar(&o.SyncEvery, "sync-every", 0, "distributed: steps between barriers; 0: about a quarter second at the unit's pace")
@@ -130,7 +130,7 @@ func ParseTrainArgs(args []string, getenv func(string) string, usage io.Writer) 
 		{contract.EnvCopies, "copies"},
 		{contract.EnvMergeDir, "merge-dir"},
 		{contract.EnvMergeEvery, "merge-every"},
-		{"HADAR_MERGE_INTERVAL", "merge-interval"},
+		{contract.EnvMergeInterval, "merge-interval"},
 		{contract.EnvUnit, "unit"},
 		{contract.EnvGPUModel, "gpu-model"},
 		{contract.EnvSpreadStepsPerSec, "spread-steps-per-sec"},
@@ -139,8 +139,11 @@ func ParseTrainArgs(args []string, getenv func(string) string, usage io.Writer) 
 		{contract.EnvWorldSize, "world-size"},
 		{contract.EnvMasterAddr, "master-addr"},
 		{contract.EnvMasterPort, "master-port"},
-		{contract.EnvGroupRank, "node-rank"},
+		// NODE_RANK is hadar's node index (the sidecar sets it; GROUP_RANK
+		// is then the worker's own, one GPU per torchrun "node"); under
+		// torchrun itself GROUP_RANK is the node's.
 		{contract.EnvNodeRank, "node-rank"},
+		{contract.EnvGroupRank, "node-rank"},
 	}
 	explicit := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })

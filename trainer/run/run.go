@@ -393,7 +393,11 @@ func (p *process) adoptStart(latest *Merged) error {
 // adopt takes a closed round's parameters and the job's steps. mine is
 // the round this copy contributed to (-1: none).
 func (p *process) adopt(mg *Merged, mine int) error {
-	if err := p.sgd.SetParams(mg.Params); err != nil {
+	params, err := ParamsOf(mg.State, p.init)
+	if err != nil {
+		return fmt.Errorf("hadare: round %d: %w", mg.Round, err)
+	}
+	if err := p.sgd.SetParams(params); err != nil {
 		return fmt.Errorf("hadare: round %d: %w", mg.Round, err)
 	}
 	if mine >= 0 {

@@ -234,7 +234,7 @@ func TestCopiesMergeThroughDirectory(t *testing.T) {
 				t.Errorf("merged copies acc %.4f loss %.4f not within 1.5 pp / 15%% of the single job's %.4f / %.4f",
 					he.Accuracy, he.Loss, single.Test.Accuracy, single.Test.Loss)
 			}
-			if _, err := os.Stat(mergePath(mergeDir, tt.wantMerges, 2)); err != nil {
+			if _, err := os.Stat(contract.CopyPath(mergeDir, tt.wantMerges, 2)); err != nil {
 				t.Errorf("last round's file of copy 2: %v", err)
 			}
 		})
@@ -385,7 +385,7 @@ func FuzzDecodeMergeFile(f *testing.F) {
 		if err := m.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := trainer.Merge([]trainer.Params{m.Params, m.Params}, []float64{float64(m.Steps), 1}); err != nil {
+		if _, err := contract.MergeStates([]contract.State{m.State, m.State}, []float64{float64(m.Steps), 1}); err != nil {
 			t.Fatalf("an accepted merge file cannot be merged: %v", err)
 		}
 	})

@@ -1,0 +1,76 @@
+# A PyTorch DDP job on Nomad's own exec driver: two workers, one GPU each,
+# started together (hadar.gang, the default for more than one worker). The
+# script is the Python library's DDP example (python/hadar_train): it joins
+# its unit through the environment the sidecar writes (torchrun's variables:
+# one process per GPU, LOCAL_RANK 0), stops with the unit on SIGTERM with a
+# checkpoint from rank 0, and resumes from it (docs/pytorch.md).
+#
+# On exec the sidecar also gives each worker what hadar-train would: the
+# job's ID, the progress file in its task directory, and its checkpoint
+# directory on the client host volume "hadar-checkpoints", which it mounts
+# at /hadar/checkpoints (docs/training-contract.md, "Where things are").
+# The clients need Debian's python3-torch (or torch from pip) and the
+# library (pip install ./python): exec's chroot copies /usr.
+#
+#   nomad job run jobspecs/pytorch-exec.nomad.hcl
+
+variable "python" {
+  type        = string
+  description = "The Python interpreter with torch and hadar_train on the client nodes."
+  default     = "/usr/bin/python3"
+}
+
+variable "steps" {
+  type        = number
+  description = "Training steps of the job (of the whole job, not per worker)."
+  default     = 2000
+}
+
+job "pytorch-exec" {
+  type = "batch"
+
+  meta = {
+    "hadar.throughput" = "v100=40,p100=20,k80=10"
+    "hadar.steps"      = "${var.steps}"
+    "hadar.workers"    = "2"
+  }
+
+  constraint {
+    attribute = "${meta.hadar.gate}"
+    value     = "waiting-for-hadar"
+  }
+
+  # The template: hadar runs it as one generated group per worker.
+  group "train" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+
+    task "trainer" {
+      driver = "exec"
+
+      config {
+        command = var.python
+        args    = ["-m", "hadar_train.examples.ddp", "--checkpoint-every", "500"]
+      }
+
+      env {
+        OMP_NUM_THREADS = "1"
+      }
+
+      resources {
+        cpu    = 500
+        memory = 2048
+
+        device "nvidia/gpu" {
+          count = 1
+        }
+      }
+    }
+  }
+}
