@@ -29,6 +29,7 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/feasible"
+	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/state"
 	"github.com/hadar-sched/hadar/sidecar/watch"
@@ -193,7 +194,9 @@ func New(cfg config.Settings, client *api.Client, logger hclog.Logger) (*Agent, 
 	if a.lock, err = newLock(cfg, client, a.id, a); err != nil {
 		return nil, err
 	}
-	acfg := apply.Config{GangTimeout: cfg.GangTimeoutD, StopTimeout: cfg.StopTimeoutD, DryRun: cfg.DryRun, Logger: logger.Named("apply"), Journal: a.fence, Guard: a.guard}
+	acfg := apply.Config{GangTimeout: cfg.GangTimeoutD, StopTimeout: cfg.StopTimeoutD, DryRun: cfg.DryRun, Logger: logger.Named("apply"), Journal: a.fence, Guard: a.guard,
+		Form: jobform.Options{CheckpointVolume: cfg.Storage.CheckpointVolume, MergeVolume: cfg.Storage.MergeVolume, MountDir: cfg.Storage.MountDir,
+			CheckpointMeta: cfg.Storage.CheckpointMeta, MergeMeta: cfg.Storage.MergeMeta, KillTimeout: cfg.StorageKillTimeoutD}}
 	a.applier = apply.New(client.Jobs(), acfg)
 	return a, nil
 }

@@ -85,6 +85,10 @@ type Config struct {
 	// false) and after it succeeded (applied true, with the job's new
 	// index). A write whose intent cannot be recorded is not made.
 	Journal func(ctx context.Context, w Write) error
+	// Form is how generated worker groups are written: the storage and
+	// kill timeout of tasks on Nomad's own drivers (zero: jobform's
+	// defaults).
+	Form jobform.Options
 	// Guard, when set, is asked right before each registration goes out
 	// (after the plan and the journal, which may take a while): a write
 	// it refuses is not made. The sidecar's checks its leader lease here.
@@ -454,7 +458,7 @@ func (a *Applier) writeRead(ctx context.Context, j *Job, units []jobform.Unit, k
 	if len(units) == 0 {
 		job, err = jobform.Held(j.Raw, j.Spec)
 	} else {
-		job, err = jobform.Placed(j.Raw, j.Spec, units)
+		job, err = jobform.PlacedWith(j.Raw, j.Spec, units, a.cfg.Form)
 	}
 	if err != nil {
 		return err

@@ -735,3 +735,52 @@ func TestWithoutGangNothingIsRolledBack(t *testing.T) {
 		t.Fatalf("outcome %+v, %d writes: want done, no rollback", out, len(f.registers))
 	}
 }
+
+// The operator's storage settings (the sidecar config's storage block)
+// reach the worker groups written for a task on Nomad's own exec driver:
+// its host volumes, where they are mounted, and the kill timeout.
+func TestWritesUseTheConfiguredStorage(t *testing.T) {
+	f := &fakeJobs{job: newJob(), index: 10, failGroup: map[string]bool{}}
+	f.job.TaskGroups[0].Tasks[0].Driver = "exec"
+	f.job.TaskGroups[0].Tasks[0].Config = map[string]any{"command": "/usr/bin/python3"}
+	f.job.Meta["hadar.forkable"] = "true"
+	form := jobform.Options{CheckpointVolume: "team-ckpt", MergeVolume: "team-merge", MountDir: "/mnt/hadar", KillTimeout: 2 * time.Minute}
+	a := New(f, Config{GangTimeout: time.Minute, StopTimeout: 30 * time.Second, Now: (&clock{t: time.Unix(1000, 0)}).now, Form: form})
+	cl := &fakeCluster{f: f, groups: map[string]Group{}}
+	if _, err := a.Begin(context.Background(), cl.Job(key), []jobform.Unit{unit(0, 29500, "n1")}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.registers) != 1 {
+		t.Fatalf("%d writes", len(f.registers))
+	}
+	var g *api.TaskGroup
+	for _, tg := range f.registers[0].TaskGroups {
+		if *tg.Name == "train-hadar-u0-w0" {
+			g = tg
+		}
+	}
+	if g == nil {
+		t.Fatal("no generated worker group")
+	}
+	sources := map[string]bool{}
+	for _, v := range g.Volumes {
+		sources[v.Source] = true
+	}
+	if !sources["team-ckpt"] || !sources["team-merge"] || sources[jobform.DefaultCheckpointVolume] {
+		t.Fatalf("volumes %v: want the configured team-ckpt and team-merge", sources)
+	}
+	task := g.Tasks[0]
+	mounts := map[string]bool{}
+	for _, m := range task.VolumeMounts {
+		mounts[*m.Destination] = true
+	}
+	if !mounts["/mnt/hadar/checkpoints"] || !mounts["/mnt/hadar/merge"] {
+		t.Fatalf("mounts %v: want them under /mnt/hadar", mounts)
+	}
+	if task.KillTimeout == nil || *task.KillTimeout != 2*time.Minute {
+		t.Fatalf("kill_timeout %v: want the configured 2m", task.KillTimeout)
+	}
+	if !strings.HasPrefix(task.Env["HADAR_CHECKPOINT_DIR"], "/mnt/hadar/checkpoints/") {
+		t.Fatalf("HADAR_CHECKPOINT_DIR %q: want it on the configured mount", task.Env["HADAR_CHECKPOINT_DIR"])
+	}
+}

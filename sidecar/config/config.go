@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,6 +82,30 @@ type Config struct {
 	// Queues are the teams sharing the fleet (docs/queues.md): none, no
 	// queues (one policy over every job).
 	Queues []queue.Block `hcl:"queue,block"`
+	// Storage is where workers on Nomad's own task drivers (exec, docker,
+	// raw_exec) find checkpoint and merge storage, and how long they get
+	// to checkpoint (docs/pytorch.md, "Which task driver").
+	Storage StorageConfig `hcl:"storage,block"`
+}
+
+// StorageConfig says where the sidecar's generated tasks on Nomad's own
+// task drivers find shared storage (hadar-train tasks use the plugin's
+// checkpoint_root and merge_root instead). Empty fields keep the defaults
+// of sidecar/jobform.
+type StorageConfig struct {
+	// CheckpointVolume and MergeVolume are client host volumes (the same
+	// shared storage on every node) mounted into tasks of drivers that
+	// mount volumes, under MountDir.
+	CheckpointVolume string `hcl:"checkpoint_volume,optional"`
+	MergeVolume      string `hcl:"merge_volume,optional"`
+	MountDir         string `hcl:"mount_dir,optional"`
+	// CheckpointMeta and MergeMeta are node meta keys holding the host
+	// paths of that storage, for raw_exec tasks (which see the host).
+	CheckpointMeta string `hcl:"checkpoint_meta,optional"`
+	MergeMeta      string `hcl:"merge_meta,optional"`
+	// KillTimeout is the least kill_timeout of a generated task: the time
+	// a stopped worker has to checkpoint.
+	KillTimeout string `hcl:"kill_timeout,optional"`
 }
 
 // NomadConfig is the connection to Nomad.
@@ -187,6 +213,8 @@ type Settings struct {
 	LeaderTTL, LeaderDelay                                                    time.Duration
 	// QueueConfig is Queues resolved (no queue: queues are off).
 	QueueConfig queue.Config
+	// StorageKillTimeoutD is Storage.KillTimeout parsed (0: the default).
+	StorageKillTimeoutD time.Duration
 }
 
 // fileConfig is Config as a file holds it: every block optional.
@@ -213,6 +241,7 @@ type fileConfig struct {
 	DryRun          bool              `hcl:"dry_run,optional"`
 	LogLevel        string            `hcl:"log_level,optional"`
 	Queues          []queue.Block     `hcl:"queue,block"`
+	Storage         *StorageConfig    `hcl:"storage,block"`
 }
 
 // LoadConfig reads an HCL config file; an empty path gives the defaults.
@@ -249,6 +278,9 @@ func ParseConfig(path string, src []byte) (Config, error) {
 	}
 	if f.Leader != nil {
 		c.Leader = *f.Leader
+	}
+	if f.Storage != nil {
+		c.Storage = *f.Storage
 	}
 	return c, nil
 }
@@ -316,6 +348,9 @@ func (c Config) Resolve() (Settings, error) {
 		if strings.TrimSpace(model) == "" || !planner.GPUType(t).ValidName() {
 			return s, fmt.Errorf("sidecar config: gpu_types[%q] = %q: want a device model mapped to a GPU type name of lowercase letters, digits, '-' and '_' such as \"v100\" (what hadar.throughput names)", model, t)
 		}
+	}
+	if err := s.resolveStorage(); err != nil {
+		return s, err
 	}
 	if s.HTTP.Address == "" {
 		s.HTTP.Address = DefaultHTTPAddress
@@ -387,4 +422,37 @@ func (c Config) Resolve() (Settings, error) {
 		return s, err
 	}
 	return s, nil
+}
+
+// storageName is what a host volume's name or a node meta key may be:
+// Nomad's own rules are looser, but these names go into HCL
+// interpolations (${meta.KEY}) and volume blocks the sidecar writes.
+var storageName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// resolveStorage checks the storage block; empty fields keep jobform's
+// defaults.
+func (s *Settings) resolveStorage() error {
+	st := s.Storage
+	for _, f := range []struct{ field, v string }{
+		{"checkpoint_volume", st.CheckpointVolume}, {"merge_volume", st.MergeVolume},
+		{"checkpoint_meta", st.CheckpointMeta}, {"merge_meta", st.MergeMeta},
+	} {
+		if f.v != "" && !storageName.MatchString(f.v) {
+			return fmt.Errorf("sidecar config: storage.%s = %q: want a name of letters, digits, '.', '_' and '-' (a Nomad host volume's name, or a node meta key), e.g. %q", f.field, f.v, "hadar-checkpoints")
+		}
+	}
+	if st.CheckpointVolume != "" && st.CheckpointVolume == st.MergeVolume {
+		return fmt.Errorf("sidecar config: storage.checkpoint_volume and storage.merge_volume are both %q: want two volumes (a job's copies must not read its checkpoints as merge files)", st.CheckpointVolume)
+	}
+	if d := st.MountDir; d != "" && (!path.IsAbs(d) || path.Clean(d) != d || d == "/") {
+		return fmt.Errorf("sidecar config: storage.mount_dir = %q: want a clean absolute path other than /, e.g. %q", d, "/hadar")
+	}
+	if st.KillTimeout != "" {
+		v, err := time.ParseDuration(st.KillTimeout)
+		if err != nil || v < time.Second || v > time.Hour {
+			return fmt.Errorf("sidecar config: storage.kill_timeout = %q: want a duration from 1s to 1h, e.g. %q (Nomad caps it at the client's max_kill_timeout)", st.KillTimeout, "30s")
+		}
+		s.StorageKillTimeoutD = v
+	}
+	return nil
 }

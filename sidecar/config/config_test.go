@@ -66,6 +66,13 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		// stale state.
 		{"leader {\n  enabled = true\n}\nstate {\n  store = \"file\"\n}", "leader.enabled"},
 		{`unknown_field = 1`, "unknown_field"},
+		{"storage {\n  checkpoint_volume = \"ck pts\"\n}", "storage.checkpoint_volume"},
+		{"storage {\n  merge_meta = \"meta/x\"\n}", "storage.merge_meta"},
+		{"storage {\n  checkpoint_volume = \"v\"\n  merge_volume = \"v\"\n}", "storage.checkpoint_volume and storage.merge_volume"},
+		{"storage {\n  mount_dir = \"hadar\"\n}", "storage.mount_dir"},
+		{"storage {\n  mount_dir = \"/\"\n}", "storage.mount_dir"},
+		{"storage {\n  kill_timeout = \"10\"\n}", "storage.kill_timeout"},
+		{"storage {\n  kill_timeout = \"2h\"\n}", "storage.kill_timeout"},
 		{`policy = `, "s.hcl"},
 	} {
 		c, err := ParseConfig("s.hcl", []byte(tc.src))
@@ -98,4 +105,34 @@ func FuzzConfig(f *testing.F) {
 			t.Fatalf("resolved settings out of range: %+v", s)
 		}
 	})
+}
+
+func TestStorageBlock(t *testing.T) {
+	src := `storage {
+  checkpoint_volume = "team-ckpt"
+  merge_volume      = "team-merge"
+  mount_dir         = "/mnt/hadar"
+  checkpoint_meta   = "team.ckpt_root"
+  merge_meta        = "team.merge_root"
+  kill_timeout      = "2m"
+}
+`
+	c, err := ParseConfig("s.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := StorageConfig{CheckpointVolume: "team-ckpt", MergeVolume: "team-merge", MountDir: "/mnt/hadar",
+		CheckpointMeta: "team.ckpt_root", MergeMeta: "team.merge_root", KillTimeout: "2m"}
+	if s.Storage != want || s.StorageKillTimeoutD != 2*time.Minute {
+		t.Fatalf("storage %+v, kill timeout %v; want %+v, 2m", s.Storage, s.StorageKillTimeoutD, want)
+	}
+	// No block: every field empty, jobform's defaults apply.
+	s, err = Config{}.Resolve()
+	if err != nil || s.Storage != (StorageConfig{}) || s.StorageKillTimeoutD != 0 {
+		t.Fatalf("no storage block: %+v, %v, %v", s.Storage, s.StorageKillTimeoutD, err)
+	}
 }
