@@ -1,4 +1,5 @@
-// hadar's status page: polls /v1/status and draws it. Plain DOM calls
+// hadar's status page: polls /v1/status (and /v1/queues where the
+// sidecar has team queues) and draws it. Plain DOM calls
 // only, text through textContent: job names and reasons come from the
 // people who submit jobs, so nothing is ever parsed as HTML.
 "use strict";
@@ -172,19 +173,73 @@
     fill(document.querySelector("#running tbody"), rows, "no job holds GPUs", 6);
   }
 
+  // A queue reason code (docs/queues.md) as words: waiting_for_reclaim
+  // reads "waiting for reclaim".
+  function reasonText(code) {
+    return code.replace(/_/g, " ");
+  }
+
+  // The team queue of a waiting job, and the queue's reason when the
+  // queue, not its policy, keeps it waiting.
+  function teamQueue(j) {
+    if (!j.team_queue) return null;
+    return el("div", { class: "team-queue" }, "queue " + j.team_queue,
+      j.queue_reason ? el("span", { class: "badge queue-reason", title: j.queue_reason }, reasonText(j.queue_reason)) : null);
+  }
+
   function drawQueue(st) {
-    const rows = st.queue.map(j => el("tr", { "data-job": j.id, "data-waits": j.waits || "" },
+    const rows = st.queue.map(j => el("tr", { "data-job": j.id, "data-waits": j.waits || "", "data-team-queue": j.team_queue || "", "data-queue-reason": j.queue_reason || "" },
       el("td", {}, String(j.position)),
       jobCell(j.id),
       el("td", {}, j.waits ? el("span", { class: "badge " + j.waits }, j.waits === "held" ? "held by hadar" : "no capacity") : j.state),
       el("td", {}, duration(j.waiting_s)),
       el("td", {}, j.workers + "\u00d7 " + (j.runs_on.length ? j.runs_on.join(", ") : "none")),
-      el("td", {}, j.why || "", j.nomad ? el("div", { class: "nomad" }, "Nomad: " + j.nomad) : null)));
+      el("td", {}, j.why || "", teamQueue(j), j.nomad ? el("div", { class: "nomad" }, "Nomad: " + j.nomad) : null)));
     document.getElementById("queue-count").textContent = st.queue.length ? String(st.queue.length) : "";
     fill(document.querySelector("#queue tbody"), rows, "no job waits", 6);
     const refused = document.getElementById("refused-section");
     refused.hidden = !st.refused.length;
     fill(document.querySelector("#refused tbody"), st.refused.map(r => el("tr", { "data-job": r.job }, el("td", { class: "job" }, r.job), el("td", {}, r.error))), "", 2);
+  }
+
+  // GPUs per type ({"v100": 4, "k80": 2}) as "2 k80, 4 v100"; "-" for
+  // none. Queues count GPUs per type, not in a normalized unit.
+  function typeCounts(m) {
+    const types = Object.keys(m || {}).sort();
+    return types.length ? types.map(t => m[t] + " " + t).join(", ") : "-";
+  }
+
+  // The team queues (GET /v1/queues): null when the sidecar has none,
+  // and the section stays hidden.
+  function drawQueues(qv) {
+    const section = document.getElementById("queues-section");
+    section.hidden = !qv;
+    if (!qv) return;
+    const rows = qv.queues.map(q => {
+      // The waiting jobs the caller may read, by the queue's reason
+      // ("policy": the queue's own policy decided within its share).
+      const waiting = {};
+      for (const j of q.jobs || []) {
+        if (j.running) continue;
+        const code = j.code || "policy";
+        waiting[code] = (waiting[code] || 0) + 1;
+      }
+      const why = Object.keys(waiting).sort().map(c => reasonText(c) + " \u00d7" + waiting[c]).join(", ");
+      const reclaimed = q.reclaimed_total || 0, fair = q.fair_share_preempted_total || 0;
+      return el("tr", { "data-queue": q.name },
+        el("td", { class: "job" }, q.name),
+        el("td", {}, q.policy || "-"),
+        el("td", { title: q.scaled ? "scaled down: the cluster has fewer GPUs than the guarantees add up to" : "" }, typeCounts(q.guarantee) + (q.scaled ? " (scaled)" : "")),
+        el("td", {}, typeCounts(q.used)),
+        el("td", {}, typeCounts(q.borrowed)),
+        el("td", {}, Object.keys(q.limit || {}).length ? typeCounts(q.limit) : "none"),
+        el("td", {}, String(q.pending), why ? el("div", { class: "nomad" }, why) : null),
+        el("td", {}, String(q.admitted)),
+        el("td", { title: "jobs preempted to give another queue its guarantee back, and for fair sharing" }, reclaimed || fair ? reclaimed + " reclaim, " + fair + " fair share" : "-"),
+        el("td", {}, (q.namespaces || []).join(", ") || "-", el("div", { class: "nomad" }, "weight " + q.weight)));
+    });
+    document.getElementById("queues-count").textContent = qv.queues.length ? String(qv.queues.length) : "";
+    fill(document.querySelector("#queues tbody"), rows, "no queue to show: no plan yet, or none with a namespace you may read", 10);
   }
 
   function drawDecisions(st) {
@@ -235,9 +290,10 @@
     box.replaceChildren(s);
   }
 
-  function draw(st) {
+  function draw(st, qv) {
     drawSidecar(st);
     drawGPUs(st);
+    drawQueues(qv);
     drawRacks(st);
     drawRunning(st);
     drawQueue(st);
@@ -271,6 +327,15 @@
     problem.replaceChildren(el("span", {}, why + " "), input, button);
   }
 
+  // GET /v1/queues: null where the sidecar has no queue blocks (it
+  // answers 404 then).
+  async function readQueues(headers) {
+    const r = await fetch("/v1/queues", { cache: "no-store", headers });
+    if (r.status === 404) return null;
+    if (!r.ok) throw new Error("/v1/queues: HTTP " + r.status);
+    return r.json();
+  }
+
   async function poll() {
     const problem = document.getElementById("problem");
     try {
@@ -283,7 +348,8 @@
         askToken(problem, tok ? "the sidecar refused the token; another:" : "the sidecar asks for a token (its status API token, or a Nomad ACL token where it accepts them):");
       } else {
         if (!r.ok) throw new Error("HTTP " + r.status);
-        draw(await r.json());
+        const st = await r.json();
+        draw(st, await readQueues(headers));
       }
     } catch (e) {
       if (!asking) {
