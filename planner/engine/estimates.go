@@ -124,7 +124,9 @@ type LearnConfig struct {
 	// any measurement beats a guess).
 	FirstEvidence float64 `json:"first_evidence_s,omitempty"`
 	// RestartCost is what exploration weighs a restart at, in seconds of
-	// progress (default 60 s; the sidecar's restart cost).
+	// progress (default 60 s; hadar sim passes its --restart-cost, the
+	// sidecar keeps the default: a saved state restores only into the
+	// learning settings it was saved with).
 	RestartCost float64 `json:"restart_cost_s,omitempty"`
 	// NoExplore turns exploration off (estimates stay as they are until
 	// jobs happen to run on an unmeasured type).

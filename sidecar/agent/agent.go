@@ -265,7 +265,7 @@ func (a *Agent) newEngine() (*engine.Engine, *engine.Estimates, error) {
 }
 
 func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates, error) {
-	est, err := engine.NewEstimates(a.prof, engine.LearnConfig{On: a.cfg.LearnOn})
+	est, err := engine.NewEstimates(a.prof, a.learnConfig())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -56,6 +56,9 @@ func (a *Agent) openState(ctx context.Context, store state.Store) error {
 	if err := round.StrictUnmarshal(saved.Agent, &st); err != nil {
 		return fmt.Errorf("%w: %s: agent state: %v (move it aside to start afresh from Nomad)", state.ErrUnreadable, store.Where(), err)
 	}
+	if err := a.sameLearning(saved.Engine); err != nil {
+		return fmt.Errorf("%w: %s: %v", state.ErrUnreadable, store.Where(), err)
+	}
 	// The job profile must know the jobs' own figures before the engine
 	// recomputes their throughputs.
 	jobs := map[watch.JobKey]*managed{}

@@ -67,6 +67,13 @@ type Config struct {
 	StopTimeout string `hcl:"stop_timeout,optional"`
 	// Learn turns on online learning of throughputs from progress.
 	Learn *bool `hcl:"learn,optional"`
+	// LearnWarmup is the time after a (re)start whose progress is not
+	// learned from (checkpoint restore and warm-up).
+	LearnWarmup string `hcl:"learn_warmup,optional"`
+	// LearnEvidence is the observed running a (model, width, GPU type)
+	// needs before what was measured corrects a profile figure; a key no
+	// profile has takes its measured rate after the lesser of this and 60s.
+	LearnEvidence string `hcl:"learn_evidence,optional"`
 	// RendezvousPorts is the range MASTER_PORT is taken from, "LOW-HIGH".
 	RendezvousPorts string `hcl:"rendezvous_ports,optional"`
 	// HTTP is the status API's listener.
@@ -195,6 +202,8 @@ const (
 	DefaultMergeCost       = 10 * time.Second
 	DefaultGangTimeout     = 2 * time.Minute
 	DefaultStopTimeout     = 2 * time.Minute
+	DefaultLearnWarmup     = time.Minute
+	DefaultLearnEvidence   = 5 * time.Minute
 	DefaultRendezvousPorts = "29500-31999"
 	DefaultHTTPAddress     = "127.0.0.1:4650"
 	DefaultStatePath       = "/var/lib/hadar/sidecar.db"
@@ -209,8 +218,11 @@ type Settings struct {
 	Config
 	RoundD, MinRunTimeD, RestartCostD, MergeCostD, GangTimeoutD, StopTimeoutD time.Duration
 	LearnOn                                                                   bool
-	PortLow, PortHigh                                                         int
-	LeaderTTL, LeaderDelay                                                    time.Duration
+	// LearnWarmupD and LearnEvidenceD are LearnWarmup and LearnEvidence
+	// parsed (the defaults when empty).
+	LearnWarmupD, LearnEvidenceD time.Duration
+	PortLow, PortHigh            int
+	LeaderTTL, LeaderDelay       time.Duration
 	// QueueConfig is Queues resolved (no queue: queues are off).
 	QueueConfig queue.Config
 	// StorageKillTimeoutD is Storage.KillTimeout parsed (0: the default).
@@ -234,6 +246,8 @@ type fileConfig struct {
 	GangTimeout     string            `hcl:"gang_timeout,optional"`
 	StopTimeout     string            `hcl:"stop_timeout,optional"`
 	Learn           *bool             `hcl:"learn,optional"`
+	LearnWarmup     string            `hcl:"learn_warmup,optional"`
+	LearnEvidence   string            `hcl:"learn_evidence,optional"`
 	RendezvousPorts string            `hcl:"rendezvous_ports,optional"`
 	HTTP            *HTTPConfig       `hcl:"http,block"`
 	State           *StateConfig      `hcl:"state,block"`
@@ -266,6 +280,7 @@ func ParseConfig(path string, src []byte) (Config, error) {
 	c := Config{Namespaces: f.Namespaces, Policy: f.Policy, Placement: f.Placement, Round: f.Round, Profile: f.Profile,
 		ProfileOverlay: f.ProfileOverlay, GPUTypes: f.GPUTypes, RackMetaKey: f.RackMetaKey, MinRunTime: f.MinRunTime, RestartCost: f.RestartCost,
 		MergeCost: f.MergeCost, GangTimeout: f.GangTimeout, StopTimeout: f.StopTimeout, Learn: f.Learn,
+		LearnWarmup: f.LearnWarmup, LearnEvidence: f.LearnEvidence,
 		RendezvousPorts: f.RendezvousPorts, DryRun: f.DryRun, LogLevel: f.LogLevel, Queues: f.Queues}
 	if f.Nomad != nil {
 		c.Nomad = *f.Nomad
@@ -320,6 +335,8 @@ func (c Config) Resolve() (Settings, error) {
 		{"merge_cost", s.MergeCost, DefaultMergeCost, 0, &s.MergeCostD},
 		{"gang_timeout", s.GangTimeout, DefaultGangTimeout, time.Second, &s.GangTimeoutD},
 		{"stop_timeout", s.StopTimeout, DefaultStopTimeout, time.Second, &s.StopTimeoutD},
+		{"learn_warmup", s.LearnWarmup, DefaultLearnWarmup, time.Second, &s.LearnWarmupD},
+		{"learn_evidence", s.LearnEvidence, DefaultLearnEvidence, time.Second, &s.LearnEvidenceD},
 	}
 	for _, d := range durations {
 		*d.out = d.def

@@ -54,6 +54,10 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{`round = "6"`, "round"},
 		{`round = "0s"`, "round"},
 		{`gang_timeout = "-1s"`, "gang_timeout"},
+		{`learn_warmup = "60"`, "learn_warmup"},
+		{`learn_warmup = "0s"`, "learn_warmup"},
+		{`learn_evidence = "500ms"`, "learn_evidence"},
+		{`learn_evidence = "1000h"`, "learn_evidence"},
 		{`rendezvous_ports = "80-90"`, "rendezvous_ports"},
 		{`rendezvous_ports = "30000"`, "rendezvous_ports"},
 		{`gpu_types = { "X" = "V100" }`, "gpu_types"},
@@ -105,6 +109,33 @@ func FuzzConfig(f *testing.F) {
 			t.Fatalf("resolved settings out of range: %+v", s)
 		}
 	})
+}
+
+// TestLearnTiming: learn_warmup and learn_evidence reach the settings;
+// left out, they are the engine's own defaults (60 s and 300 s), so a
+// state saved before they existed restores.
+func TestLearnTiming(t *testing.T) {
+	for _, tc := range []struct {
+		src              string
+		warmup, evidence time.Duration
+	}{
+		{"", time.Minute, 5 * time.Minute},
+		{`learn_warmup = "5s"`, 5 * time.Second, 5 * time.Minute},
+		{"learn_warmup = \"10s\"\nlearn_evidence = \"20s\"", 10 * time.Second, 20 * time.Second},
+		{"learn = false\nlearn_evidence = \"2h\"", time.Minute, 2 * time.Hour},
+	} {
+		c, err := ParseConfig("s.hcl", []byte(tc.src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Resolve()
+		if err != nil {
+			t.Fatalf("%q: %v", tc.src, err)
+		}
+		if s.LearnWarmupD != tc.warmup || s.LearnEvidenceD != tc.evidence {
+			t.Errorf("%q: warm-up %v, evidence %v; want %v, %v", tc.src, s.LearnWarmupD, s.LearnEvidenceD, tc.warmup, tc.evidence)
+		}
+	}
 }
 
 func TestStorageBlock(t *testing.T) {
