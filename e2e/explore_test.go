@@ -15,7 +15,6 @@ import (
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/sidecar/config"
-	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/status"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
@@ -26,61 +25,6 @@ const (
 	exploreK80Pace  = 10.0
 	exploreH100Pace = 60.0
 )
-
-// exploreJob is a managed job of a model no profile has and no figures:
-// what it runs at per GPU type is only in the task's emulate block, which
-// the sidecar never reads.
-func (c *sidecarCluster) exploreJob(id string, steps int) {
-	c.t.Helper()
-	hcl := fmt.Sprintf(`job %q {
-  type = "batch"
-  meta = {
-    "hadar.model" = "explore-llm"
-    "hadar.steps" = "%d"
-  }
-  %s
-  group "train" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "trainer" {
-      driver       = "hadar-train"
-      kill_timeout = "15s"
-      config {
-        command     = %q
-        args        = ["--model", "mlp", "--progress-interval", "500ms"]
-        total_steps = %d
-        emulate {
-          steps_per_sec = {
-            "Tesla K80" = %g
-            %q = %g
-          }
-        }
-      }
-      resources {
-        cpu    = 100
-        memory = 128
-        device "nvidia/gpu" {
-          count = 1
-        }
-      }
-    }
-  }
-}
-`, id, steps, jobspec.GateHCL, c.trainer, steps, exploreK80Pace, h100Model, exploreH100Pace)
-	job, err := c.api.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: hcl, Canonicalize: true})
-	if err != nil {
-		c.t.Fatalf("parse job %s: %v\n%s", id, err, hcl)
-	}
-	if _, _, err := c.api.Jobs().Register(job, nil); err != nil {
-		c.t.Fatalf("register job %s: %v", id, err)
-	}
-}
 
 // onNode: the job's running groups (c.running) are all on node.
 func onNode(running map[string]string, node string) bool {
@@ -181,7 +125,7 @@ func TestSidecarExploresAnUntriedType(t *testing.T) {
 
 	// 9,000 steps: 15 minutes at the K80's pace, enough left after its
 	// measurement that a turn on an unknown type is worth a restart.
-	c.exploreJob("explore", 9000)
+	c.unprofiledJob("explore", "explore-llm", 9000, map[string]float64{modelK80: exploreK80Pace, h100Model: exploreH100Pace})
 	c.waitFor("explore running on the K80", 3*time.Minute, func() error {
 		if on := c.running("explore"); len(on) != 1 || !onNode(on, "k80-a") {
 			return fmt.Errorf("running on %v", on)

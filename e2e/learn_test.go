@@ -3,8 +3,11 @@ package e2e
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,15 +22,19 @@ import (
 
 const h100Model = "NVIDIA H100 80GB HBM3"
 
-// learnJob is a managed job of a model no profile names, with no figures:
-// its true speed is only in the task's emulate block, which the sidecar
-// never reads.
-func (c *sidecarCluster) learnJob(id string, steps int, pace float64) *api.Job {
+// unprofiledJob submits a managed job of a model no profile names, with no
+// figures: its true speed per GPU model is only in the task's emulate
+// block (paces), which the sidecar never reads.
+func (c *sidecarCluster) unprofiledJob(id, model string, steps int, paces map[string]float64) *api.Job {
 	c.t.Helper()
+	var rates strings.Builder
+	for _, m := range slices.Sorted(maps.Keys(paces)) {
+		fmt.Fprintf(&rates, "            %q = %g\n", m, paces[m])
+	}
 	hcl := fmt.Sprintf(`job %q {
   type = "batch"
   meta = {
-    "hadar.model" = "my-new-llm"
+    "hadar.model" = %q
     "hadar.steps" = "%d"
   }
   %s
@@ -48,7 +55,8 @@ func (c *sidecarCluster) learnJob(id string, steps int, pace float64) *api.Job {
         args        = ["--model", "mlp", "--progress-interval", "500ms"]
         total_steps = %d
         emulate {
-          steps_per_sec = { %q = %g }
+          steps_per_sec = {
+%s          }
         }
       }
       resources {
@@ -61,7 +69,7 @@ func (c *sidecarCluster) learnJob(id string, steps int, pace float64) *api.Job {
     }
   }
 }
-`, id, steps, jobspec.GateHCL, c.trainer, steps, h100Model, pace)
+`, id, model, steps, jobspec.GateHCL, c.trainer, steps, rates.String())
 	job, err := c.api.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: hcl, Canonicalize: true})
 	if err != nil {
 		c.t.Fatalf("parse job %s: %v\n%s", id, err, hcl)
@@ -95,7 +103,7 @@ func TestSidecarLearnsANewTypeAndModel(t *testing.T) {
 	// 50 steps/s for about 4 minutes: past the 60 s warm-up, and the 60 s
 	// of running a figure no profile had needs.
 	const pace = 50.0
-	c.learnJob("llm-1", 12000, pace)
+	c.unprofiledJob("llm-1", "my-new-llm", 12000, map[string]float64{h100Model: pace})
 	c.waitFor("llm-1 running on the H100s", 3*time.Minute, func() error {
 		if len(c.running("llm-1")) == 0 {
 			return errNotYet
@@ -133,7 +141,7 @@ func TestSidecarLearnsANewTypeAndModel(t *testing.T) {
 	}
 
 	// A resubmitted job of the model is planned at what the first taught.
-	c.learnJob("llm-2", 3000, pace)
+	c.unprofiledJob("llm-2", "my-new-llm", 3000, map[string]float64{h100Model: pace})
 	c.waitFor("llm-2 planned at the learned rate", 3*time.Minute, func() error {
 		jv := c.planOf(a, "llm-2")
 		if jv.Job == "" || jv.Rate == 0 {
