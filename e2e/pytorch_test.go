@@ -279,7 +279,7 @@ func TestPyTorchDDPGangOnExec(t *testing.T) {
 		{"ddp-a", "da", modelV100, "16GiB", 1},
 		{"ddp-b", "db", modelV100, "16GiB", 1},
 	})
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack"})
+	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Storage: &config.StorageConfig{}})
 	const steps = 300
 	c.submitTorch(p, torchJob{id: "ddp", driver: "exec", steps: steps, workers: 2, throughput: "v100=40", module: "ddp"})
 	var ws []placedWorker
@@ -466,7 +466,7 @@ func TestPyTorchHadarEForks(t *testing.T) {
 		}
 	}
 	const total = 3000
-	c.startSidecar(config.Config{Policy: "hadare", Round: "10s", RestartCost: "1s", MergeCost: "1s"})
+	c.startSidecar(config.Config{Policy: "hadare", Round: "10s", RestartCost: "1s", MergeCost: "1s", Storage: &config.StorageConfig{}})
 	// Paced (raw_exec has no emulation): a copy does 50 steps/s and merges
 	// every 50 steps.
 	c.submitTorch(p, torchJob{id: "forked", driver: "raw_exec", steps: total, forkable: true, throughput: "v100=50,k80=25", module: "hadare",
@@ -751,7 +751,7 @@ func TestPyTorchDDPOnDocker(t *testing.T) {
 		checkDockerTasks(t, generatedGroups(placed))
 		t.Skipf("checked the docker tasks the sidecar generates (Nomad validates them); Docker cannot run a container on this machine, so the gang was not run: %s", why)
 	}
-	c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack"})
+	c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Storage: &config.StorageConfig{}})
 	c.submitTorch(p, j)
 	c.waitFor("the sidecar writes both workers", 2*time.Minute, func() error {
 		if n := len(generatedGroups(c.job("dkddp"))); n != 2 {

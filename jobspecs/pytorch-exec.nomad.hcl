@@ -8,7 +8,9 @@
 # On exec the sidecar also gives each worker what hadar-train would: the
 # job's ID, the progress file in its task directory, and its checkpoint
 # directory on the client host volume "hadar-checkpoints", which it mounts
-# at /hadar/checkpoints (docs/training-contract.md, "Where things are").
+# at /hadar/checkpoints, when the sidecar's config has a storage block
+# (without it, in the allocation; docs/training-contract.md, "Where things
+# are").
 # The clients need Debian's python3-torch (or torch from pip) and the
 # library (pip install ./python): exec's chroot copies /usr.
 #

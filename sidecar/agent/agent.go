@@ -195,8 +195,7 @@ func New(cfg config.Settings, client *api.Client, logger hclog.Logger) (*Agent, 
 		return nil, err
 	}
 	acfg := apply.Config{GangTimeout: cfg.GangTimeoutD, StopTimeout: cfg.StopTimeoutD, DryRun: cfg.DryRun, Logger: logger.Named("apply"), Journal: a.fence, Guard: a.guard,
-		Form: jobform.Options{CheckpointVolume: cfg.Storage.CheckpointVolume, MergeVolume: cfg.Storage.MergeVolume, MountDir: cfg.Storage.MountDir,
-			CheckpointMeta: cfg.Storage.CheckpointMeta, MergeMeta: cfg.Storage.MergeMeta, KillTimeout: cfg.StorageKillTimeoutD}}
+		Form: formOptions(cfg)}
 	a.applier = apply.New(client.Jobs(), acfg)
 	return a, nil
 }
@@ -383,6 +382,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// formOptions is how worker groups are written: the storage block's
+// shared storage, or none without one.
+func formOptions(cfg config.Settings) jobform.Options {
+	st := cfg.Storage
+	if st == nil {
+		return jobform.Options{NoSharedStorage: true}
+	}
+	return jobform.Options{CheckpointVolume: st.CheckpointVolume, MergeVolume: st.MergeVolume, MountDir: st.MountDir,
+		CheckpointMeta: st.CheckpointMeta, MergeMeta: st.MergeMeta, KillTimeout: cfg.StorageKillTimeoutD}
 }
 
 // watcherEnded is what Run returns when the watcher stopped: nothing when

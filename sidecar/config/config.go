@@ -91,8 +91,9 @@ type Config struct {
 	Queues []queue.Block `hcl:"queue,block"`
 	// Storage is where workers on Nomad's own task drivers (exec, docker,
 	// raw_exec) find checkpoint and merge storage, and how long they get
-	// to checkpoint (docs/pytorch.md, "Which task driver").
-	Storage StorageConfig `hcl:"storage,block"`
+	// to checkpoint (docs/pytorch.md, "Which task driver"); nil: no
+	// shared storage (checkpoints in the allocation, lost on a move).
+	Storage *StorageConfig `hcl:"storage,block"`
 }
 
 // StorageConfig says where the sidecar's generated tasks on Nomad's own
@@ -281,7 +282,7 @@ func ParseConfig(path string, src []byte) (Config, error) {
 		ProfileOverlay: f.ProfileOverlay, GPUTypes: f.GPUTypes, RackMetaKey: f.RackMetaKey, MinRunTime: f.MinRunTime, RestartCost: f.RestartCost,
 		MergeCost: f.MergeCost, GangTimeout: f.GangTimeout, StopTimeout: f.StopTimeout, Learn: f.Learn,
 		LearnWarmup: f.LearnWarmup, LearnEvidence: f.LearnEvidence,
-		RendezvousPorts: f.RendezvousPorts, DryRun: f.DryRun, LogLevel: f.LogLevel, Queues: f.Queues}
+		RendezvousPorts: f.RendezvousPorts, DryRun: f.DryRun, LogLevel: f.LogLevel, Queues: f.Queues, Storage: f.Storage}
 	if f.Nomad != nil {
 		c.Nomad = *f.Nomad
 	}
@@ -293,9 +294,6 @@ func ParseConfig(path string, src []byte) (Config, error) {
 	}
 	if f.Leader != nil {
 		c.Leader = *f.Leader
-	}
-	if f.Storage != nil {
-		c.Storage = *f.Storage
 	}
 	return c, nil
 }
@@ -449,7 +447,10 @@ var storageName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 // resolveStorage checks the storage block; empty fields keep jobform's
 // defaults.
 func (s *Settings) resolveStorage() error {
-	st := s.Storage
+	if s.Storage == nil {
+		return nil
+	}
+	st := *s.Storage
 	for _, f := range []struct{ field, v string }{
 		{"checkpoint_volume", st.CheckpointVolume}, {"merge_volume", st.MergeVolume},
 		{"checkpoint_meta", st.CheckpointMeta}, {"merge_meta", st.MergeMeta},

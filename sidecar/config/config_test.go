@@ -158,12 +158,19 @@ func TestStorageBlock(t *testing.T) {
 	}
 	want := StorageConfig{CheckpointVolume: "team-ckpt", MergeVolume: "team-merge", MountDir: "/mnt/hadar",
 		CheckpointMeta: "team.ckpt_root", MergeMeta: "team.merge_root", KillTimeout: "2m"}
-	if s.Storage != want || s.StorageKillTimeoutD != 2*time.Minute {
+	if s.Storage == nil || *s.Storage != want || s.StorageKillTimeoutD != 2*time.Minute {
 		t.Fatalf("storage %+v, kill timeout %v; want %+v, 2m", s.Storage, s.StorageKillTimeoutD, want)
 	}
-	// No block: every field empty, jobform's defaults apply.
+	// No block: no shared storage. An empty block: shared storage with
+	// jobform's defaults.
 	s, err = Config{}.Resolve()
-	if err != nil || s.Storage != (StorageConfig{}) || s.StorageKillTimeoutD != 0 {
+	if err != nil || s.Storage != nil || s.StorageKillTimeoutD != 0 {
 		t.Fatalf("no storage block: %+v, %v, %v", s.Storage, s.StorageKillTimeoutD, err)
+	}
+	if c, err = ParseConfig("s.hcl", []byte("storage {}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = c.Resolve(); err != nil || s.Storage == nil || *s.Storage != (StorageConfig{}) {
+		t.Fatalf("an empty storage block: %+v, %v", s.Storage, err)
 	}
 }

@@ -67,6 +67,12 @@ type Options struct {
 	// time a stopped worker has to checkpoint (Nomad caps it at the
 	// client's max_kill_timeout, 30s by default).
 	KillTimeout time.Duration
+	// NoSharedStorage keeps tasks on Nomad's own drivers off shared
+	// storage: their checkpoints go to their allocation's data directory
+	// (lost when the worker moves) and no host volume is asked for, which
+	// a node without one could not place. The sidecar sets it unless its
+	// config has a storage block.
+	NoSharedStorage bool
 }
 
 // The defaults of Options.
@@ -436,7 +442,10 @@ func storage(g *api.TaskGroup, task *api.Task, spec jobspec.Spec, u Unit, o Opti
 		ns = "default"
 	}
 	ckptRoot, mergeRoot := "${meta."+o.CheckpointMeta+"}", "${meta."+o.MergeMeta+"}"
-	if task.Driver != RawExecDriver {
+	switch {
+	case o.NoSharedStorage:
+		ckptRoot, mergeRoot = "${NOMAD_ALLOC_DIR}/data/checkpoints", "${NOMAD_ALLOC_DIR}/data/merge"
+	case task.Driver != RawExecDriver:
 		ckptRoot, mergeRoot = path.Join(o.MountDir, "checkpoints"), path.Join(o.MountDir, "merge")
 		mount(g, task, checkpointVolumeName, o.CheckpointVolume, ckptRoot)
 		if spec.Forkable {

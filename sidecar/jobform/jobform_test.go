@@ -406,6 +406,31 @@ func TestStorageOptionsAndTemplateChoices(t *testing.T) {
 	}
 }
 
+// Without shared storage (a sidecar with no storage block) a task on
+// Nomad's own drivers asks for no host volume a node may lack: its
+// checkpoints go to its allocation's data directory.
+func TestWithoutSharedStorage(t *testing.T) {
+	for _, driver := range []string{"exec", "raw_exec", "docker"} {
+		j, spec := jobOn(t, driver, true)
+		u := Unit{ID: 1, Port: 29601, Workers: []Worker{{Node: "n3", Type: "k80", Models: []string{"Tesla K80"}, Addr: "10.0.0.3"}}}
+		placed, err := PlacedWith(j, spec, []Unit{u}, Options{NoSharedStorage: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := group(placed, "train-hadar-u1-w0")
+		pt := g.Tasks[0]
+		if len(g.Volumes) != 0 || len(pt.VolumeMounts) != 0 {
+			t.Errorf("%s: volumes %s, mounts %s: want none", driver, asJSON(t, g.Volumes), asJSON(t, pt.VolumeMounts))
+		}
+		if ck := pt.Env[contract.EnvCheckpointDir]; !strings.HasPrefix(ck, "${NOMAD_ALLOC_DIR}/data/checkpoints/") {
+			t.Errorf("%s: checkpoint dir %q: want it in the allocation", driver, ck)
+		}
+		if pt.KillSignal != DefaultKillSignal || *pt.KillTimeout != DefaultKillTimeout {
+			t.Errorf("%s: kill %q after %v: still the time to checkpoint", driver, pt.KillSignal, *pt.KillTimeout)
+		}
+	}
+}
+
 // The storage layout's path elements are hadar-train's (confine.Element),
 // with "$" kept out of Nomad's interpolation.
 func TestPathElementsAreTheDrivers(t *testing.T) {

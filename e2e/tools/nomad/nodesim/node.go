@@ -66,8 +66,11 @@ func newNode(s *Simulator, spec NodeSpec, server net.Addr, dc string) *node {
 // buildNode is the node as a client would register it.
 func buildNode(spec NodeSpec, dc, driver string) *structs.Node {
 	attrs := map[string]string{
-		"kernel.name":               "linux",
-		"os.name":                   "nodesim",
+		"kernel.name": "linux",
+		"os.name":     "nodesim",
+		// What a Linux client's signal fingerprint reports: Nomad adds a
+		// constraint on it for every task with a kill_signal.
+		"os.signals":                "SIGABRT,SIGALRM,SIGBUS,SIGCHLD,SIGCONT,SIGFPE,SIGHUP,SIGILL,SIGINT,SIGIO,SIGIOT,SIGKILL,SIGPIPE,SIGPROF,SIGQUIT,SIGSEGV,SIGSTOP,SIGSYS,SIGTERM,SIGTRAP,SIGTSTP,SIGTTIN,SIGTTOU,SIGURG,SIGUSR1,SIGUSR2,SIGVTALRM,SIGWINCH,SIGXCPU,SIGXFSZ",
 		"cpu.arch":                  "amd64",
 		"arch":                      "amd64",
 		"cpu.numcores":              strconv.Itoa(nodeCores),
