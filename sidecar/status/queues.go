@@ -19,6 +19,17 @@ type QueueSource interface {
 // some namespaces sees the queues that list one of them or hold one of
 // its jobs, and only its namespaces' jobs (sidecar/queues.Filter);
 // ?namespace= narrows it further, as on the other endpoints.
+// hasQueues: the sidecar has queue blocks (the page asks /v1/queues only
+// then, so a sidecar without queues logs no 404 in the browser).
+func (s *Server) hasQueues() bool {
+	qs, ok := s.src.(QueueSource)
+	if !ok {
+		return false
+	}
+	_, cfg, _ := qs.Queues()
+	return len(cfg.Queues) > 0
+}
+
 func (s *Server) routeQueues() {
 	qs, ok := s.src.(QueueSource)
 	if !ok {

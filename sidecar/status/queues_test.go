@@ -10,6 +10,7 @@ import (
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/queue"
 	"github.com/hadar-sched/hadar/sidecar/queues"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 type queueFake struct {
@@ -73,5 +74,21 @@ func TestQueuesEndpoint(t *testing.T) {
 	// A source without queues serves no such endpoint.
 	if code, _ = get(&fake{}, nil, ""); code != http.StatusNotFound {
 		t.Fatalf("a source without queues: got %d, want 404", code)
+	}
+	// /v1/status says whether there are queues: the page asks
+	// /v1/queues only then (a 404 in the browser's console otherwise).
+	for _, tc := range []struct {
+		src  Source
+		want bool
+	}{{src, true}, {&queueFake{}, false}, {&fake{}, false}} {
+		w := httptest.NewRecorder()
+		New(tc.src, Options{}).mux.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/status", nil))
+		var st wire.Status
+		if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil || w.Code != http.StatusOK {
+			t.Fatalf("/v1/status: %d %v", w.Code, err)
+		}
+		if st.Sidecar.TeamQueues != tc.want {
+			t.Errorf("%T: team_queues %v, want %v", tc.src, st.Sidecar.TeamQueues, tc.want)
+		}
 	}
 }

@@ -230,7 +230,9 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	if sc.access.Nodes {
 		util = s.utilisation()
 	}
-	s.write(w, http.StatusOK, buildStatus(sc.observation(s.src.Observe()), s.src.Health(), sc.history(s.src.History()), util))
+	st := buildStatus(sc.observation(s.src.Observe()), s.src.Health(), sc.history(s.src.History()), util)
+	st.Sidecar.TeamQueues = s.hasQueues()
+	s.write(w, http.StatusOK, st)
 }
 
 func (s *Server) plan(w http.ResponseWriter, r *http.Request) {

@@ -38,6 +38,9 @@ type SidecarStatus struct {
 	LastPlan  time.Time `json:"last_plan"`
 	OK        bool      `json:"ok"`
 	Problem   string    `json:"problem,omitempty"`
+	// TeamQueues is true when the sidecar has queue blocks: GET
+	// /v1/queues answers them (404 otherwise).
+	TeamQueues bool `json:"team_queues,omitempty"`
 }
 
 // TypeSummary is one GPU type across the cluster.

@@ -349,7 +349,7 @@
       } else {
         if (!r.ok) throw new Error("HTTP " + r.status);
         const st = await r.json();
-        draw(st, await readQueues(headers));
+        draw(st, st.sidecar && st.sidecar.team_queues ? await readQueues(headers) : null);
       }
     } catch (e) {
       if (!asking) {
