@@ -352,8 +352,11 @@ func (c clusterView) Group(k watch.JobKey, group string) apply.Group {
 		if !al.Terminal() {
 			g.Ended = false
 		}
-		if al.DesiredStatus == api.AllocDesiredStatusRun && al.ClientStatus == api.AllocClientStatusRunning {
-			g.Running = true
+		if al.DesiredStatus == api.AllocDesiredStatusRun && !al.Terminal() {
+			g.Placed = true
+			if al.ClientStatus == api.AllocClientStatusRunning {
+				g.Running = true
+			}
 		}
 	}
 	for _, ev := range c.snap.BlockedEvalsOf(k) {

@@ -14,8 +14,12 @@
 //     and ended (or StopTimeout passed), so a resumed worker never reads a
 //     checkpoint that is still being written.
 //   - A start is all or nothing (gang): if any worker of a new unit cannot
-//     be placed, or is not running within GangTimeout, every new worker is
-//     removed again and the operation fails. A job with hadar.gang =
+//     be placed, or is not running within GangTimeout of Nomad placing
+//     them all, every new worker is removed again and the operation
+//     fails. The clock starts at placement: a write waiting in Nomad's
+//     evaluation queue is not a gang that failed to start (rolling it
+//     back would only queue more work), so it waits up to
+//     placeWaitFactor times GangTimeout for Nomad to place it. A job with hadar.gang =
 //     false is written even when Nomad cannot place every worker yet, and
 //     never rolled back: each worker starts when Nomad places it.
 package apply
@@ -57,12 +61,19 @@ type Job struct {
 
 // Group is the state of a generated group's allocations.
 type Group struct {
-	// Running: an allocation of it runs. Ended: every allocation of it is
-	// terminal (or it has none). Failed: Nomad reports it cannot be placed
-	// (a blocked evaluation's failed allocations name it).
-	Running, Ended bool
-	Failed         string
+	// Running: an allocation of it runs. Placed: an allocation of it is
+	// meant to run (Nomad placed it; it may not run yet). Ended: every
+	// allocation of it is terminal (or it has none). Failed: Nomad
+	// reports it cannot be placed (a blocked evaluation's failed
+	// allocations name it).
+	Running, Placed, Ended bool
+	Failed                 string
 }
+
+// placeWaitFactor bounds, in gang timeouts, how long a gang start waits
+// for Nomad to place its workers at all (its evaluation queued behind
+// others on a busy server) before it is rolled back.
+const placeWaitFactor = 4
 
 // Cluster is what apply reads of the watched cluster.
 type Cluster interface {
@@ -176,6 +187,9 @@ type Op struct {
 	// stopped: the removed workers have ended (a move may still wait on
 	// other jobs before it starts its new units).
 	stopped bool
+	// written is when the new units' write was made; placed, when Nomad
+	// had placed every new worker (the gang clock starts then).
+	written, placed time.Time
 	// index is the job version the operation stands on: the one its
 	// decision was planned on, then the one its own last write made. A
 	// later write finding any other version is not made (ErrConflict).
@@ -345,7 +359,8 @@ func (a *Applier) begin(ctx context.Context, j *Job, target []jobform.Unit, afte
 		if err := a.writeRead(ctx, j, target, "start", op); err != nil {
 			return nil, err
 		}
-		op.Phase, op.Deadline = Starting, a.cfg.Now().Add(a.cfg.GangTimeout)
+		now := a.cfg.Now()
+		op.Phase, op.Deadline, op.written = Starting, now.Add(a.cfg.GangTimeout), now
 	default:
 		if err := a.writeRead(ctx, j, target, "stop", op); err != nil {
 			return nil, err
@@ -633,7 +648,7 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 		if err := a.write(ctx, j, op.Target, "start", op); err != nil {
 			return Outcome{Key: op.Key, Phase: Failed, Err: err, Running: op.Keep}, true
 		}
-		op.Phase, op.Deadline = Starting, now.Add(a.cfg.GangTimeout)
+		op.Phase, op.Deadline, op.written = Starting, now.Add(a.cfg.GangTimeout), now
 		return Outcome{}, false
 	case Waiting:
 		if a.waits(op, now) {
@@ -642,14 +657,15 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 		if err := a.write(ctx, j, op.Target, "start", op); err != nil {
 			return Outcome{Key: op.Key, Phase: Failed, Err: err, Running: op.Keep}, true
 		}
-		op.Phase, op.Deadline = Starting, now.Add(a.cfg.GangTimeout)
+		op.Phase, op.Deadline, op.written = Starting, now.Add(a.cfg.GangTimeout), now
 		return Outcome{}, false
 	case Starting:
-		running, failed := true, ""
+		running, placed, failed := true, true, ""
 		if !a.cfg.DryRun {
 			for _, g := range op.Added {
 				st := c.Group(op.Key, g)
 				running = running && st.Running
+				placed = placed && (st.Placed || st.Running)
 				if st.Failed != "" && failed == "" {
 					failed = g + ": " + st.Failed
 				}
@@ -658,7 +674,21 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 		if running {
 			return Outcome{Key: op.Key, Phase: Done, Running: op.Target}, true
 		}
+		if op.written.IsZero() {
+			op.written = now
+		}
+		if placed && op.placed.IsZero() {
+			// The gang clock starts when Nomad placed every worker.
+			op.placed = now
+			op.Deadline = later(op.Deadline, now.Add(a.cfg.GangTimeout))
+		}
 		if failed == "" && now.Before(op.Deadline) {
+			return Outcome{}, false
+		}
+		unplaced := failed == "" && !placed
+		if unplaced && now.Before(op.written.Add(placeWaitFactor*a.cfg.GangTimeout)) {
+			// Nomad has not evaluated the write yet (nothing placed,
+			// nothing refused): its queue, not the gang.
 			return Outcome{}, false
 		}
 		if !op.spec.Gang {
@@ -668,7 +698,10 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 			return Outcome{Key: op.Key, Phase: Done, Running: op.Target}, true
 		}
 		// All or nothing: the new workers go again.
-		reason := fmt.Errorf("gang start of job %s rolled back: not every worker was running within %v", op.Key, a.cfg.GangTimeout)
+		reason := fmt.Errorf("gang start of job %s rolled back: not every worker was running within %v of being placed", op.Key, a.cfg.GangTimeout)
+		if unplaced {
+			reason = fmt.Errorf("gang start of job %s rolled back: Nomad had not placed every worker within %v of the write", op.Key, placeWaitFactor*a.cfg.GangTimeout)
+		}
 		if failed != "" {
 			reason = fmt.Errorf("gang start of job %s rolled back: Nomad cannot place %s", op.Key, failed)
 		}
@@ -712,4 +745,12 @@ func (a *Applier) Cancel(k watch.JobKey) {
 	a.mu.Lock()
 	delete(a.ops, k)
 	a.mu.Unlock()
+}
+
+// later returns the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -175,18 +175,70 @@ func TestGangStartRollsBackAfterTheTimeout(t *testing.T) {
 	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")}); err != nil {
 		t.Fatal(err)
 	}
-	cl.groups["train-hadar-u0-w0"] = Group{Running: true}
+	// Both placed at once; one runs, the other never starts.
+	cl.groups["train-hadar-u0-w0"] = Group{Running: true, Placed: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Placed: true}
+	if out := a.Step(ctx, cl); len(out) != 0 {
+		t.Fatalf("rolled back at once: %+v", out)
+	}
 	c.t = c.t.Add(59 * time.Second)
 	if out := a.Step(ctx, cl); len(out) != 0 {
 		t.Fatalf("rolled back before the timeout: %+v", out)
 	}
 	c.t = c.t.Add(2 * time.Second)
 	out := a.Step(ctx, cl)
-	if len(out) != 1 || out[0].Phase != Failed || !strings.Contains(out[0].Err.Error(), "within 1m0s") {
+	if len(out) != 1 || out[0].Phase != Failed || !strings.Contains(out[0].Err.Error(), "within 1m0s of being placed") {
 		t.Fatalf("outcome %+v", out)
 	}
 	if len(f.registers) != 2 {
 		t.Fatalf("%d writes, want the start and the rollback", len(f.registers))
+	}
+}
+
+// TestGangClockStartsAtPlacement: a start Nomad has not evaluated yet (its
+// evaluation queued on a busy server: nothing placed, nothing refused) is
+// not rolled back at the gang timeout; the gang gets its full timeout from
+// the moment Nomad placed every worker, and a write Nomad never places is
+// rolled back after placeWaitFactor timeouts.
+func TestGangClockStartsAtPlacement(t *testing.T) {
+	a, f, cl, c := setup(t)
+	ctx := context.Background()
+	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")}); err != nil {
+		t.Fatal(err)
+	}
+	c.t = c.t.Add(90 * time.Second) // past the gang timeout, nothing placed
+	if out := a.Step(ctx, cl); len(out) != 0 {
+		t.Fatalf("rolled back while Nomad had placed nothing yet: %+v", out)
+	}
+	cl.groups["train-hadar-u0-w0"] = Group{Placed: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Placed: true}
+	if out := a.Step(ctx, cl); len(out) != 0 {
+		t.Fatalf("rolled back as Nomad placed the workers: %+v", out)
+	}
+	c.t = c.t.Add(50 * time.Second)
+	cl.groups["train-hadar-u0-w0"] = Group{Placed: true, Running: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Placed: true, Running: true}
+	out := a.Step(ctx, cl)
+	if len(out) != 1 || out[0].Phase != Done {
+		t.Fatalf("outcome %+v, want done: both run within the timeout of their placement", out)
+	}
+
+	// Never placed: rolled back once Nomad had 4 timeouts to place it.
+	b, f2, cl2, c2 := setup(t)
+	if _, err := b.Begin(ctx, cl2.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")}); err != nil {
+		t.Fatal(err)
+	}
+	c2.t = c2.t.Add(placeWaitFactor*time.Minute - time.Second)
+	if out := b.Step(ctx, cl2); len(out) != 0 {
+		t.Fatalf("rolled back before %d timeouts: %+v", placeWaitFactor, out)
+	}
+	c2.t = c2.t.Add(2 * time.Second)
+	out = b.Step(ctx, cl2)
+	if len(out) != 1 || out[0].Phase != Failed || !strings.Contains(out[0].Err.Error(), "had not placed every worker within 4m0s") {
+		t.Fatalf("outcome %+v", out)
+	}
+	if len(f2.registers) != 2 || len(f.registers) != 1 {
+		t.Fatalf("%d and %d writes, want the start and the rollback, and the start alone", len(f2.registers), len(f.registers))
 	}
 }
 
