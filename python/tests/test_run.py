@@ -48,6 +48,14 @@ class SingleProcess(ProcTest):
         self.assertEqual(second.stdout().splitlines()[-1], ref.stdout().splitlines()[-1])
         done = read_progress(progress)
         self.assertEqual((done["state"], done["steps_done"], done["version"]), ("done", 400, 2))
+        # Placed again after the end (Nomad re-runs a finished batch
+        # worker when its job is rewritten as it ends): it resumes at the
+        # last step, trains nothing, and ends done with exit 0.
+        again = self.start(args, env, "again")
+        self.assertEqual(again.wait(), 0, again.stderr())
+        self.assertEqual(losses(again.stdout()), [])
+        done = read_progress(progress)
+        self.assertEqual((done["state"], done["steps_done"]), ("done", 400))
 
 
 class Unit(ProcTest):
