@@ -30,12 +30,16 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/config"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // serverConfig is appended to the server's agent.hcl. Every simulated
 // node holds its own RPC connection from 127.0.0.1, and Nomad allows 100
-// per client address by default (the rest are closed at once).
+// per client address by default (the rest are closed at once). Debug
+// endpoints on: the server's CPU profile (/v1/agent/pprof/profile) shows
+// where its time goes while a run is on.
 const serverConfig = `
+enable_debug = true
 limits {
   rpc_max_conns_per_client  = 0
   http_max_conns_per_client = 0
@@ -361,6 +365,33 @@ type cycleLog struct {
 	// bursts: how long each stretch with writes going out in the
 	// background lasted, from the first reserved to the last returned.
 	bursts []time.Duration
+	// starts: per job (Nomad ID), when the sidecar decided its first
+	// start that was written, and when that write was seen returned (the
+	// decision in its history, sampled every 100 ms): the sidecar's share
+	// of the time from submission to placement.
+	starts map[string]startSeen
+}
+
+// startSeen is one job's first written start.
+type startSeen struct{ decided, written time.Time }
+
+// noteStarts records the first written start of each job in the agent's
+// history (a decision enters it once its write returned).
+func (l *cycleLog) noteStarts(evs []wire.Event, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.starts == nil {
+		l.starts = map[string]startSeen{}
+	}
+	for _, ev := range evs {
+		if ev.Action != engine.Start || ev.Result != "" {
+			continue
+		}
+		_, id, _ := strings.Cut(ev.Job, "/")
+		if _, ok := l.starts[id]; !ok {
+			l.starts[id] = startSeen{decided: ev.Time, written: now}
+		}
+	}
 }
 
 // sampleWrites records, every 20 ms until ctx ends, the stretches during
@@ -370,11 +401,14 @@ func sampleWrites(ctx context.Context, a *agent.Agent, log *cycleLog) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	var since time.Time
-	for {
+	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if i%5 == 0 {
+			log.noteStarts(a.History(), time.Now())
 		}
 		writing := false
 		for _, op := range a.Applier().Ops() {
@@ -456,6 +490,7 @@ func (r *run) startSidecar(t *testing.T, server *harness.Agent, policy string) (
 	// "POLICY+ha": the state in Nomad Variables and the leader lock on, as
 	// a replicated sidecar runs (one replica here: what the store and the
 	// lease cost a round).
+	arm := policy
 	policy, ha := strings.CutSuffix(policy, "+ha")
 	cfg := config.Config{
 		Nomad: config.NomadConfig{Address: server.Addr}, Policy: policy, Placement: "pack",
@@ -500,6 +535,12 @@ func (r *run) startSidecar(t *testing.T, server *harness.Agent, policy string) (
 				t.Errorf("sidecar: close: %v", err)
 			}
 			lf.Close()
+			// Kept beside the table: the decisions behind its figures.
+			if *scaleOut != "" {
+				if err := keepLog(logPath, filepath.Join(*scaleOut, "sidecar-"+arm+".log")); err != nil {
+					t.Errorf("keeping the sidecar's log: %v", err)
+				}
+			}
 			if t.Failed() {
 				b, _ := os.ReadFile(logPath)
 				t.Logf("sidecar log (last 8 KiB):\n%s", b[max(0, len(b)-8192):])
@@ -651,6 +692,7 @@ func (r *run) arm(t *testing.T, policy string) Result {
 	r.schedule(&res, tail, sub.times(), t0)
 	if a != nil {
 		r.loop(&res, cl)
+		r.sidecarShare(&res, cl, sub.times())
 	}
 	wall := res.Wall.Seconds()
 	res.SidecarCPU = (sp.last.self.CPU - sp.first.self.CPU).Seconds() / wall
@@ -706,14 +748,45 @@ func (r *run) schedule(res *Result, tail *Tail, submitted map[string]time.Time, 
 		res.MakespanSim = last.Sub(t0).Seconds() * r.cfg.Compress
 		res.AvgJCTSim, res.P99JCTSim = Mean(jcts), Quantile(jcts, 0.99)
 	}
-	d := func(s float64) time.Duration {
-		if math.IsNaN(s) {
-			return 0
-		}
-		return time.Duration(s * float64(time.Second))
+	res.PlacedP50, res.PlacedP99 = seconds(Quantile(placed, 0.5)), seconds(Quantile(placed, 0.99))
+	res.RunningP50, res.RunningP99 = seconds(Quantile(running, 0.5)), seconds(Quantile(running, 0.99))
+}
+
+// seconds is a duration of s seconds (0 for NaN: no sample).
+func seconds(s float64) time.Duration {
+	if math.IsNaN(s) {
+		return 0
 	}
-	res.PlacedP50, res.PlacedP99 = d(Quantile(placed, 0.5)), d(Quantile(placed, 0.99))
-	res.RunningP50, res.RunningP99 = d(Quantile(running, 0.5)), d(Quantile(running, 0.99))
+	return time.Duration(s * float64(time.Second))
+}
+
+// keepLog copies the log at from to to, making to's directory.
+func keepLog(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o644)
+}
+
+// sidecarShare fills the sidecar's share of placement: submission to
+// its start decision, and to that write's return.
+func (r *run) sidecarShare(res *Result, cl *cycleLog, submitted map[string]time.Time) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	var decided, written []float64
+	for id, st := range submitted {
+		if s, ok := cl.starts[id]; ok {
+			decided = append(decided, max(s.decided.Sub(st).Seconds(), 0))
+			written = append(written, max(s.written.Sub(st).Seconds(), 0))
+		}
+	}
+	res.DecidedP50, res.DecidedP99 = seconds(Quantile(decided, 0.5)), seconds(Quantile(decided, 0.99))
+	res.WrittenP50, res.WrittenP99 = seconds(Quantile(written, 0.5)), seconds(Quantile(written, 0.99))
+	res.DecidedJobs = len(decided)
 }
 
 // loop fills the control loop's numbers.

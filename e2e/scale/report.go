@@ -58,6 +58,11 @@ type Result struct {
 	// Placement: submission until the job's first allocation reached a
 	// node (Placed) or all workers of its first unit ran (Running).
 	PlacedP50, PlacedP99, RunningP50, RunningP99 time.Duration
+	// The sidecar's share: submission until its start decision
+	// (Decided) and until that write returned (Written, to within the
+	// 100 ms it is sampled at), over DecidedJobs jobs.
+	DecidedP50, DecidedP99, WrittenP50, WrittenP99 time.Duration
+	DecidedJobs                                    int
 	// Registrations (job writes that place, stop or move jobs) and all
 	// Nomad API requests, per round.
 	WritesPerRound, WritesPerRoundMax, WritesTotal float64
@@ -127,6 +132,9 @@ func Table(s Setup, rs []Result) string {
 		round := roundSim.Seconds() / r.Compression
 		return fmt.Sprintf("%s / %s (%.1f)", secs(r.PlacedP50), secs(r.PlacedP99), r.PlacedP99.Seconds()/round)
 	})
+	row("of which the sidecar: submit to decided / to written p50 / p99", sidecar(func(r Result) string {
+		return fmt.Sprintf("%s / %s, %s / %s (%d jobs)", secs(r.DecidedP50), secs(r.DecidedP99), secs(r.WrittenP50), secs(r.WrittenP99), r.DecidedJobs)
+	}))
 	row("arrival to first start, `hadar sim` p50 / p99 (wall)", sidecar(func(r Result) string { return secs(r.PredWaitP50) + " / " + secs(r.PredWaitP99) }))
 	row("submit to running p50 / p99", func(r Result) string { return secs(r.RunningP50) + " / " + secs(r.RunningP99) })
 	row("job writes per round, mean / max (total)", sidecar(func(r Result) string {

@@ -85,6 +85,10 @@ func TestScaleSmoke(t *testing.T) {
 		if r.Rounds < 2 || r.WritesTotal < float64(cfg.Jobs) {
 			t.Errorf("%s: %d rounds, %.0f writes: want several rounds and a write per job at least", r.Arm, r.Rounds, r.WritesTotal)
 		}
+		// The sidecar's share of placement is measured on every job.
+		if r.DecidedJobs != cfg.Jobs {
+			t.Errorf("%s: a written start seen for %d of %d jobs", r.Arm, r.DecidedJobs, cfg.Jobs)
+		}
 		if r.ProgressReads == 0 || r.ProgressErrors > r.ProgressReads/10 {
 			t.Errorf("%s: the sidecar read progress %d times, %d failed: want reads, nearly all answered", r.Arm, r.ProgressReads, r.ProgressErrors)
 		}
