@@ -349,14 +349,15 @@ func (c clusterView) Group(k watch.JobKey, group string) apply.Group {
 		if al.TaskGroup != group {
 			continue
 		}
+		// Placed: Nomad placed it, even if it ended since (a worker that
+		// failed to start counts from its placement, so its gang is
+		// rolled back after gang_timeout, not left waiting for Nomad).
+		g.Placed = true
 		if !al.Terminal() {
 			g.Ended = false
 		}
-		if al.DesiredStatus == api.AllocDesiredStatusRun && !al.Terminal() {
-			g.Placed = true
-			if al.ClientStatus == api.AllocClientStatusRunning {
-				g.Running = true
-			}
+		if al.DesiredStatus == api.AllocDesiredStatusRun && al.ClientStatus == api.AllocClientStatusRunning {
+			g.Running = true
 		}
 	}
 	for _, ev := range c.snap.BlockedEvalsOf(k) {

@@ -61,8 +61,8 @@ type Job struct {
 
 // Group is the state of a generated group's allocations.
 type Group struct {
-	// Running: an allocation of it runs. Placed: an allocation of it is
-	// meant to run (Nomad placed it; it may not run yet). Ended: every
+	// Running: an allocation of it runs. Placed: Nomad placed an
+	// allocation of it (running, not yet, or ended since). Ended: every
 	// allocation of it is terminal (or it has none). Failed: Nomad
 	// reports it cannot be placed (a blocked evaluation's failed
 	// allocations name it).
