@@ -705,3 +705,27 @@ func TestWithIDsRemoveLstat(t *testing.T) {
 		}
 	})
 }
+
+// Two tasks of one job starting at once on a node both make its directory:
+// the one that finds it still being given to the job waits for that
+// instead of refusing the job its own directory (make test: a two-worker
+// start on one node failed "owned by 0:0, not this job's").
+func TestJobDirMadeConcurrently(t *testing.T) {
+	root, _ := testRoot(t)
+	const n = 16
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			d, err := root.JobDir("default", "together", rng.First+9, rng.First+9)
+			if err == nil {
+				d.Close()
+			}
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("JobDir %d: %v", i, err)
+		}
+	}
+}
