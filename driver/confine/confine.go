@@ -68,6 +68,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -286,8 +287,32 @@ func (d *Dir) mkdirOne(parent int, name string, uid, gid int, mode uint32) (int,
 			unix.Close(fd)
 			return -1, err
 		}
+	} else if uid >= 0 {
+		if err := settled(fd, uid, gid); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
 	}
 	return fd, nil
+}
+
+// settled waits, briefly, while the existing directory fd is still ours
+// with mode 0700 rather than uid:gid's: another task of the same job,
+// starting on this node at the same moment, made it and is giving it to
+// the job (mkdirOne makes it 0700, then chowns it). Without the wait that
+// task's sibling would find it root's and refuse it.
+func settled(fd, uid, gid int) error {
+	var st unix.Stat_t
+	for i := 0; ; i++ {
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		ours := int(st.Uid) == os.Geteuid() && st.Mode&0o7777 == 0o700
+		if !ours || (int(st.Uid) == uid && int(st.Gid) == gid) || i == 200 {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // pathError explains err on element e of value.

@@ -717,8 +717,18 @@ func TestJobDirMadeConcurrently(t *testing.T) {
 	for i := 0; i < n; i++ {
 		go func() {
 			d, err := root.JobDir("default", "together", rng.First+9, rng.First+9)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer d.Close()
+			// Each worker's task of the same name: one directory.
+			dir, err := d.Mkdir("checkpoints", "trainer")
 			if err == nil {
-				d.Close()
+				var st unix.Stat_t
+				if st, err = d.Lstat("checkpoint directory", dir); err == nil && (int(st.Uid) != rng.First+9 || int(st.Gid) != rng.First+9) {
+					err = fmt.Errorf("%s owned by %d:%d", dir, st.Uid, st.Gid)
+				}
 			}
 			errs <- err
 		}()

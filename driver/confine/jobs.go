@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,7 +45,7 @@ func (d *Dir) JobDir(ns, job string, uid, gid int) (*Dir, error) {
 	if err != nil {
 		return nil, d.pathError("job", job, jobE, err)
 	}
-	if err := settledStat(jfd, &st, uid, gid); err != nil {
+	if err := unix.Fstat(jfd, &st); err != nil {
 		unix.Close(jfd)
 		return nil, err
 	}
@@ -58,21 +57,4 @@ func (d *Dir) JobDir(ns, job string, uid, gid int) (*Dir, error) {
 	jd := d.sub(filepath.Join(nsE, jobE), jfd, true)
 	jd.uid, jd.gid = uid, gid
 	return jd, nil
-}
-
-// settledStat stats the job directory fd. One still ours with mode 0700
-// is being given to its job by another task of it starting on this node
-// at the same moment (mkdirOne makes it 0700, then chowns it): wait for
-// that, briefly, rather than refuse the job its own directory.
-func settledStat(fd int, st *unix.Stat_t, uid, gid int) error {
-	for i := 0; ; i++ {
-		if err := unix.Fstat(fd, st); err != nil {
-			return err
-		}
-		inProgress := int(st.Uid) == os.Geteuid() && st.Mode&0o7777 == 0o700 && (int(st.Uid) != uid || int(st.Gid) != gid)
-		if !inProgress || i == 200 {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
