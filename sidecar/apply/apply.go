@@ -19,9 +19,10 @@
 //     fails. The clock starts at placement: a write waiting in Nomad's
 //     evaluation queue is not a gang that failed to start (rolling it
 //     back would only queue more work), so it waits up to
-//     placeWaitFactor times GangTimeout for Nomad to place it. A job with hadar.gang =
-//     false is written even when Nomad cannot place every worker yet, and
-//     never rolled back: each worker starts when Nomad places it.
+//     placeWaitFactor times GangTimeout for Nomad to place it. A job with
+//     hadar.gang = false is written even when Nomad cannot place every
+//     worker yet, and never rolled back: each worker starts when Nomad
+//     places it.
 package apply
 
 import (
@@ -673,9 +674,6 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 		}
 		if running {
 			return Outcome{Key: op.Key, Phase: Done, Running: op.Target}, true
-		}
-		if op.written.IsZero() {
-			op.written = now
 		}
 		if placed && op.placed.IsZero() {
 			// The gang clock starts when Nomad placed every worker.
