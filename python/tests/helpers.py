@@ -114,6 +114,23 @@ class ProcTest(unittest.TestCase):
         self.procs.append(p)
         return p
 
+    def start_together(self, starts: List[tuple]) -> List[Proc]:
+        """Start processes (``(args, env, name)`` each, args beginning
+        ``-m MODULE``) through tests.gate and let them run only once every
+        one has imported torch: copies that must meet then start within a
+        second of each other, however loaded the machine."""
+        procs = []
+        gate = os.path.join(self.tmp, "gate-" + "-".join(name for _, _, name in starts))
+        for args, env, name in starts:
+            if args[:1] != ["-m"]:
+                raise ValueError(f"start_together: {args}: want -m MODULE ...")
+            procs.append(self.start(["-m", "tests.gate", os.path.join(self.tmp, name + ".ready"), gate] + args[1:], env, name))
+        self.wait_for("every process imported torch", lambda: all(os.path.exists(os.path.join(self.tmp, n + ".ready")) for _, _, n in starts),
+                      timeout=300, procs=procs)
+        with open(gate, "w"):
+            pass
+        return procs
+
     def wait_for(self, what: str, cond: Callable[[], bool], timeout: float = 90, procs: Optional[List[Proc]] = None) -> None:
         deadline = time.monotonic() + timeout * SLOW
         while time.monotonic() < deadline:
