@@ -93,15 +93,17 @@ type wire struct {
 	Nodes      int     `json:"nodes,omitempty"`
 	Reason     string  `json:"reason,omitempty"`
 	Error      string  `json:"error,omitempty"`
+	// Retry marks an error that may pass (a worker of another unit
+	// reached the port another unit still holds): the worker dials again.
+	Retry bool `json:"retry,omitempty"`
 }
 
 // Timing of the protocol.
 const (
-	pingEvery     = time.Second
-	helloTimeout  = 10 * time.Second
-	leaveWait     = 3 * time.Second // a stopping rank waits this long for rank 0's checkpoint
-	drainWait     = 2 * time.Second // how long a closing end waits for the peer to close first
-	listenRetries = 30 * time.Second
+	pingEvery    = time.Second
+	helloTimeout = 10 * time.Second
+	leaveWait    = 3 * time.Second // a stopping rank waits this long for rank 0's checkpoint
+	drainWait    = 2 * time.Second // how long a closing end waits for the peer to close first
 )
 
 // hello describes this worker to the unit.
@@ -300,10 +302,10 @@ type group struct {
 	gathered time.Time
 }
 
-// listen opens rank 0's rendezvous port on every address, retrying while
-// it is taken: the unit that held it before may still be ending.
-func listen(ctx context.Context, port int, tick func()) (net.Listener, error) {
-	deadline := time.Now().Add(listenRetries)
+// listen opens rank 0's rendezvous port on every address, retrying until
+// deadline while it is taken: the unit that held it before may still be
+// ending (checkpointing within its kill_timeout).
+func listen(ctx context.Context, port int, deadline time.Time, tick func()) (net.Listener, error) {
 	for {
 		ln, err := net.Listen("tcp", ":"+strconv.Itoa(port))
 		if err == nil {
@@ -326,7 +328,8 @@ func listen(ctx context.Context, port int, tick func()) (net.Listener, error) {
 // --rendezvous-timeout. state is what the start message carries (the
 // job's steps and the checkpoint rank 0 resumed from).
 func rendezvous(ctx context.Context, o Options, log *slog.Logger, tick func(), stepsDone int64, checkpoint string) (*group, error) {
-	ln, err := listen(ctx, o.MasterPort, tick)
+	deadline := time.Now().Add(o.RendezvousTimeout)
+	ln, err := listen(ctx, o.MasterPort, deadline, tick)
 	if err != nil {
 		return nil, err
 	}
@@ -368,7 +371,6 @@ func rendezvous(ctx context.Context, o Options, log *slog.Logger, tick func(), s
 	hellos := map[int]wire{0: o.hello()}
 	handshakes := make(chan handshake)
 	log.Info("rendezvous: waiting for the unit's workers", "port", o.MasterPort, "world_size", o.WorldSize, "unit", o.Unit)
-	deadline := time.Now().Add(o.RendezvousTimeout)
 	timer := time.NewTicker(time.Second)
 	defer timer.Stop()
 	for len(g.peers) < o.WorldSize-1 {
@@ -382,7 +384,7 @@ func rendezvous(ctx context.Context, o Options, log *slog.Logger, tick func(), s
 			if h.err != nil {
 				log.Warn("rendezvous: refused a worker", "remote", h.conn.RemoteAddr().String(), "err", h.err)
 				if h.hello.Type == msgHello {
-					_ = json.NewEncoder(h.conn).Encode(wire{Type: msgError, Error: h.err.Error()})
+					_ = json.NewEncoder(h.conn).Encode(wire{Type: msgError, Error: h.err.Error(), Retry: errors.Is(h.err, errOtherUnit)})
 				}
 				h.conn.Close()
 				continue
@@ -475,6 +477,10 @@ func readHello(c net.Conn, timeout time.Duration, out chan<- handshake, quit <-c
 	}
 }
 
+// errOtherUnit is a hello of another unit's worker: its own rank 0 may
+// be waiting for this unit to end and free the port.
+var errOtherUnit = errors.New("a worker of another unit reached this port")
+
 // admit checks a hello against the unit.
 func (g *group) admit(h wire, joined map[int]wire) error {
 	o := g.o
@@ -482,7 +488,7 @@ func (g *group) admit(h wire, joined map[int]wire) error {
 	case h.Version != protocolVersion:
 		return fmt.Errorf("protocol version %d, rank 0 speaks %d: run the same hadar-trainer on every worker", h.Version, protocolVersion)
 	case h.JobID != o.JobID || h.Unit != o.Unit:
-		return fmt.Errorf("job %q unit %d, but this is job %q unit %d: a worker of another unit reached this port", h.JobID, h.Unit, o.JobID, o.Unit)
+		return fmt.Errorf("job %q unit %d, but this is job %q unit %d: %w", h.JobID, h.Unit, o.JobID, o.Unit, errOtherUnit)
 	case h.WorldSize != o.WorldSize:
 		return fmt.Errorf("world size %d, but this unit has %d workers", h.WorldSize, o.WorldSize)
 	case h.Rank < 1 || h.Rank >= o.WorldSize:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"slices"
@@ -313,7 +314,7 @@ func TestRendezvous(t *testing.T) {
 	port := freePort(t)
 	dir := t.TempDir()
 	ws := unitWorkers(t, dir, port, 1, []map[string]string{{}, {}}, "--steps", "50", "--rendezvous-timeout", "1500ms")
-	stranger := unitWorkers(t, t.TempDir(), port, 2, []map[string]string{{}, {}}, "--steps", "50")[1]
+	stranger := unitWorkers(t, t.TempDir(), port, 2, []map[string]string{{}, {}}, "--steps", "50", "--rendezvous-timeout", "1500ms")[1]
 	var wg sync.WaitGroup
 	wg.Go(func() { ws[0].out, ws[0].err = Run(context.Background(), ws[0].o, discardLog(), io.Discard) })
 	stranger.out, stranger.err = Run(context.Background(), stranger.o, discardLog(), io.Discard)
@@ -327,4 +328,131 @@ func TestRendezvous(t *testing.T) {
 	if ws[0].err == nil || !strings.Contains(ws[0].err.Error(), "1 of 2 workers joined") {
 		t.Fatalf("rank 0 alone: %v; want the rendezvous timeout", ws[0].err)
 	}
+}
+
+// logLines is a slog handler's output, safe to read while workers log.
+type logLines struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logLines) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.buf.String(), s)
+}
+
+func (l *logLines) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+// waitLog waits until what was logged says s.
+func waitLog(t *testing.T, l *logLines, s string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !l.has(s) {
+		if time.Now().After(deadline) {
+			l.mu.Lock()
+			t.Fatalf("not logged within 30s: %q; logged:\n%s", s, l.buf.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRendezvousOutlastsAnotherUnitOnItsPort: a unit whose rendezvous
+// port is still held by another unit's rank 0 (a unit that is ending, or
+// one a restarted sidecar gave the same port) gathers once that one is
+// gone. Before, its rank 1 reached the other rank 0, was refused as
+// another unit's worker and exited 1 within a second (make test:
+// TestSidecarSurvivesKill9's failed allocations), and its rank 0 gave the
+// port up after 30 s.
+func TestRendezvousOutlastsAnotherUnitOnItsPort(t *testing.T) {
+	port := freePort(t)
+	var oldLog logLines
+	old := unitWorkers(t, t.TempDir(), port, 1, []map[string]string{{}, {}}, "--steps", "50", "--rendezvous-timeout", "2s")[0]
+	var wg sync.WaitGroup
+	wg.Go(func() { old.out, old.err = Run(context.Background(), old.o, oldLog.logger(), io.Discard) })
+	waitLog(t, &oldLog, "waiting for the unit's workers")
+	ws := unitWorkers(t, t.TempDir(), port, 2, []map[string]string{{}, {}}, "--steps", "50", "--rendezvous-timeout", "60s")
+	var ranks [2]logLines
+	for r, w := range ws {
+		wg.Go(func() { w.out, w.err = Run(context.Background(), w.o, ranks[r].logger(), io.Discard) })
+	}
+	waitLog(t, &oldLog, "a worker of another unit reached this port")
+	wg.Wait()
+	if old.err == nil || !strings.Contains(old.err.Error(), "1 of 2 workers joined") {
+		t.Fatalf("the unit holding the port: %v; want its rendezvous timeout", old.err)
+	}
+	for r, w := range ws {
+		if w.err != nil || w.out.StepsDone != 50 {
+			t.Fatalf("rank %d of the unit given the held port: %+v, %v; want all 50 steps", r, w.out, w.err)
+		}
+	}
+	if !ranks[1].has("joining rank 0 again") {
+		t.Fatal("rank 1 never met the other unit's rank 0: the test did not test the refusal")
+	}
+}
+
+// TestRendezvousRankZeroRestartedWhileGathering: rank 0 stopped while its
+// unit gathers (Nomad stops a unit's allocations one after the other, or
+// restarts a task) does not fail rank 1: rank 1 joins rank 0 when it comes
+// back, or exits 0 on its own stop signal. Before, the closed connection
+// failed rank 1 at once (exit 1: a failed allocation).
+func TestRendezvousRankZeroRestartedWhileGathering(t *testing.T) {
+	// Units of three whose rank 2 is not there yet: rank 1 waits in the
+	// rendezvous.
+	t.Run("rank 0 comes back", func(t *testing.T) {
+		port := freePort(t)
+		dir := t.TempDir()
+		ws := unitWorkers(t, dir, port, 1, []map[string]string{{}, {}, {}}, "--steps", "50", "--rendezvous-timeout", "60s")
+		var log0, log1 logLines
+		ctx0, stop0 := context.WithCancel(context.Background())
+		defer stop0()
+		first := make(chan error, 1)
+		go func() {
+			_, err := Run(ctx0, ws[0].o, log0.logger(), io.Discard)
+			first <- err
+		}()
+		var wg sync.WaitGroup
+		wg.Go(func() { ws[1].out, ws[1].err = Run(context.Background(), ws[1].o, log1.logger(), io.Discard) })
+		waitLog(t, &log1, "joined rank 0, waiting for the whole unit")
+		stop0()
+		if err := <-first; err != nil {
+			t.Fatalf("rank 0 stopped while gathering: %v; want a clean stop", err)
+		}
+		waitLog(t, &log1, "joining rank 0 again")
+		wg.Go(func() { ws[0].out, ws[0].err = Run(context.Background(), ws[0].o, discardLog(), io.Discard) })
+		wg.Go(func() { ws[2].out, ws[2].err = Run(context.Background(), ws[2].o, discardLog(), io.Discard) })
+		wg.Wait()
+		for r, w := range ws {
+			if w.err != nil || w.out.StepsDone != 50 {
+				t.Fatalf("rank %d: %+v, %v; want all 50 steps after rank 0 came back", r, w.out, w.err)
+			}
+		}
+	})
+	t.Run("the unit is stopped", func(t *testing.T) {
+		port := freePort(t)
+		ws := unitWorkers(t, t.TempDir(), port, 1, []map[string]string{{}, {}, {}}, "--steps", "50", "--rendezvous-timeout", "60s")[:2]
+		var log1 logLines
+		ctx0, stop0 := context.WithCancel(context.Background())
+		ctx1, stop1 := context.WithCancel(context.Background())
+		defer stop1()
+		var wg sync.WaitGroup
+		wg.Go(func() { ws[0].out, ws[0].err = Run(ctx0, ws[0].o, discardLog(), io.Discard) })
+		wg.Go(func() { ws[1].out, ws[1].err = Run(ctx1, ws[1].o, log1.logger(), io.Discard) })
+		waitLog(t, &log1, "joined rank 0, waiting for the whole unit")
+		stop0()
+		waitLog(t, &log1, "joining rank 0 again")
+		stop1()
+		wg.Wait()
+		for r, w := range ws {
+			if w.err != nil || !w.out.Stopped || w.out.StepsDone != 0 {
+				t.Fatalf("rank %d: %+v, %v; want stopped cleanly with no step", r, w.out, w.err)
+			}
+		}
+	})
 }

@@ -49,34 +49,17 @@ func follow(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) 
 	// No progress file before rank 0's start message: the first one a
 	// rank writes names the checkpoint its unit resumed from (rank 0's),
 	// which is how the driver reports every rank's resume.
-	f := &follower{o: o, log: log, stdout: stdout, state: contract.StateRendezvous, rate: o.StepsPerSec, progressAt: time.Now(), events: make(chan peerMsg, 16)}
+	f := &follower{o: o, log: log, stdout: stdout, state: contract.StateRendezvous, rate: o.StepsPerSec, progressAt: time.Now()}
 	addr := net.JoinHostPort(o.MasterAddr, strconv.Itoa(o.MasterPort))
-	conn, err := dialRetry(ctx, addr, time.Now().Add(o.RendezvousTimeout), f.tick)
+	start, err := f.gather(ctx, addr)
 	if err != nil {
-		if ctx.Err() != nil {
-			// Stopped before the unit gathered: nothing to save.
-			return f.stopped(), nil
-		}
 		return Outcome{}, err
 	}
-	dec := json.NewDecoder(conn)
-	f.link = newLink(0, conn, dec, o.PeerTimeout, f.events)
-	defer f.link.close()
-	if err := f.link.send(o.hello()); err != nil {
-		return Outcome{}, fmt.Errorf("rendezvous with rank 0 at %s: %w", addr, err)
-	}
-	log.Info("rendezvous: joined rank 0, waiting for the whole unit", "addr", addr, "rank", o.Rank, "world_size", o.WorldSize)
-	start, err := f.next(ctx, contract.StateRendezvous)
-	switch {
-	case err != nil && ctx.Err() != nil:
+	if ctx.Err() != nil {
+		// Stopped before the unit gathered: nothing to save.
 		return f.leave(), nil
-	case err != nil:
-		return Outcome{}, fmt.Errorf("rendezvous with rank 0 at %s: %w", addr, err)
-	case start.Type == msgError:
-		return Outcome{}, fmt.Errorf("rendezvous: rank 0 at %s refused this worker: %s", addr, start.Error)
-	case start.Type != msgStart:
-		return Outcome{}, fmt.Errorf("rendezvous: rank 0 at %s sent %q before start", addr, start.Type)
 	}
+	defer f.link.close()
 	f.stepsDone, f.checkpoint, f.resumed, f.unitPace, f.nodes = start.StepsDone, start.Checkpoint, start.Checkpoint, start.UnitPace, start.Nodes
 	if start.Spread {
 		f.rate = o.spreadPace()
@@ -107,6 +90,73 @@ func follow(ctx context.Context, o Options, log *slog.Logger, stdout io.Writer) 
 		case msgStop:
 			return f.end(ctx, m)
 		}
+	}
+}
+
+// gather joins the unit at rank 0's addr and returns rank 0's start
+// message, with f.link connected; with ctx done (this worker was asked to
+// stop) it returns no error and no start. Until the unit starts, nothing
+// that rank 0's side does fails this worker: rank 0 may not listen yet, be
+// stopped or restarted by Nomad while the unit gathers (its allocation is
+// stopped a moment before this one, or comes back), or the port may still
+// be held by another unit that is ending (its rank 0 refuses this worker
+// as another unit's). The worker dials again until --rendezvous-timeout;
+// only a refusal that cannot change (another protocol, world size or a
+// rank given twice) fails it at once.
+func (f *follower) gather(ctx context.Context, addr string) (wire, error) {
+	o := f.o
+	deadline := time.Now().Add(o.RendezvousTimeout)
+	var last error
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			if time.Now().After(deadline) {
+				return wire{}, fmt.Errorf("rendezvous with rank 0 at %s: the unit did not gather within --rendezvous-timeout %s; last: %w", addr, o.RendezvousTimeout, last)
+			}
+			f.log.Warn("rendezvous: joining rank 0 again", "addr", addr, "rank", o.Rank, "attempt", attempt+1, "after", last)
+			select {
+			case <-ctx.Done():
+				return wire{}, nil
+			case <-time.After(time.Second):
+			}
+		}
+		conn, err := dialRetry(ctx, addr, deadline, f.tick)
+		if err != nil {
+			if ctx.Err() != nil {
+				return wire{}, nil
+			}
+			if last != nil {
+				return wire{}, fmt.Errorf("%w; before that, %v", err, last)
+			}
+			return wire{}, err
+		}
+		f.events = make(chan peerMsg, 16)
+		f.link = newLink(0, conn, json.NewDecoder(conn), o.PeerTimeout, f.events)
+		if err := f.link.send(o.hello()); err != nil {
+			f.link.close()
+			last = fmt.Errorf("send hello: %w", err)
+			continue
+		}
+		f.log.Info("rendezvous: joined rank 0, waiting for the whole unit", "addr", addr, "rank", o.Rank, "world_size", o.WorldSize)
+		start, err := f.next(ctx, contract.StateRendezvous)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return wire{}, nil
+		case err != nil:
+			f.link.close()
+			last = fmt.Errorf("rank 0 left before the unit started: %w", err)
+			continue
+		case start.Type == msgError && start.Retry:
+			f.link.close()
+			last = fmt.Errorf("rank 0 at %s refused this worker: %s", addr, start.Error)
+			continue
+		case start.Type == msgError:
+			f.link.close()
+			return wire{}, fmt.Errorf("rendezvous: rank 0 at %s refused this worker: %s", addr, start.Error)
+		case start.Type != msgStart:
+			f.link.close()
+			return wire{}, fmt.Errorf("rendezvous: rank 0 at %s sent %q before start", addr, start.Type)
+		}
+		return start, nil
 	}
 }
 
