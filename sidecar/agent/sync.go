@@ -493,7 +493,8 @@ func samePlacement(a, b planner.Placement) bool {
 	return true
 }
 
-// usedPorts are the rendezvous ports written in managed jobs, by address.
+// usedPorts are the rendezvous ports written in managed jobs and those
+// their live allocations hold, by address.
 func (a *Agent) usedPorts(snap *watch.Snapshot) map[string][]int {
 	out := map[string][]int{}
 	for _, j := range snap.ManagedJobs() {
@@ -506,6 +507,21 @@ func (a *Agent) usedPorts(snap *watch.Snapshot) map[string][]int {
 		}
 		for _, u := range us {
 			out[u.Workers[0].Addr] = append(out[u.Workers[0].Addr], u.Port)
+		}
+	}
+	// A unit's rank 0 holds its port until its allocation is terminal,
+	// also after the unit left the job (it checkpoints within its
+	// kill_timeout, or still gathers its unit): a port it may listen on is
+	// not given to another unit, also by a sidecar that restarted and
+	// lost its quarantine of released ports. Otherwise the new unit's
+	// workers reach the old rank 0 and its rank 0 finds the port taken.
+	for _, al := range snap.Allocs {
+		port, ok := al.Ports[jobform.PortLabel]
+		if !ok || al.Terminal() {
+			continue
+		}
+		if addr := a.addrs[al.NodeID]; addr != "" {
+			out[addr] = append(out[addr], port)
 		}
 	}
 	return out

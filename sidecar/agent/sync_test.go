@@ -254,3 +254,49 @@ func TestSyncFinishesACompleteJob(t *testing.T) {
 		t.Fatalf("history %+v", last)
 	}
 }
+
+// A rendezvous port that a live allocation holds is not given to another
+// unit, also by a sidecar that just started (its quarantine of released
+// ports was in the memory of the one before): the unit that left the job
+// may still be listening on it while it ends. Before, a restarted sidecar
+// gave it away at once, and the new unit's rank 1 reached the old rank 0,
+// was refused and failed (make test: TestSidecarSurvivesKill9).
+func TestPortsOfLiveAllocationsAreNotReused(t *testing.T) {
+	bad := map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "lots"}
+	snap, rec := noteState(t, []noteCase{{name: "ending", meta: bad, placed: true, running: true}})
+	snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 1)
+	const held = 29500 // the lowest port of the default range
+	for _, al := range snap.Allocs {
+		al.NodeID, al.GPUs, al.Ports = "n1", map[string]int{"Tesla V100-SXM2-16GB": 1}, map[string]int{jobform.PortLabel: held}
+	}
+	a := testAgent(t, rec, "gavel-maxmin")
+	if err := a.cycleOn(context.Background(), snap, true); err != nil {
+		t.Fatal(err)
+	}
+	a.settleWrites()
+	port, err := a.ports.Take("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port == held {
+		t.Fatalf("port %d, which a running allocation holds, was given to a new unit", port)
+	}
+	a.ports.Give("127.0.0.1", port)
+	// Once that allocation is terminal, the port is free (after the
+	// quarantine of ports that left a job, which this sidecar started).
+	for _, al := range snap.Allocs {
+		al.ClientStatus = api.AllocClientStatusComplete
+	}
+	if err := a.cycleOn(context.Background(), snap, false); err != nil {
+		t.Fatal(err)
+	}
+	a.settleWrites()
+	a.ports.Quarantine = 0
+	if err := a.cycleOn(context.Background(), snap, false); err != nil {
+		t.Fatal(err)
+	}
+	a.settleWrites()
+	if port, err := a.ports.Take("127.0.0.1"); err != nil || port != held {
+		t.Fatalf("after the allocation ended: port %d, %v; want %d", port, err, held)
+	}
+}

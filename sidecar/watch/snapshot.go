@@ -127,6 +127,39 @@ func heldBy(a *api.Allocation) *Held {
 	return &Held{AllocID: a.ID, NodeID: a.NodeID, Job: JobKey{namespace(a.Namespace), a.JobID}, GPUs: gpus}
 }
 
+// portsOf returns the host ports of allocated resources by label, from the
+// group's ports and its networks' (nil when none).
+func portsOf(ar *api.AllocatedResources) map[string]int {
+	if ar == nil {
+		return nil
+	}
+	var out map[string]int
+	add := func(label string, value int) {
+		if label == "" || value <= 0 {
+			return
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[label] = value
+	}
+	for _, p := range ar.Shared.Ports {
+		add(p.Label, p.Value)
+	}
+	for _, n := range ar.Shared.Networks {
+		if n == nil {
+			continue
+		}
+		for _, p := range n.ReservedPorts {
+			add(p.Label, p.Value)
+		}
+		for _, p := range n.DynamicPorts {
+			add(p.Label, p.Value)
+		}
+	}
+	return out
+}
+
 // gpusOf counts the NVIDIA GPUs of allocated resources by device model
 // (nil when none).
 func gpusOf(ar *api.AllocatedResources) map[string]int {
@@ -354,6 +387,9 @@ type Alloc struct {
 	// GPUs are the NVIDIA GPUs Nomad gave it, by device model (nil when
 	// none): what it holds while it is not terminal.
 	GPUs map[string]int
+	// Ports are the host ports Nomad gave it, by label (nil when none):
+	// what its tasks may listen on until it is terminal.
+	Ports map[string]int
 }
 
 // Job returns the key of the allocation's job.
@@ -665,7 +701,7 @@ func convertAlloc(a *api.AllocationListStub, task string, events int) *Alloc {
 		DesiredStatus: a.DesiredStatus, DesiredDescription: a.DesiredDescription,
 		ClientStatus: a.ClientStatus, ClientDescription: a.ClientDescription,
 		JobVersion: a.JobVersion, CreateTime: time.Unix(0, a.CreateTime), ModifyTime: time.Unix(0, a.ModifyTime),
-		ModifyIndex: a.ModifyIndex, GPUs: gpusOf(a.AllocatedResources),
+		ModifyIndex: a.ModifyIndex, GPUs: gpusOf(a.AllocatedResources), Ports: portsOf(a.AllocatedResources),
 	}
 	out.Namespace = namespace(out.Namespace)
 	if len(a.TaskStates) > 0 {

@@ -887,3 +887,26 @@ func TestAllocVersionFallback(t *testing.T) {
 		return nil
 	})
 }
+
+// An allocation's host ports, from its group's ports and its networks',
+// by label: the sidecar keeps a rendezvous port a live allocation holds.
+func TestAllocPorts(t *testing.T) {
+	stub := &api.AllocationListStub{ID: "a1", JobID: "j", ClientStatus: api.AllocClientStatusRunning,
+		AllocatedResources: &api.AllocatedResources{Shared: api.AllocatedSharedResources{
+			Ports:    []api.PortMapping{{Label: "hadar_rdzv", Value: 29501, HostIP: "10.0.0.9"}},
+			Networks: []*api.NetworkResource{{ReservedPorts: []api.Port{{Label: "metrics", Value: 9100}}, DynamicPorts: []api.Port{{Label: "http", Value: 24000}}}},
+		}}}
+	got := convertAlloc(stub, "train", 0).Ports
+	want := map[string]int{"hadar_rdzv": 29501, "metrics": 9100, "http": 24000}
+	if len(got) != len(want) {
+		t.Fatalf("ports %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("ports %v, want %v", got, want)
+		}
+	}
+	if p := convertAlloc(&api.AllocationListStub{ID: "a2"}, "", 0).Ports; p != nil {
+		t.Fatalf("an allocation without resources: ports %v, want none", p)
+	}
+}
