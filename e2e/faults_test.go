@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/state"
@@ -33,6 +34,27 @@ type faultWatch struct {
 	// stops counts, per job and generated group, its allocations stopped
 	// by a write (desired stop): more than one is a double eviction.
 	stops map[string]map[string]bool
+	// failed are the failed allocations whose task logs were kept (in
+	// out/e2e-logs at once: Nomad collects an allocation's directory
+	// when it keeps more than gc_max_allocs).
+	failed map[string]bool
+}
+
+// keepFailed keeps a failed allocation's task stdout and stderr, once.
+func (w *faultWatch) keepFailed(a *api.AllocationListStub) {
+	w.mu.Lock()
+	seen := w.failed[a.ID]
+	if w.failed == nil {
+		w.failed = map[string]bool{}
+	}
+	w.failed[a.ID] = true
+	w.mu.Unlock()
+	if seen {
+		return
+	}
+	for _, stream := range []string{"stderr", "stdout"} {
+		harness.KeepLog(w.c.t, filepath.Join("failed-allocs", a.JobID+"-"+a.TaskGroup+"-"+a.ID[:8]+"."+stream), []byte(w.c.logOf(a.ID, stream)))
+	}
 }
 
 func (w *faultWatch) breach(format string, args ...any) {
@@ -60,6 +82,9 @@ func (w *faultWatch) poll() {
 				// The template is gated: an allocation of it ran unplanned.
 				w.breach("job %s: allocation %s of the template group %q (client status %s): it ran unplanned", id, a.ID[:8], a.TaskGroup, a.ClientStatus)
 				continue
+			}
+			if a.ClientStatus == api.AllocClientStatusFailed {
+				w.keepFailed(a)
 			}
 			if a.DesiredStatus == api.AllocDesiredStatusRun && (a.ClientStatus == api.AllocClientStatusRunning || a.ClientStatus == api.AllocClientStatusPending) {
 				perGroup[a.TaskGroup]++

@@ -606,22 +606,48 @@ func (a *Agent) dumpLog(t host) {
 // are kept; default <repository>/out/e2e-logs.
 const LogDirEnv = "HADAR_E2E_LOGS"
 
-// keepLogs copies the agent log and its tasks' logs (stdout, stderr,
-// executor.out) into <log folder>/<test>/<agent name>/, which outlives
-// the agent's temporary directory.
-func (a *Agent) keepLogs(t host) {
+// LogDir is the folder where a test's kept logs go:
+// <HADAR_E2E_LOGS or <repository>/out/e2e-logs>/<test>.
+func LogDir(t host) (string, error) {
 	root := os.Getenv(LogDirEnv)
 	if root == "" {
 		repo, err := RepoRoot()
 		if err != nil {
-			t.Logf("harness: keep logs: %v", err)
-			return
+			return "", err
 		}
 		root = filepath.Join(repo, "out", "e2e-logs")
 	}
-	dest := filepath.Join(root, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()), a.opts.Name)
+	return filepath.Join(root, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())), nil
+}
+
+// KeepLog writes b to name under the test's LogDir, for a log that
+// Nomad may collect before the test ends (a failed task's stderr).
+func KeepLog(t host, name string, b []byte) {
+	dir, err := LogDir(t)
+	if err == nil {
+		path := filepath.Join(dir, name)
+		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+			if err = os.WriteFile(path, b, 0o644); err == nil {
+				t.Logf("harness: kept %s", path)
+				return
+			}
+		}
+	}
+	t.Logf("harness: keep %s: %v", name, err)
+}
+
+// keepLogs copies the agent log and its tasks' logs (stdout, stderr,
+// executor.out) into <log folder>/<test>/<agent name>/, which outlives
+// the agent's temporary directory.
+func (a *Agent) keepLogs(t host) {
+	dir, err := LogDir(t)
+	if err != nil {
+		t.Logf("harness: keep logs: %v", err)
+		return
+	}
+	dest := filepath.Join(dir, a.opts.Name)
 	var copied int
-	err := filepath.WalkDir(a.Dir, func(path string, d os.DirEntry, err error) error {
+	err = filepath.WalkDir(a.Dir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return nil // a directory removed meanwhile, or unreadable: skip it
 		}
