@@ -424,6 +424,64 @@ func (d *Dir) WriteFile(field, value string, data []byte, perm os.FileMode) erro
 	return nil
 }
 
+// OpenFIFO opens the FIFO value (a path given in field, see Resolve)
+// below d for writing, never through a link and never creating it, and
+// nothing but a FIFO: a task that can write the directory (Nomad's
+// alloc/logs is everyone's) could have put a link to a root-only file,
+// a hard link to one, or a device there. It blocks until the FIFO has a
+// reader. The check and the open are on one inode: it is found as an
+// O_PATH descriptor, checked, then reopened through /proc/self/fd.
+func (d *Dir) OpenFIFO(field, value string) (*os.File, error) {
+	rel, err := d.Resolve(field, value)
+	if err != nil {
+		return nil, err
+	}
+	pfd, err := d.openBeneath(rel, unix.O_PATH)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, fmt.Errorf("%s %q: not there; Nomad's logmon makes this FIFO before the task starts, and it is never created here (a task may have removed it): %w", field, value, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, d.fileError(field, value, err)
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return nil, fmt.Errorf("%s %q: %w", field, value, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return nil, fmt.Errorf("%s %q: a %s owned by %d:%d, not a FIFO (what Nomad's logmon makes there); refusing to write into it: a task may have replaced the FIFO",
+			field, value, fileType(st.Mode), st.Uid, st.Gid)
+	}
+	// Opening the magic link reopens the inode pfd holds; no name is
+	// resolved again.
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", pfd), unix.O_WRONLY|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: reopening the FIFO through /proc/self/fd (is /proc mounted?): %w", field, value, err)
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(d.path, rel)), nil
+}
+
+// fileType names the type in mode, for errors.
+func fileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "regular file"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFLNK:
+		return "symbolic link"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFIFO:
+		return "FIFO"
+	}
+	return fmt.Sprintf("file of type %#o", mode&unix.S_IFMT)
+}
+
 // openBeneath opens rel below d without following any link.
 func (d *Dir) openBeneath(rel string, flags int) (int, error) {
 	flags |= unix.O_CLOEXEC | unix.O_NOFOLLOW

@@ -230,15 +230,18 @@ func (d *Driver) StartTask(ctx context.Context, cfg *plugin.TaskConfig) (*plugin
 	}
 	logger := d.logger.With("alloc_id", cfg.AllocID, "task", cfg.Name)
 	sup, err := supervise.Start(ctx, supervise.Spec{
-		Command:  l.command,
-		Args:     l.args,
-		Env:      envList(l.env),
-		Dir:      l.dir,
-		User:     l.user.spec(s.allowRoot),
-		Stdout:   cfg.StdoutPath,
-		Stderr:   cfg.StderrPath,
-		Cgroup:   cg,
-		StateDir: l.stateDir,
+		Command: l.command,
+		Args:    l.args,
+		Env:     envList(l.env),
+		Dir:     l.dir,
+		User:    l.user.spec(s.allowRoot),
+		Stdout:  cfg.StdoutPath,
+		Stderr:  cfg.StderrPath,
+		// Below the allocation directory (root's) everything is the
+		// tasks': no link is followed there.
+		OutputRoot: cfg.AllocDir,
+		Cgroup:     cg,
+		StateDir:   l.stateDir,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("task %s: %w", cfg.Name, err)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/user"
@@ -244,8 +245,43 @@ func (r *rig) allocDir(cfg *plugin.TaskConfig) {
 			r.t.Fatal(err)
 		}
 	}
-	cfg.StdoutPath = filepath.Join(td.LogDir, cfg.Name+".stdout.0")
-	cfg.StderrPath = filepath.Join(td.LogDir, cfg.Name+".stderr.0")
+	cfg.StdoutPath = r.logmon(filepath.Join(td.LogDir, "."+cfg.Name+".stdout.fifo"), filepath.Join(td.LogDir, cfg.Name+".stdout.0"))
+	cfg.StderrPath = r.logmon(filepath.Join(td.LogDir, "."+cfg.Name+".stderr.fifo"), filepath.Join(td.LogDir, cfg.Name+".stderr.0"))
+}
+
+// logmon makes the FIFO as Nomad's logmon does (mkfifo 0600, as root,
+// before the task starts) and copies what comes through it into the log
+// file, until the test ends. It holds the FIFO open for reading and
+// writing: it never sees an end, and a restarted task finds a reader.
+func (r *rig) logmon(fifo, log string) string {
+	r.t.Helper()
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+		r.t.Fatal(err)
+	}
+	in, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out, err := os.OpenFile(log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(out, in) // ends when the cleanup closes in
+	}()
+	r.t.Cleanup(func() {
+		in.Close()
+		<-done
+		out.Close()
+	})
+	return fifo
+}
+
+// logFile is the file the rig's logmon copies stream into.
+func logFile(cfg *plugin.TaskConfig, stream string) string {
+	return filepath.Join(cfg.TaskDir().LogDir, cfg.Name+"."+stream+".0")
 }
 
 // cgroup gives the task a cgroup, where Nomad's client would make it,
@@ -335,10 +371,7 @@ func (r *rig) inspect(id string) *plugin.TaskStatus {
 // 5 s).
 func readLog(t *testing.T, cfg *plugin.TaskConfig, stream string, want ...string) string {
 	t.Helper()
-	path := cfg.StdoutPath
-	if stream == "stderr" {
-		path = cfg.StderrPath
-	}
+	path := logFile(cfg, stream)
 	var s string
 	for i := 0; i < 100; i++ {
 		b, _ := os.ReadFile(path)
