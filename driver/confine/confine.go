@@ -153,6 +153,30 @@ func OpenDir(field, path string) (*Dir, error) {
 	return &Dir{fd: fd, path: p, field: field, base: p, uid: -1, gid: -1}, nil
 }
 
+// OpenBelow opens the directory path below trusted: trusted is reached
+// as given, links and all (Nomad's allocation directory, root's), and
+// nothing below it through a link. Everything below an allocation
+// directory is writable by every task (Nomad makes alloc/, its logs,
+// data and tmp, and the task directory mode 0777 without the sticky
+// bit), so a link there is a task's.
+func OpenBelow(field, trusted, path string) (*Dir, error) {
+	t, err := OpenDir(field, trusted)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	rel, err := filepath.Rel(t.path, filepath.Clean(path))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("%s %q: not below %q", field, path, trusted)
+	}
+	fd, err := t.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, t.fileError(field, path, err)
+	}
+	p := filepath.Clean(path)
+	return &Dir{fd: fd, path: p, field: field, base: p, uid: -1, gid: -1}, nil
+}
+
 // Resolve checks value, a path a job gave in field, against d: relative
 // to d, or absolute under it, without "..". It returns the path relative
 // to d ("." for d itself).

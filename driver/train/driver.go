@@ -23,7 +23,6 @@ import (
 	log "github.com/hashicorp/go-hclog"
 
 	"github.com/hadar-sched/hadar/contract"
-	"github.com/hadar-sched/hadar/driver/confine"
 	"github.com/hadar-sched/hadar/driver/device/nvml"
 	"github.com/hadar-sched/hadar/driver/plugin"
 	"github.com/hadar-sched/hadar/driver/plugin/hclspec"
@@ -301,7 +300,7 @@ func (d *Driver) StartTask(ctx context.Context, cfg *plugin.TaskConfig) (*plugin
 // removeStaleProgress removes the progress file (and its copy) a last
 // run left in the task directory.
 func removeStaleProgress(l *launch) error {
-	td, err := confine.OpenDir("task directory", l.taskDir)
+	td, err := openTaskDir(l.taskDir)
 	if err != nil {
 		return err
 	}
