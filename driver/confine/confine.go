@@ -153,6 +153,30 @@ func OpenDir(field, path string) (*Dir, error) {
 	return &Dir{fd: fd, path: p, field: field, base: p, uid: -1, gid: -1}, nil
 }
 
+// OpenBelow opens the directory path below trusted: trusted is reached
+// as given, links and all (Nomad's allocation directory, root's), and
+// nothing below it through a link. Everything below an allocation
+// directory is writable by every task (Nomad makes alloc/, its logs,
+// data and tmp, and the task directory mode 0777 without the sticky
+// bit), so a link there is a task's.
+func OpenBelow(field, trusted, path string) (*Dir, error) {
+	t, err := OpenDir(field, trusted)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	rel, err := filepath.Rel(t.path, filepath.Clean(path))
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") || !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("%s %q: not below %q", field, path, trusted)
+	}
+	fd, err := t.openBeneath(rel, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, t.fileError(field, path, err)
+	}
+	p := filepath.Clean(path)
+	return &Dir{fd: fd, path: p, field: field, base: p, uid: -1, gid: -1}, nil
+}
+
 // Resolve checks value, a path a job gave in field, against d: relative
 // to d, or absolute under it, without "..". It returns the path relative
 // to d ("." for d itself).
@@ -422,6 +446,64 @@ func (d *Dir) WriteFile(field, value string, data []byte, perm os.FileMode) erro
 		return fmt.Errorf("%s %q: %w", field, value, err)
 	}
 	return nil
+}
+
+// OpenFIFO opens the FIFO value (a path given in field, see Resolve)
+// below d for writing, never through a link and never creating it, and
+// nothing but a FIFO: a task that can write the directory (Nomad's
+// alloc/logs is everyone's) could have put a link to a root-only file,
+// a hard link to one, or a device there. It blocks until the FIFO has a
+// reader. The check and the open are on one inode: it is found as an
+// O_PATH descriptor, checked, then reopened through /proc/self/fd.
+func (d *Dir) OpenFIFO(field, value string) (*os.File, error) {
+	rel, err := d.Resolve(field, value)
+	if err != nil {
+		return nil, err
+	}
+	pfd, err := d.openBeneath(rel, unix.O_PATH)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, fmt.Errorf("%s %q: not there; Nomad's logmon makes this FIFO before the task starts, and it is never created here (a task may have removed it): %w", field, value, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, d.fileError(field, value, err)
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return nil, fmt.Errorf("%s %q: %w", field, value, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return nil, fmt.Errorf("%s %q: a %s owned by %d:%d, not a FIFO (what Nomad's logmon makes there); refusing to write into it: a task may have replaced the FIFO",
+			field, value, fileType(st.Mode), st.Uid, st.Gid)
+	}
+	// Opening the magic link reopens the inode pfd holds; no name is
+	// resolved again.
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", pfd), unix.O_WRONLY|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: reopening the FIFO through /proc/self/fd (is /proc mounted?): %w", field, value, err)
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(d.path, rel)), nil
+}
+
+// fileType names the type in mode, for errors.
+func fileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "regular file"
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFLNK:
+		return "symbolic link"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFIFO:
+		return "FIFO"
+	}
+	return fmt.Sprintf("file of type %#o", mode&unix.S_IFMT)
 }
 
 // openBeneath opens rel below d without following any link.

@@ -27,11 +27,18 @@ type Spec struct {
 	// Dir is the working directory (absolute), entered as the task's user.
 	Dir  string `json:"dir"`
 	User User   `json:"user"`
-	// Stdout and Stderr are opened for writing (appending) and given to
-	// the program: Nomad's log FIFOs, or files. "" is /dev/null.
+	// Stdout and Stderr are Nomad's log FIFOs (logmon makes them before
+	// the task starts), opened for writing and given to the program;
+	// anything else there (a link, a file) is refused, not written: the
+	// directory they are in is writable by every task. "" is /dev/null.
 	Stdout string `json:"stdout,omitempty"`
 	Stderr string `json:"stderr,omitempty"`
-	Cgroup Cgroup `json:"cgroup"`
+	// OutputRoot is a directory Stdout and Stderr are below, trusted up
+	// to itself (Nomad's allocation directory, root's): links are
+	// followed up to it, none below it. "" trusts the outputs' own
+	// directories.
+	OutputRoot string `json:"output_root,omitempty"`
+	Cgroup     Cgroup `json:"cgroup"`
 	// StateDir belongs to the task's supervisor: its spec, log and the
 	// task's result. Start creates it (0700); Destroy removes it.
 	StateDir string `json:"state_dir"`
@@ -87,6 +94,17 @@ func (s *Spec) validate() error {
 	if !filepath.IsAbs(s.Dir) {
 		bad("dir %q: want an absolute working directory", s.Dir)
 	}
+	for _, o := range []struct{ name, path string }{{"stdout", s.Stdout}, {"stderr", s.Stderr}} {
+		switch {
+		case o.path != "" && !filepath.IsAbs(o.path):
+			bad("%s %q: want an absolute path", o.name, o.path)
+		case o.path != "" && s.OutputRoot != "" && !under(s.OutputRoot, o.path):
+			bad("%s %q: not below output_root %q", o.name, o.path, s.OutputRoot)
+		}
+	}
+	if s.OutputRoot != "" && !filepath.IsAbs(s.OutputRoot) {
+		bad("output_root %q: want an absolute path", s.OutputRoot)
+	}
 	if !filepath.IsAbs(s.StateDir) {
 		bad("state_dir %q: want an absolute path", s.StateDir)
 	}
@@ -130,6 +148,12 @@ func (s *Spec) validate() error {
 		bad("cgroup: limits given but no cgroup to put them on; give a path or a parent and name")
 	}
 	return errors.Join(errs...)
+}
+
+// under tells whether path is strictly below dir (both absolute).
+func under(dir, path string) bool {
+	r, err := filepath.Rel(filepath.Clean(dir), filepath.Clean(path))
+	return err == nil && r != "." && r != ".." && !strings.HasPrefix(r, "../")
 }
 
 // env is the program's environment: Env, plus the login variables.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,12 +114,45 @@ func testSpec(t *testing.T, script string) Spec {
 		Env:      []string{"PATH=/usr/bin:/bin"},
 		Dir:      "/",
 		User:     User{UID: taskUID, GID: taskGID, Groups: taskGroups},
-		Stdout:   filepath.Join(dir, "stdout"),
-		Stderr:   filepath.Join(dir, "stderr"),
+		Stdout:   logmon(t, filepath.Join(dir, "stdout.fifo")),
+		Stderr:   logmon(t, filepath.Join(dir, "stderr.fifo")),
 		StateDir: filepath.Join(dir, "state"),
 		Cgroup:   Cgroup{Parent: parent, Name: "task"},
 	}
 }
+
+// logmon makes the FIFO path as Nomad's logmon does (mkfifo 0600, as
+// root) and copies what comes through it into logOf(path) until the
+// test ends. It holds the FIFO open for reading and writing, so it never
+// sees an end and tasks after the first find a reader too.
+func logmon(t *testing.T, path string) string {
+	t.Helper()
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(logOf(path), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(w, r) // ends when the cleanup closes r
+	}()
+	t.Cleanup(func() {
+		r.Close()
+		<-done
+		w.Close()
+	})
+	return path
+}
+
+// logOf is the file logmon copies the FIFO path into.
+func logOf(path string) string { return strings.TrimSuffix(path, ".fifo") }
 
 func cgroupDirs(h *cgroup.Hierarchy, rel string) []string {
 	if h.Version == cgroup.V2 {
@@ -268,9 +302,9 @@ func TestTaskProcess(t *testing.T) {
 			spec.User.Name, spec.User.Home, spec.User.LoginEnv = "trainer", "/home/trainer", tc.loginEnv
 			h := startTask(t, spec)
 			if r := wait(t, h); r.ExitCode != 0 {
-				t.Fatalf("result %+v; stderr: %s", r, readFile(spec.Stderr))
+				t.Fatalf("result %+v; stderr: %s", r, readFile(logOf(spec.Stderr)))
 			}
-			out := readFile(spec.Stdout)
+			out := readFile(logOf(spec.Stdout))
 			field := func(name string) string {
 				m := regexp.MustCompile(`(?m)^` + name + `:\s*(.*)$`).FindStringSubmatch(out)
 				if m == nil {
@@ -419,10 +453,10 @@ func TestCgroupGiven(t *testing.T) {
 	spec.Cgroup = Cgroup{Path: rel, Limits: cgroup.Limits{MemoryMax: 64 << 20}}
 	hd := startTask(t, spec)
 	if r := wait(t, hd); r.ExitCode != 0 {
-		t.Fatalf("result %+v: %s", r, readFile(spec.Stderr))
+		t.Fatalf("result %+v: %s", r, readFile(logOf(spec.Stderr)))
 	}
-	if !strings.Contains(readFile(spec.Stdout), "/"+rel) {
-		t.Errorf("task not in the given cgroup %s:\n%s", rel, readFile(spec.Stdout))
+	if !strings.Contains(readFile(logOf(spec.Stdout)), "/"+rel) {
+		t.Errorf("task not in the given cgroup %s:\n%s", rel, readFile(logOf(spec.Stdout)))
 	}
 	// The given cgroup is left to whoever made it; what the supervisor
 	// added is gone.
@@ -444,7 +478,7 @@ func TestOOMKilled(t *testing.T) {
 	h := startTask(t, spec)
 	r := wait(t, h)
 	if !r.OOMKilled || r.Signal != 9 || r.ExitCode != 137 {
-		t.Errorf("result %+v, want OOM-killed by signal 9 (exit 137); stderr: %s", r, readFile(spec.Stderr))
+		t.Errorf("result %+v, want OOM-killed by signal 9 (exit 137); stderr: %s", r, readFile(logOf(spec.Stderr)))
 	}
 }
 
@@ -452,7 +486,7 @@ func TestLimitsAndStats(t *testing.T) {
 	spec := testSpec(t, `i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; echo busy-done; exec sleep 600`)
 	spec.Cgroup.Limits = cgroup.Limits{CPUShares: 512, CPUQuota: 5 * time.Millisecond, CPUPeriod: 50 * time.Millisecond, MemoryMax: 256 << 20, MemoryLow: 64 << 20}
 	h := startTask(t, spec)
-	waitFor(t, spec.Stdout, "busy-done")
+	waitFor(t, logOf(spec.Stdout), "busy-done")
 	st := h.State()
 	hier := hierarchy(t)
 	read := func(ctl, file string) string {
@@ -496,13 +530,13 @@ trap 'echo parent-term; wait; exit 5' TERM
 echo parent-ready
 while :; do sleep 0.05; done`)
 	h := startTask(t, spec)
-	waitFor(t, spec.Stdout, "child-ready")
-	waitFor(t, spec.Stdout, "parent-ready")
+	waitFor(t, logOf(spec.Stdout), "child-ready")
+	waitFor(t, logOf(spec.Stdout), "parent-ready")
 	if err := h.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	r := wait(t, h)
-	out := readFile(spec.Stdout)
+	out := readFile(logOf(spec.Stdout))
 	if r.ExitCode != 5 || !strings.Contains(out, "child-term") || !strings.Contains(out, "parent-term") {
 		t.Errorf("result %+v, output %q: want both the shell and its child to get SIGTERM", r, out)
 	}
@@ -516,7 +550,7 @@ while :; do sleep 0.05; done`)
 func TestStopAfterTimeout(t *testing.T) {
 	spec := testSpec(t, `trap '' TERM; sleep 600 & echo "bg=$!"; while :; do sleep 0.05; done`)
 	h := startTask(t, spec)
-	lines := waitFor(t, spec.Stdout, "^bg=")
+	lines := waitFor(t, logOf(spec.Stdout), "^bg=")
 	bg, _ := strconv.Atoi(strings.TrimPrefix(lines[0], "bg="))
 	bgProc, err := procOf(bg)
 	if err != nil {
@@ -542,14 +576,14 @@ func TestStopAfterTimeout(t *testing.T) {
 func TestStopGraceful(t *testing.T) {
 	spec := testSpec(t, `trap 'echo checkpoint; exit 0' TERM; echo ready; while :; do sleep 0.05; done`)
 	h := startTask(t, spec)
-	waitFor(t, spec.Stdout, "ready")
+	waitFor(t, logOf(spec.Stdout), "ready")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := h.Stop(ctx, syscall.SIGTERM, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if r := wait(t, h); r.ExitCode != 0 || r.Signal != 0 || !strings.Contains(readFile(spec.Stdout), "checkpoint") {
-		t.Errorf("result %+v, output %q: want a clean exit after the checkpoint", r, readFile(spec.Stdout))
+	if r := wait(t, h); r.ExitCode != 0 || r.Signal != 0 || !strings.Contains(readFile(logOf(spec.Stdout)), "checkpoint") {
+		t.Errorf("result %+v, output %q: want a clean exit after the checkpoint", r, readFile(logOf(spec.Stdout)))
 	}
 }
 
@@ -587,7 +621,7 @@ func TestSurvivesStarter(t *testing.T) {
 	if err := json.Unmarshal(line, &st); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, spec.Stdout, "ready")
+	waitFor(t, logOf(spec.Stdout), "ready")
 	if err := starter.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -628,7 +662,7 @@ func TestSurvivesStarter(t *testing.T) {
 func TestPidReuseGuard(t *testing.T) {
 	spec := testSpec(t, `echo ready; exec sleep 600`)
 	h := startTask(t, spec)
-	waitFor(t, spec.Stdout, "ready")
+	waitFor(t, logOf(spec.Stdout), "ready")
 	real := h.State()
 
 	other := exec.Command("/bin/sleep", "600")
@@ -752,7 +786,7 @@ func TestV2WithoutControllers(t *testing.T) {
 		t.Skip("no cgroup2 mount on this v1 host")
 	}
 	h := startTask(t, spec)
-	waitFor(t, spec.Stdout, "ready")
+	waitFor(t, logOf(spec.Stdout), "ready")
 	if !strings.Contains(readFile(fmt.Sprintf("/proc/%d/cgroup", h.State().Task.PID)), "0::/"+spec.Cgroup.Parent+"/task\n") {
 		t.Fatalf("task not in the v2 cgroup: %s", readFile(fmt.Sprintf("/proc/%d/cgroup", h.State().Task.PID)))
 	}
@@ -767,4 +801,97 @@ func TestV2WithoutControllers(t *testing.T) {
 	// testSpec's cleanup fails the test if the cgroup is left.
 	d := filepath.Join(spec.Cgroup.Hierarchy.Root, spec.Cgroup.Parent)
 	t.Cleanup(func() { _ = syscall.Rmdir(d) })
+}
+
+// nomadAllocDir makes an allocation directory as Nomad's client does
+// (allocdir.Build): <alloc> root's 0755; alloc/ and alloc/logs mode 0777,
+// owned by nobody, no sticky bit, so any task can replace what is in
+// them. It returns <alloc> and alloc/logs.
+func nomadAllocDir(t *testing.T) (alloc, logs string) {
+	t.Helper()
+	alloc = t.TempDir()
+	if err := os.Chmod(alloc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	logs = filepath.Join(alloc, "alloc", "logs")
+	for _, d := range []string{filepath.Dir(logs), logs} {
+		if err := os.Mkdir(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return alloc, logs
+}
+
+// A task can replace Nomad's stdout FIFO in alloc/logs (everyone's) with
+// a link to a root-only file, a hard link to one, or nothing, or replace
+// alloc/logs itself with a link, before it is restarted in the same
+// allocation: the supervisor, root, must write into none of them, nor
+// create anything, and must say why it refused.
+func TestOutputNotFollowed(t *testing.T) {
+	const victimText = "root-only\n"
+	for _, tc := range []struct {
+		name  string
+		plant func(t *testing.T, logs, fifo, victim string)
+		want  string
+	}{
+		{"symlink to a file", func(t *testing.T, logs, fifo, victim string) {
+			if err := os.Symlink(victim, fifo); err != nil {
+				t.Fatal(err)
+			}
+		}, "symbolic link"},
+		{"hard link to a file", func(t *testing.T, logs, fifo, victim string) {
+			if err := os.Link(victim, fifo); err != nil {
+				t.Fatal(err)
+			}
+		}, "regular file"},
+		{"nothing", func(t *testing.T, logs, fifo, victim string) {}, "not there"},
+		{"logs directory a link to one with a FIFO", func(t *testing.T, logs, fifo, victim string) {
+			other := t.TempDir()
+			logmon(t, filepath.Join(other, filepath.Base(fifo)))
+			if err := os.Remove(logs); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(other, logs); err != nil {
+				t.Fatal(err)
+			}
+		}, "symbolic link"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := testSpec(t, "echo planted-output")
+			alloc, logs := nomadAllocDir(t)
+			victim := filepath.Join(t.TempDir(), "victim")
+			if err := os.WriteFile(victim, []byte(victimText), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			fifo := filepath.Join(logs, ".task.stdout.fifo")
+			tc.plant(t, logs, fifo, victim)
+			spec.Stdout, spec.Stderr, spec.OutputRoot = fifo, "", alloc
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			h, err := Start(ctx, spec)
+			if err == nil {
+				st := h.State()
+				_, _ = h.Wait(ctx)
+				destroy(t, h, st)
+				t.Errorf("Start succeeded writing stdout into what the task planted")
+			} else if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q: want it to say %q", err, tc.want)
+			}
+			if got := readFile(victim); got != victimText {
+				t.Errorf("victim file now %q, want %q", got, victimText)
+			}
+			if _, err := os.Lstat(fifo); tc.name == "nothing" && !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s created (%v)", fifo, err)
+			}
+			if p := supervisorsOf(spec.StateDir); len(p) > 0 {
+				t.Errorf("supervisor processes %v left running", p)
+			}
+		})
+	}
 }

@@ -19,6 +19,7 @@ import (
 	log "github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/hadar-sched/hadar/driver/confine"
 	"github.com/hadar-sched/hadar/driver/supervise/cgroup"
 )
 
@@ -340,13 +341,13 @@ func openOutputs(spec *Spec) (*outputs, error) {
 	if o.stdin, err = os.Open(os.DevNull); err != nil {
 		return nil, err
 	}
-	if o.stdout, err = openOutput(spec.Stdout); err != nil {
+	if o.stdout, err = openOutput("stdout", spec.Stdout, spec.OutputRoot); err != nil {
 		o.close()
-		return nil, fmt.Errorf("stdout %s: %w", spec.Stdout, err)
+		return nil, err
 	}
-	if o.stderr, err = openOutput(spec.Stderr); err != nil {
+	if o.stderr, err = openOutput("stderr", spec.Stderr, spec.OutputRoot); err != nil {
 		o.close()
-		return nil, fmt.Errorf("stderr %s: %w", spec.Stderr, err)
+		return nil, err
 	}
 	return o, nil
 }
@@ -361,13 +362,29 @@ func (o *outputs) close() {
 	}
 }
 
-// openOutput opens where the task's output goes: appended to a file, or
-// into Nomad's FIFO (blocks until its reader, Nomad's logmon, is there).
-func openOutput(path string) (*os.File, error) {
+// openOutput opens Nomad's FIFO at path for the task's output (blocks
+// until its reader, Nomad's logmon, is there), as root: from root (or
+// path's directory) down, no link is followed, nothing is created, and
+// only a FIFO is opened. A task can replace anything in alloc/logs
+// (mode 0777, no sticky bit); following a link it put there would have
+// root append the task's output to any file on the node.
+func openOutput(name, path, root string) (*os.File, error) {
 	if path == "" {
-		path = os.DevNull
+		return os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	}
-	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOCTTY, 0o600)
+	if root == "" {
+		root = filepath.Dir(path)
+	}
+	d, err := confine.OpenDir("output_root", root)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", name, path, err)
+	}
+	defer d.Close()
+	f, err := d.OpenFIFO(name, path)
+	if err != nil {
+		return nil, fmt.Errorf("task output: %w", err)
+	}
+	return f, nil
 }
 
 // writeResult records r in dir atomically: a reader sees the whole result

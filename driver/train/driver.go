@@ -23,7 +23,6 @@ import (
 	log "github.com/hashicorp/go-hclog"
 
 	"github.com/hadar-sched/hadar/contract"
-	"github.com/hadar-sched/hadar/driver/confine"
 	"github.com/hadar-sched/hadar/driver/device/nvml"
 	"github.com/hadar-sched/hadar/driver/plugin"
 	"github.com/hadar-sched/hadar/driver/plugin/hclspec"
@@ -230,15 +229,18 @@ func (d *Driver) StartTask(ctx context.Context, cfg *plugin.TaskConfig) (*plugin
 	}
 	logger := d.logger.With("alloc_id", cfg.AllocID, "task", cfg.Name)
 	sup, err := supervise.Start(ctx, supervise.Spec{
-		Command:  l.command,
-		Args:     l.args,
-		Env:      envList(l.env),
-		Dir:      l.dir,
-		User:     l.user.spec(s.allowRoot),
-		Stdout:   cfg.StdoutPath,
-		Stderr:   cfg.StderrPath,
-		Cgroup:   cg,
-		StateDir: l.stateDir,
+		Command: l.command,
+		Args:    l.args,
+		Env:     envList(l.env),
+		Dir:     l.dir,
+		User:    l.user.spec(s.allowRoot),
+		Stdout:  cfg.StdoutPath,
+		Stderr:  cfg.StderrPath,
+		// Below the allocation directory (root's) everything is the
+		// tasks': no link is followed there.
+		OutputRoot: cfg.AllocDir,
+		Cgroup:     cg,
+		StateDir:   l.stateDir,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("task %s: %w", cfg.Name, err)
@@ -298,7 +300,7 @@ func (d *Driver) StartTask(ctx context.Context, cfg *plugin.TaskConfig) (*plugin
 // removeStaleProgress removes the progress file (and its copy) a last
 // run left in the task directory.
 func removeStaleProgress(l *launch) error {
-	td, err := confine.OpenDir("task directory", l.taskDir)
+	td, err := openTaskDir(l.taskDir)
 	if err != nil {
 		return err
 	}

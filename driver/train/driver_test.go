@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/user"
@@ -224,18 +225,25 @@ func (r *rig) encode(cfg *plugin.TaskConfig, tc *TaskConfig) {
 }
 
 // allocDir makes the allocation and task directories as Nomad's client
-// does (allocdir.Build and TaskDir.Build, without the tmpfs mounts), with
-// stdout and stderr as files in alloc/logs.
+// does (allocdir.Build and TaskDir.Build, dropDirPermissions, without the
+// tmpfs mounts): the allocation directory root's 0755, and everything in
+// it -- alloc/, its logs, data and tmp, the task directory and its
+// subdirectories -- mode 0777 owned by nobody, without the sticky bit
+// (the task's tmp has it): any task can rename or replace what is in
+// them. Stdout and stderr are logmon's FIFOs in alloc/logs.
 func (r *rig) allocDir(cfg *plugin.TaskConfig) {
 	r.t.Helper()
 	td := cfg.TaskDir()
+	const nobody = 65534
 	for _, d := range []struct {
 		path string
 		mode os.FileMode
+		uid  int
 	}{
-		{filepath.Dir(cfg.AllocDir), 0o711}, {cfg.AllocDir, 0o755}, {td.SharedAllocDir, 0o755},
-		{td.LogDir, 0o777}, {filepath.Join(td.SharedAllocDir, "tmp"), 0o777}, {filepath.Join(td.SharedAllocDir, "data"), 0o777},
-		{td.Dir, 0o777}, {td.LocalDir, 0o777}, {td.SecretsDir, 0o777}, {td.PrivateDir, 0o777}, {filepath.Join(td.Dir, "tmp"), 0o777 | os.ModeSticky},
+		{filepath.Dir(cfg.AllocDir), 0o711, 0}, {cfg.AllocDir, 0o755, 0}, {td.SharedAllocDir, 0o777, nobody},
+		{td.LogDir, 0o777, nobody}, {filepath.Join(td.SharedAllocDir, "tmp"), 0o777, nobody}, {filepath.Join(td.SharedAllocDir, "data"), 0o777, nobody},
+		{td.Dir, 0o777, nobody}, {td.LocalDir, 0o777, nobody}, {td.SecretsDir, 0o777, nobody}, {td.PrivateDir, 0o777, nobody},
+		{filepath.Join(td.Dir, "tmp"), 0o777 | os.ModeSticky, nobody},
 	} {
 		if err := os.MkdirAll(d.path, 0o755); err != nil {
 			r.t.Fatal(err)
@@ -243,9 +251,49 @@ func (r *rig) allocDir(cfg *plugin.TaskConfig) {
 		if err := os.Chmod(d.path, d.mode); err != nil {
 			r.t.Fatal(err)
 		}
+		if os.Geteuid() == 0 {
+			if err := os.Chown(d.path, d.uid, d.uid); err != nil {
+				r.t.Fatal(err)
+			}
+		}
 	}
-	cfg.StdoutPath = filepath.Join(td.LogDir, cfg.Name+".stdout.0")
-	cfg.StderrPath = filepath.Join(td.LogDir, cfg.Name+".stderr.0")
+	cfg.StdoutPath = r.logmon(filepath.Join(td.LogDir, "."+cfg.Name+".stdout.fifo"), filepath.Join(td.LogDir, cfg.Name+".stdout.0"))
+	cfg.StderrPath = r.logmon(filepath.Join(td.LogDir, "."+cfg.Name+".stderr.fifo"), filepath.Join(td.LogDir, cfg.Name+".stderr.0"))
+}
+
+// logmon makes the FIFO as Nomad's logmon does (mkfifo 0600, as root,
+// before the task starts) and copies what comes through it into the log
+// file, until the test ends. It holds the FIFO open for reading and
+// writing: it never sees an end, and a restarted task finds a reader.
+func (r *rig) logmon(fifo, log string) string {
+	r.t.Helper()
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+		r.t.Fatal(err)
+	}
+	in, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out, err := os.OpenFile(log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(out, in) // ends when the cleanup closes in
+	}()
+	r.t.Cleanup(func() {
+		in.Close()
+		<-done
+		out.Close()
+	})
+	return fifo
+}
+
+// logFile is the file the rig's logmon copies stream into.
+func logFile(cfg *plugin.TaskConfig, stream string) string {
+	return filepath.Join(cfg.TaskDir().LogDir, cfg.Name+"."+stream+".0")
 }
 
 // cgroup gives the task a cgroup, where Nomad's client would make it,
@@ -335,10 +383,7 @@ func (r *rig) inspect(id string) *plugin.TaskStatus {
 // 5 s).
 func readLog(t *testing.T, cfg *plugin.TaskConfig, stream string, want ...string) string {
 	t.Helper()
-	path := cfg.StdoutPath
-	if stream == "stderr" {
-		path = cfg.StderrPath
-	}
+	path := logFile(cfg, stream)
 	var s string
 	for i := 0; i < 100; i++ {
 		b, _ := os.ReadFile(path)
@@ -401,7 +446,7 @@ func TestRunExitCodesAndEnv(t *testing.T) {
 			model:    "Tesla K80",
 			mutate:   func(tc *TaskConfig) { tc.TotalSteps = 500 },
 			wantCode: 3,
-			wantOut:  []string{"nv=g0,g1 cuda=g0,g1 model=Tesla K80 total=500", "/trainer/local/hadar-progress.json", "/alloc/data/checkpoints/trainer", "ids=31", "ck-writable"},
+			wantOut:  []string{"nv=g0,g1 cuda=g0,g1 model=Tesla K80 total=500", "/trainer/local/hadar-progress.json", "/hadar-train/checkpoints/default/train-", "ids=31", "ck-writable"},
 		},
 		{
 			name:   "emulated pace from the GPU model",
@@ -451,7 +496,7 @@ func TestRunExitCodesAndEnv(t *testing.T) {
 			if len(f) != 3 || !inTestRange(uid) || f[1] != f[0] || f[2] != f[0] {
 				t.Errorf("task ids %q: want the job's uid from %s as uid, gid and its only group", f, testIDRange)
 			}
-			ck := filepath.Join(cfg.TaskDir().SharedAllocDir, "data", "checkpoints", "trainer")
+			ck := filepath.Join(r.data, PluginName, checkpointsDir, "default", cfg.JobID, cfg.AllocID, "trainer")
 			if got, want := ownerMode(t, ck), fmt.Sprintf("%d:%d 0%o", uid, uid, 0o2770); got != want {
 				t.Errorf("checkpoint directory %s: %s, want %s", ck, got, want)
 			}
@@ -752,19 +797,82 @@ func TestJobsCannotReachEachOther(t *testing.T) {
 		t.Errorf("the old job directory is now %s", got)
 	}
 
-	// Likewise a checkpoint directory of before in an allocation (no
-	// checkpoint_root).
-	r2 := newRig(t, "")
-	d := r2.task("exit 0", "", nil)
-	ck := filepath.Join(d.TaskDir().SharedAllocDir, "data", "checkpoints", "trainer")
-	if err := os.MkdirAll(ck, 0o755); err != nil {
+}
+
+// TestDefaultCheckpointsOfJobs: without checkpoint_root, two jobs' tasks
+// on one node, in allocation directories as Nomad makes them (alloc/ and
+// alloc/data everyone's, no sticky bit). Job B's task can neither read,
+// write, list nor rename away any directory on the way to job A's
+// checkpoints, and a link B put at A's alloc/data (before A's restart in
+// its allocation) is not followed: nothing is made where it points. A
+// task restarted in its allocation finds its checkpoint; once Nomad has
+// collected an allocation, its checkpoints go at the job's next start.
+func TestDefaultCheckpointsOfJobs(t *testing.T) {
+	needRoot(t)
+	r := newRig(t, "")
+	victim := rootDir(t, 0o755)
+	writeA := `echo secret-weights > "$HADAR_CHECKPOINT_DIR/ckpt" && echo "ck=$HADAR_CHECKPOINT_DIR"`
+	a := r.task(writeA, "", nil)
+	a.JobID = "job-a"
+	// What job B's task does to A's allocation before A's task starts
+	// again: alloc/ is 0777 without the sticky bit.
+	data := filepath.Join(a.TaskDir().SharedAllocDir, "data")
+	if err := os.Rename(data, data+".old"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chown(ck, 65534, 65534); err != nil {
+	if err := os.Symlink(victim, data); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r2.startErr(d); err == nil || !strings.Contains(err.Error(), "made before per-job ownership") {
-		t.Fatalf("StartTask with the allocation's checkpoint directory owned by nobody: %v, want the refusal with the fix", err)
+	r.start(a)
+	if res := r.wait(a.ID, 10*time.Second); res.ExitCode != 0 {
+		t.Fatalf("job A exit %+v: %s", res, readLog(t, a, "stderr"))
+	}
+	out := readLog(t, a, "stdout", "ck=")
+	ck := strings.TrimSpace(strings.TrimPrefix(out[strings.Index(out, "ck="):], "ck="))
+	if ents, err := os.ReadDir(victim); err != nil || len(ents) > 0 || ownerMode(t, victim) != "0:0 0755" {
+		t.Errorf("the directory alloc/data linked to now has %v (%v), %s: the link was followed", ents, err, ownerMode(t, victim))
+	}
+
+	// Job B, another uid, tries every directory from A's checkpoint up.
+	b := r.task(`id -u; d="`+ck+`"; ls "$d" && echo LISTED; cat "$d/ckpt" && echo READ; echo x >> "$d/ckpt" && echo WROTE
+while [ "$d" != / ]; do mv "$d" "$d.x" 2>/dev/null && echo "MOVED $d"; d=$(dirname "$d"); done; echo B-DONE`, "", nil)
+	b.JobID = "job-b"
+	r.start(b)
+	r.wait(b.ID, 10*time.Second)
+	outB := readLog(t, b, "stdout", "B-DONE")
+	for _, bad := range []string{"LISTED", "READ", "WROTE", "MOVED", "secret-weights"} {
+		if strings.Contains(outB, bad) {
+			t.Errorf("job B's task reached job A's checkpoints (%s):\n%s", bad, outB)
+		}
+	}
+	if !strings.Contains(outB, "B-DONE") {
+		t.Errorf("job B's task did not finish:\n%s\n%s", outB, readLog(t, b, "stderr"))
+	}
+	if got, err := os.ReadFile(filepath.Join(ck, "ckpt")); err != nil || string(got) != "secret-weights\n" {
+		t.Errorf("job A's checkpoint is now %q, %v", got, err)
+	}
+
+	// A's task restarted in its allocation finds what it wrote.
+	a2 := *a
+	a2.ID = a.AllocID + "/" + a.Name + "/restart"
+	r.encode(&a2, &TaskConfig{Command: "/bin/sh", Args: []string{"-c", `cat "$HADAR_CHECKPOINT_DIR/ckpt"`}})
+	r.start(&a2)
+	r.wait(a2.ID, 10*time.Second)
+	if out := readLog(t, &a2, "stdout", "secret-weights"); !strings.Contains(out, "secret-weights") {
+		t.Errorf("restarted task did not find its checkpoint:\n%s", out)
+	}
+
+	// Nomad collected A's allocation: the next start of job A removes
+	// its checkpoints.
+	if err := os.RemoveAll(a.AllocDir); err != nil {
+		t.Fatal(err)
+	}
+	a3 := r.task("exit 0", "", nil)
+	a3.JobID = "job-a"
+	r.start(a3)
+	r.wait(a3.ID, 10*time.Second)
+	if _, err := os.Lstat(filepath.Dir(ck)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("checkpoints of a collected allocation %s: %v, want them gone", filepath.Dir(ck), err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -206,7 +207,7 @@ func (h *taskHandle) watchProgress(ctx context.Context) {
 // (so not a hard link to a file of someone else's), at most
 // maxProgressBytes; and mirrors it into the alloc filesystem's path.
 func (h *taskHandle) readProgress() (*contract.Progress, error) {
-	td, err := confine.OpenDir("task directory", h.state.TaskDir)
+	td, err := openTaskDir(h.state.TaskDir)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +239,15 @@ func (h *taskHandle) checkpointOlderThan(path string, t time.Time) bool {
 	if rel, err := filepath.Rel(h.state.Checkpoint, filepath.Clean(path)); err != nil || rel == ".." || len(rel) > 2 && rel[:3] == "../" {
 		return false
 	}
-	base, err := confine.OpenDir("checkpoint directory", h.state.CheckpointBase)
+	// A handle of an earlier release has the allocation's data directory as
+	// its base: every task's, so reached without following a link.
+	var base *confine.Dir
+	var err error
+	if alloc := filepath.Dir(filepath.Clean(h.state.TaskDir)); strings.HasPrefix(h.state.CheckpointBase, alloc+"/") {
+		base, err = confine.OpenBelow("checkpoint directory", alloc, h.state.CheckpointBase)
+	} else {
+		base, err = confine.OpenDir("checkpoint directory", h.state.CheckpointBase)
+	}
 	if err != nil {
 		return false
 	}

@@ -1,7 +1,9 @@
 package train
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -29,8 +31,8 @@ type launch struct {
 	progress string
 	mirror   bool
 	// checkpoint is the checkpoint directory; ckptBase the directory it
-	// was made in (the checkpoint root, or the allocation's data
-	// directory), through which the driver looks at it.
+	// was made in (the checkpoint root, or <state_dir>/checkpoints;
+	// both root's), through which the driver looks at it.
 	checkpoint, ckptBase string
 	stateDir             string
 	modelSource          string
@@ -80,9 +82,10 @@ func (d *Driver) plan(cfg *plugin.TaskConfig, tc *TaskConfig) (*launch, error) {
 
 	l := &launch{user: u, job: job, args: tc.Args, taskDir: taskDir.Dir, progress: progressRel}
 	l.stateDir = filepath.Join(stateRoot, element(cfg.ID))
-	// The task directory is Nomad's (its parent is root's and not
-	// writable by tasks); what is inside belongs to the task.
-	td, err := confine.OpenDir("task directory", taskDir.Dir)
+	// The task directory is Nomad's; it and all in it are writable by
+	// every task, so it is reached from the allocation directory
+	// (root's) without following a link.
+	td, err := openTaskDir(taskDir.Dir)
 	if err != nil {
 		return nil, err
 	}
@@ -155,8 +158,8 @@ func (d *Driver) plan(cfg *plugin.TaskConfig, tc *TaskConfig) (*launch, error) {
 	case tc.CheckpointDir != "":
 		return nil, fmt.Errorf("checkpoint_dir %q: the %s plugin block sets no checkpoint_root; a job's checkpoint_dir is a path in its directory there, so set checkpoint_root (or leave checkpoint_dir out: checkpoints then live in the allocation)", tc.CheckpointDir, PluginName)
 	default:
-		l.ckptBase = taskDir.SharedAllocDir
-		if l.checkpoint, err = allocCheckpointDir(taskDir.SharedAllocDir, cfg.Name, job); err != nil {
+		l.ckptBase = filepath.Join(stateRoot, checkpointsDir)
+		if l.checkpoint, err = allocCheckpointDir(l.ckptBase, cfg, job); err != nil {
 			return nil, fmt.Errorf("checkpoint directory: %w", err)
 		}
 	}
@@ -304,39 +307,58 @@ func jobPath(rootPath, rootField, field, value string, cfg *plugin.TaskConfig, j
 	return jd.Mkdir(elems...)
 }
 
-// allocCheckpointDir makes <alloc>/alloc/data/checkpoints/<task>, owned
-// by the job, without following a link the allocation's tasks may have
-// put there: the default checkpoint directory without a checkpoint_root,
-// which lasts as long as the allocation.
-func allocCheckpointDir(sharedAllocDir, task string, job ids) (string, error) {
-	// <alloc>/alloc is root's and not writable by tasks; data/ in it is
-	// everyone's.
-	data, err := confine.OpenDir("allocation data directory", filepath.Join(sharedAllocDir, "data"))
+// checkpointsDir holds, in the state directory, the checkpoints of tasks
+// whose plugin block sets no checkpoint_root.
+const checkpointsDir = "checkpoints"
+
+// allocCheckpointDir makes <root>/<namespace>/<job>/<alloc id>/<task>,
+// owned by the job, in root (<state_dir>/checkpoints, root's): the
+// default checkpoint directory without a checkpoint_root, which lasts as
+// long as the allocation. Not in the allocation's data directory: Nomad
+// makes it and alloc/ mode 0777 without the sticky bit, so any task of
+// any job could rename it away and put its own (or a link) in its place,
+// then read the job's weights and feed it its own. It also removes what
+// the job's allocations that Nomad has since collected left here.
+func allocCheckpointDir(root string, cfg *plugin.TaskConfig, job ids) (string, error) {
+	r, err := confine.OpenRoot("state_dir", root)
 	if err != nil {
 		return "", err
 	}
-	defer data.Close()
-	jd, err := data.WithIDs(job.uid, job.gid)
+	defer r.Close()
+	jd, err := r.JobDir(namespace(cfg), cfg.JobID, job.uid, job.gid)
 	if err != nil {
 		return "", err
 	}
 	defer jd.Close()
-	dir, err := jd.Mkdir("checkpoints", task)
+	reapAllocCheckpoints(jd.Path(), filepath.Dir(filepath.Clean(cfg.AllocDir)), cfg.AllocID)
+	return jd.Mkdir(cfg.AllocID, cfg.Name)
+}
+
+// reapAllocCheckpoints removes, from a job's directory of default
+// checkpoints, those of allocations whose directory (in allocsDir, the
+// client's) is gone: Nomad collected the allocation, and its checkpoints
+// would have gone with it. The job directory's parents are root's, so
+// the path is the driver's up to it; os.RemoveAll does not follow links
+// below it.
+func reapAllocCheckpoints(jobDir, allocsDir, current string) {
+	ents, err := os.ReadDir(jobDir)
 	if err != nil {
-		return "", err
+		return
 	}
-	// One made before per-job ids (hadar-train v0.2, in an allocation
-	// that outlived the upgrade) is nobody's, and the job could not
-	// write it.
-	st, err := jd.Lstat("checkpoint directory", dir)
-	if err != nil {
-		return "", err
+	for _, e := range ents {
+		if e.Name() == current || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(allocsDir, e.Name())); errors.Is(err, fs.ErrNotExist) {
+			_ = os.RemoveAll(filepath.Join(jobDir, e.Name()))
+		}
 	}
-	if int(st.Uid) != job.uid || int(st.Gid) != job.gid {
-		return "", fmt.Errorf("%s: owned by %d:%d, not this job's %d:%d: made before per-job ownership (hadar-train v0.2); to keep what it holds, chown -R %d:%d %s and chmod 2770 %s, else remove it",
-			dir, st.Uid, st.Gid, job.uid, job.gid, job.uid, job.gid, dir, dir)
-	}
-	return dir, nil
+}
+
+// openTaskDir opens the task directory <alloc>/<task> from the
+// allocation directory, which is root's, without following a link.
+func openTaskDir(dir string) (*confine.Dir, error) {
+	return confine.OpenBelow("task directory", filepath.Dir(filepath.Clean(dir)), dir)
 }
 
 // defaultStateDir is where supervisor state lives when the plugin block

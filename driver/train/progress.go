@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hadar-sched/hadar/contract"
 )
@@ -15,7 +16,7 @@ func annotations(p *contract.Progress) map[string]string {
 		"hadar.total_steps":   strconv.FormatInt(p.TotalSteps, 10),
 		"hadar.steps_per_sec": strconv.FormatFloat(p.StepsPerSec, 'g', 6, 64),
 		"hadar.loss":          strconv.FormatFloat(p.Loss, 'g', 6, 64),
-		"hadar.checkpoint":    p.Checkpoint,
+		"hadar.checkpoint":    bounded(p.Checkpoint),
 		"hadar.merges":        strconv.Itoa(p.Merges),
 		"hadar.updated":       p.Updated.UTC().Format(time.RFC3339),
 	}
@@ -73,7 +74,7 @@ func (e *progressEvents) next(p *contract.Progress, stopping, final bool) []even
 			if p.Checkpoint != "" && (e.primed || e.olderThan != nil && e.olderThan(p.Checkpoint, e.started)) {
 				e.resumed = p.Checkpoint
 				if !e.primed {
-					out = append(out, event{fmt.Sprintf("resumed from checkpoint %s at step %d", p.Checkpoint, p.StepsDone), annotations(p)})
+					out = append(out, event{fmt.Sprintf("resumed from checkpoint %s at step %d", bounded(p.Checkpoint), p.StepsDone), annotations(p)})
 				}
 			}
 		}
@@ -85,7 +86,7 @@ func (e *progressEvents) next(p *contract.Progress, stopping, final bool) []even
 		e.lastCkpt = p.Checkpoint
 		if !e.ckptSaved && p.Checkpoint != "" && p.Checkpoint != e.resumed && ((stopping && changed) || final) {
 			e.ckptSaved = true
-			out = append(out, event{fmt.Sprintf("checkpoint saved at step %d: %s", p.StepsDone, p.Checkpoint), annotations(p)})
+			out = append(out, event{fmt.Sprintf("checkpoint saved at step %d: %s", p.StepsDone, bounded(p.Checkpoint)), annotations(p)})
 		}
 	}
 	if final {
@@ -98,5 +99,24 @@ func (e *progressEvents) next(p *contract.Progress, stopping, final bool) []even
 }
 
 func message(p *contract.Progress, prefix string) string {
-	return fmt.Sprintf("%s: step %d/%d, %.3g steps/s, loss %.4g, checkpoint %q", prefix, p.StepsDone, p.TotalSteps, p.StepsPerSec, p.Loss, p.Checkpoint)
+	return fmt.Sprintf("%s: step %d/%d, %.3g steps/s, loss %.4g, checkpoint %q", prefix, p.StepsDone, p.TotalSteps, p.StepsPerSec, p.Loss, bounded(p.Checkpoint))
+}
+
+// maxEventText bounds the task's own text (the progress file's
+// checkpoint, up to 1 MiB) in a task event: events go into Nomad's
+// cluster state, a run publishes up to three with it, and a path is far
+// shorter (PATH_MAX is 4096).
+const maxEventText = 512
+
+// bounded is s cut to maxEventText bytes (at a character boundary), with
+// how much was left out.
+func bounded(s string) string {
+	if len(s) <= maxEventText {
+		return s
+	}
+	cut := maxEventText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes more)", s[:cut], len(s)-cut)
 }

@@ -25,7 +25,7 @@ type driverState struct {
 	Progress string `json:"progress"`
 	Mirror   bool   `json:"mirror,omitempty"`
 	// Checkpoint is the task's checkpoint directory, CheckpointBase the
-	// directory it is in (a root, or the allocation's data directory).
+	// root it is in (checkpoint_root, or <state_dir>/checkpoints).
 	Checkpoint     string    `json:"checkpoint"`
 	CheckpointBase string    `json:"checkpoint_base"`
 	UID            int       `json:"uid"`
