@@ -739,3 +739,53 @@ func TestJobDirMadeConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// A plugin killed between mkdirat and fchown leaves a directory of root's
+// below the job's directory; there (setgid) it is 02700, not 0700. It is
+// given to the job once no sibling is giving it (it is empty: nothing
+// but the driver writes a directory of root's there), never handed on as
+// root's: the task could not enter its own checkpoint directory.
+func TestLeftoverDirBelowJobDir(t *testing.T) {
+	root, _ := testRoot(t)
+	id := rng.First + 11
+	d, err := root.JobDir("default", "killed", id, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := unix.Mkdirat(d.fd, "checkpoints", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(d.fd, "checkpoints", &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&0o7777 != 0o2700 {
+		t.Fatalf("leftover made %#o, want 02700 below the setgid job directory", st.Mode&0o7777)
+	}
+	dir, err := d.Mkdir("checkpoints", "trainer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Dir(dir), dir} {
+		if st, err = d.Lstat("checkpoint directory", p); err != nil {
+			t.Fatal(err)
+		}
+		if int(st.Uid) != id || int(st.Gid) != id || st.Mode&0o7777 != 0o2770 {
+			t.Errorf("%s: owned by %d:%d mode %#o, want %d:%d 02770", p, st.Uid, st.Gid, st.Mode&0o7777, id, id)
+		}
+	}
+
+	// A directory of root's that holds something is no leftover of
+	// mkdirOne (it gives a directory away before filling it): refused,
+	// naming the fix.
+	if err := unix.Mkdirat(d.fd, "other", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.path, "other", "f"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Mkdir("other", "x"); err == nil || !strings.Contains(err.Error(), "chown") {
+		t.Errorf("a non-empty directory of root's below the job's: err %v, want a refusal naming chown", err)
+	}
+}
