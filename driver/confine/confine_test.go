@@ -789,3 +789,31 @@ func TestLeftoverDirBelowJobDir(t *testing.T) {
 		t.Errorf("a non-empty directory of root's below the job's: err %v, want a refusal naming chown", err)
 	}
 }
+
+// An id in the range that the system's user database knows (NSS: LDAP,
+// SSSD) but /etc/passwd and /etc/group do not is never given to a job:
+// the job would own that account's files (issue #30, item 8). NSS is
+// stood in for: no test machine has an LDAP account in the range.
+func TestIDKnownToNSS(t *testing.T) {
+	root, _ := testRoot(t)
+	a, err := NewAllocator(root, rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	orig := accountOf
+	t.Cleanup(func() { accountOf = orig })
+	accountOf = func(id int) string {
+		if id >= rng.First && id < rng.First+rng.Count {
+			return fmt.Sprintf("user %q (uid %d)", "ldap-alice", id)
+		}
+		return ""
+	}
+	if uid, _, err := a.IDs("default", "nss"); err == nil || !strings.Contains(err.Error(), "ldap-alice") || !strings.Contains(err.Error(), "id_range") {
+		t.Errorf("IDs with every id of the range an NSS account's: uid %d, %v; want a refusal naming the account and id_range", uid, err)
+	}
+	accountOf = orig
+	if _, _, err := a.IDs("default", "nss"); err != nil {
+		t.Errorf("IDs without NSS accounts in the range: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/user"
 	"strconv"
 	"strings"
 
@@ -17,8 +18,10 @@ import (
 
 // IDRange is the block of ids the operator reserves for jobs: First to
 // First+Count-1, used as both uids and gids. No account or group may use
-// one (checked against /etc/passwd and /etc/group), on any node that
-// shares the root.
+// one (checked against /etc/passwd and /etc/group for the whole range,
+// and each id given to a job against the system's user database, NSS:
+// LDAP or SSSD accounts are not in those files), on any node that shares
+// the root.
 type IDRange struct {
 	First, Count int
 }
@@ -132,6 +135,9 @@ func (a *Allocator) IDs(ns, job string) (uid, gid int, err error) {
 	index := hex.EncodeToString(sum[:])
 	if v, err := readlink(a.byJob, index); err == nil {
 		if id, err := strconv.Atoi(v); err == nil && a.owner(id) == key {
+			if err := a.unknown(id, key); err != nil {
+				return -1, -1, err
+			}
 			return id, id, nil
 		}
 	}
@@ -145,12 +151,39 @@ func (a *Allocator) IDs(ns, job string) (uid, gid int, err error) {
 		if err != nil && a.owner(id) != key {
 			continue // another job's
 		}
+		// Not skipped: nodes whose NSS differ would then give the job
+		// different ids. The claim stays; the operator fixes the range.
+		if err := a.unknown(id, key); err != nil {
+			return -1, -1, err
+		}
 		if err := unix.Symlinkat(strconv.Itoa(id), a.byJob, index); err != nil && !errors.Is(err, unix.EEXIST) {
 			return -1, -1, fmt.Errorf("ids for %s: index: %w", key, err)
 		}
 		return id, id, nil
 	}
 	return -1, -1, fmt.Errorf("id_range %s is full: %d jobs have ids; widen it (records in %s/%s)", a.rng, a.rng.Count, a.root.path, idsDir)
+}
+
+// accountOf names the account or group id is in the system's user
+// database (os/user: NSS through the C library where built with cgo),
+// "" if none. A variable: tests stand in for an LDAP account.
+var accountOf = func(id int) string {
+	s := strconv.Itoa(id)
+	if u, err := user.LookupId(s); err == nil {
+		return fmt.Sprintf("user %q (uid %d)", u.Username, id)
+	}
+	if g, err := user.LookupGroupId(s); err == nil {
+		return fmt.Sprintf("group %q (gid %d)", g.Name, id)
+	}
+	return ""
+}
+
+// unknown fails if id is an account's or group's in NSS.
+func (a *Allocator) unknown(id int, key string) error {
+	if who := accountOf(id); who != "" {
+		return fmt.Errorf("id_range %s: id %d, for job %s, is %s in this node's user database (NSS: LDAP, SSSD...): the job would own that account's files; choose a range no account or group uses on any node", a.rng, id, key, who)
+	}
+	return nil
 }
 
 // owner is the key that claimed id, "" if none.
