@@ -409,6 +409,9 @@ func (d *Driver) RecoverTask(ctx context.Context, handle *plugin.TaskHandle) err
 	if err != nil {
 		return fmt.Errorf("recover task %s: %w", cfg.Name, err)
 	}
+	if err := d.checkStateDir(cfg, st.Supervise.StateDir); err != nil {
+		return fmt.Errorf("recover task %s: %w", cfg.Name, err)
+	}
 	sup, err := supervise.Attach(ctx, st.Supervise)
 	if err != nil {
 		return fmt.Errorf("recover task %s: reattach to its supervisor (pid %d): %w", cfg.Name, st.Supervise.Supervisor.PID, err)
@@ -431,6 +434,21 @@ func (d *Driver) RecoverTask(ctx context.Context, handle *plugin.TaskHandle) err
 	go h.run(d.ctx)
 	go h.watchProgress(d.ctx)
 	logger.Info("reattached to training process", "pid", st.Supervise.Task.PID, "supervisor_pid", st.Supervise.Supervisor.PID)
+	return nil
+}
+
+// checkStateDir refuses a handle whose supervisor state directory is not
+// the one plan gives the task: DestroyTask removes it, so a handle that
+// named another directory would have root remove that.
+func (d *Driver) checkStateDir(cfg *plugin.TaskConfig, dir string) error {
+	root := d.config().stateDir
+	if root == "" {
+		root = defaultStateDir(cfg.AllocDir)
+	}
+	want := filepath.Join(root, element(cfg.ID))
+	if filepath.Clean(dir) != want {
+		return fmt.Errorf("the handle's supervisor state_dir %q is not %q, where this driver keeps the task's state (the plugin's state_dir %q): not reattached, and nothing there is removed; if state_dir changed in the plugin block while the task ran, set it back until the task ends", dir, want, root)
+	}
 	return nil
 }
 
