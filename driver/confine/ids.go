@@ -55,6 +55,9 @@ type Allocator struct {
 	root        *Dir
 	rng         IDRange
 	byID, byJob int
+	// prevID and prevJob are the records of an earlier place (-1: none),
+	// see Previous.
+	prevID, prevJob int
 }
 
 // NewAllocator records ids in root (a Dir from OpenRoot). It refuses a
@@ -72,7 +75,7 @@ func NewAllocator(root *Dir, rng IDRange) (*Allocator, error) {
 			return nil, err
 		}
 	}
-	a := &Allocator{root: root, rng: rng, byID: -1, byJob: -1}
+	a := &Allocator{root: root, rng: rng, byID: -1, byJob: -1, prevID: -1, prevJob: -1}
 	top, err := root.mkdirOne(root.fd, idsDir, -1, -1, 0o700)
 	if err != nil {
 		return nil, root.pathError("id records", idsDir, idsDir, err)
@@ -115,11 +118,37 @@ func checkUnused(file string, rng IDRange) error {
 
 // Close releases the record directories.
 func (a *Allocator) Close() error {
-	for _, fd := range []*int{&a.byID, &a.byJob} {
+	for _, fd := range []*int{&a.byID, &a.byJob, &a.prevID, &a.prevJob} {
 		if *fd >= 0 {
 			unix.Close(*fd)
 			*fd = -1
 		}
+	}
+	return nil
+}
+
+// Previous makes IDs keep, for a job without a record here, the id that
+// old's records (<old>/.hadar-ids, where an earlier release recorded
+// them) give it, if no other job claimed it here: its directories are
+// owned by that id. Nothing is created in old.
+func (a *Allocator) Previous(old *Dir) error {
+	top, err := old.openBeneath(idsDir, unix.O_RDONLY|unix.O_DIRECTORY)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return old.fileError("id records", idsDir, err)
+	}
+	defer unix.Close(top)
+	for _, r := range []struct {
+		name string
+		fd   *int
+	}{{"by-id", &a.prevID}, {"by-job", &a.prevJob}} {
+		fd, err := unix.Openat(top, r.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("id records in %s: %s: %w", old.where(), r.name, err)
+		}
+		*r.fd = fd
 	}
 	return nil
 }
@@ -141,27 +170,49 @@ func (a *Allocator) IDs(ns, job string) (uid, gid int, err error) {
 			return id, id, nil
 		}
 	}
+	if a.prevJob >= 0 {
+		if v, err := readlink(a.prevJob, index); err == nil {
+			id, err := strconv.Atoi(v)
+			if o, _ := readlink(a.prevID, v); err == nil && o == key && id >= a.rng.First && id < a.rng.First+a.rng.Count {
+				if ok, err := a.claim(id, key, index); err != nil {
+					return -1, -1, err
+				} else if ok {
+					return id, id, nil
+				}
+			}
+		}
+	}
 	start := int(binary.BigEndian.Uint64(sum[:8]) % uint64(a.rng.Count))
 	for i := range a.rng.Count {
 		id := a.rng.First + (start+i)%a.rng.Count
-		err := unix.Symlinkat(key, a.byID, strconv.Itoa(id))
-		if err != nil && !errors.Is(err, unix.EEXIST) {
-			return -1, -1, fmt.Errorf("ids for %s: claim %d: %w", key, id, err)
-		}
-		if err != nil && a.owner(id) != key {
-			continue // another job's
-		}
-		// Not skipped: nodes whose NSS differ would then give the job
-		// different ids. The claim stays; the operator fixes the range.
-		if err := a.unknown(id, key); err != nil {
+		if ok, err := a.claim(id, key, index); err != nil {
 			return -1, -1, err
+		} else if ok {
+			return id, id, nil
 		}
-		if err := unix.Symlinkat(strconv.Itoa(id), a.byJob, index); err != nil && !errors.Is(err, unix.EEXIST) {
-			return -1, -1, fmt.Errorf("ids for %s: index: %w", key, err)
-		}
-		return id, id, nil
 	}
 	return -1, -1, fmt.Errorf("id_range %s is full: %d jobs have ids; widen it (records in %s/%s)", a.rng, a.rng.Count, a.root.path, idsDir)
+}
+
+// claim claims id for key (the job) and indexes it; false if another job
+// holds it.
+func (a *Allocator) claim(id int, key, index string) (bool, error) {
+	err := unix.Symlinkat(key, a.byID, strconv.Itoa(id))
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return false, fmt.Errorf("ids for %s: claim %d: %w", key, id, err)
+	}
+	if err != nil && a.owner(id) != key {
+		return false, nil // another job's
+	}
+	// Not skipped: nodes whose NSS differ would then give the job
+	// different ids. The claim stays; the operator fixes the range.
+	if err := a.unknown(id, key); err != nil {
+		return false, err
+	}
+	if err := unix.Symlinkat(strconv.Itoa(id), a.byJob, index); err != nil && !errors.Is(err, unix.EEXIST) {
+		return false, fmt.Errorf("ids for %s: index: %w", key, err)
+	}
+	return true, nil
 }
 
 // accountOf names the account or group id is in the system's user

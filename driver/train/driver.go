@@ -128,6 +128,9 @@ func (d *Driver) SetConfig(_ context.Context, c *plugin.Config) error {
 		if err := checkSubordinateIDs(s.idRange, "/etc/subuid", "/etc/subgid"); err != nil {
 			return fmt.Errorf("%s plugin config: %w", PluginName, err)
 		}
+		if err := checkIDRoot(s); err != nil {
+			return fmt.Errorf("%s plugin config: %w", PluginName, err)
+		}
 	}
 	for _, opt := range s.deprecated {
 		d.logger.Warn("plugin option ignored: progress is published in the alloc filesystem and as a few task events (docs/driver.md)", "option", opt)
