@@ -817,3 +817,76 @@ func TestIDKnownToNSS(t *testing.T) {
 		t.Errorf("IDs without NSS accounts in the range: %v", err)
 	}
 }
+
+// The ids of a job that is gone (nothing of it left under any root, its
+// claim not used for the grace period) go to a new job once the range is
+// full; a job that is not gone, or whose claim is recent, keeps its id;
+// a claim checks a bounded number of candidates; InUse counts the ids
+// claimed (issue #30, item 5).
+func TestReclaimGoneJobs(t *testing.T) {
+	root, _ := testRoot(t)
+	small := IDRange{First: rng.First + 500, Count: 3}
+	a, err := NewAllocator(root, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var held []int
+	for _, j := range []string{"old-1", "old-2", "live"} {
+		id, _, err := a.IDs("default", j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, id)
+	}
+	if n, err := a.InUse(); err != nil || n != 3 {
+		t.Errorf("InUse %d, %v; want 3", n, err)
+	}
+	// Nothing of old-1 and old-2 is left; live has a directory.
+	asked := map[string]int{}
+	a.Reclaim(time.Hour, func(ns, job string) (bool, error) {
+		asked[job]++
+		return strings.HasPrefix(job, "old-"), nil
+	})
+	if _, _, err := a.IDs("default", "new-0"); err == nil || !strings.Contains(err.Error(), "full") {
+		t.Errorf("a claim used within the grace period was reclaimed: %v", err)
+	}
+	// The claims age past the grace period.
+	past := time.Now().Add(-2 * time.Hour)
+	for _, id := range held {
+		ts := []unix.Timespec{unix.NsecToTimespec(past.UnixNano()), unix.NsecToTimespec(past.UnixNano())}
+		if err := unix.UtimesNanoAt(a.byID, strconv.Itoa(id), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[int]bool{}
+	for _, j := range []string{"new-1", "new-2"} {
+		id, _, err := a.IDs("default", j)
+		if err != nil {
+			t.Fatalf("%s: %v", j, err)
+		}
+		got[id] = true
+	}
+	if len(got) != 2 || got[held[2]] {
+		t.Errorf("new jobs got %v; want the two gone jobs' ids %v, not the live job's %d", got, held[:2], held[2])
+	}
+	if id, _, err := a.IDs("default", "live"); err != nil || id != held[2] {
+		t.Errorf("the live job: %d, %v; want its id %d", id, err, held[2])
+	}
+	if _, _, err := a.IDs("default", "new-3"); err == nil {
+		t.Error("a job not gone had its id taken")
+	}
+	for j, n := range asked {
+		if n > maxReclaimChecks*4 {
+			t.Errorf("asked about %s %d times over four claims", j, n)
+		}
+	}
+	if n, err := a.InUse(); err != nil || n != 3 {
+		t.Errorf("InUse %d, %v; want 3", n, err)
+	}
+	// A gone job that comes back gets a fresh id, not a record of the
+	// one taken from it.
+	if _, _, err := a.IDs("default", "old-1"); err == nil {
+		t.Error("old-1 came back with an id although the range is full")
+	}
+}

@@ -65,6 +65,9 @@ type Driver struct {
 	mu       sync.RWMutex
 	settings *settings
 	agent    *plugin.AgentConfig
+	// stateRoot is the state directory a task last used (the default
+	// one is known only from an allocation), for the ids metric.
+	stateRoot string
 }
 
 var _ plugin.DriverPlugin = (*Driver)(nil)
@@ -144,6 +147,24 @@ func (d *Driver) SetConfig(_ context.Context, c *plugin.Config) error {
 	return nil
 }
 
+// idsInUse is idsInUse for the node's configuration; -1 until the
+// records' place is known.
+func (d *Driver) idsInUse() (inUse, total int) {
+	d.mu.RLock()
+	s, stateRoot := d.settings, d.stateRoot
+	d.mu.RUnlock()
+	if s == nil {
+		return -1, 0
+	}
+	if s.stateDir != "" {
+		stateRoot = s.stateDir
+	}
+	if _, path := idRoot(s, stateRoot); path == "" {
+		return -1, 0
+	}
+	return idsInUse(s, stateRoot)
+}
+
 func (d *Driver) config() *settings {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
@@ -185,6 +206,12 @@ func (d *Driver) Fingerprint(ctx context.Context) (<-chan *plugin.DriverFingerpr
 						"driver." + PluginName:              plugin.BoolAttr(true),
 						"driver." + PluginName + ".version": plugin.StringAttr(version.Plugin()),
 					},
+				}
+				// How full job_id_range is, where this node records
+				// ids (nomad node status -verbose; docs/driver.md).
+				if n, total := d.idsInUse(); n >= 0 {
+					fp.Attributes["driver."+PluginName+".job_ids_in_use"] = plugin.IntAttr(int64(n), "")
+					fp.Attributes["driver."+PluginName+".job_ids_total"] = plugin.IntAttr(int64(total), "")
 				}
 			}
 			select {

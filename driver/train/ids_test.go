@@ -1,11 +1,16 @@
 package train
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hadar-sched/hadar/driver/confine"
 	"github.com/hadar-sched/hadar/driver/plugin"
@@ -116,5 +121,89 @@ func TestSharedCheckpointRootLocalMergeRoot(t *testing.T) {
 	}
 	if err := checkIDRoot(&settings{checkpointRoot: ck, mergeRoot: merge}); err != nil {
 		t.Errorf("local checkpoint_root, shared merge_root (ids there): %v", err)
+	}
+}
+
+// With the range full, a new job gets the id of a job that is gone: its
+// claim unused past the grace period and nothing of it left (its default
+// checkpoints reaped, its allocations collected), never that of a job
+// whose allocation is still on the node (issue #30, item 5).
+func TestJobIDsReclaimed(t *testing.T) {
+	needRoot(t)
+	data := rootDir(t, 0o711)
+	stateRoot := filepath.Join(data, PluginName)
+	s := &settings{idRange: confine.IDRange{First: testFirstID + 920, Count: 1}}
+	cfg := func(job, alloc string) *plugin.TaskConfig {
+		return &plugin.TaskConfig{Namespace: "default", JobID: job, AllocID: alloc, Name: "trainer", AllocDir: filepath.Join(data, "alloc", alloc)}
+	}
+	old := cfg("old", "a1")
+	if err := os.MkdirAll(old.AllocDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	x, err := jobIDs(s, old, stateRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := allocCheckpointDir(filepath.Join(stateRoot, checkpointsDir), old, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ck, "weights"), []byte("old's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	past := unix.NsecToTimespec(time.Now().Add(-2 * idReclaimGrace).UnixNano())
+	age := func() {
+		t.Helper()
+		rec := filepath.Join(stateRoot, ".hadar-ids", "by-id", strconv.Itoa(x.uid))
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, rec, []unix.Timespec{past, past}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			t.Fatal(err)
+		}
+	}
+	age()
+	// Its allocation is still on the node: not gone.
+	if y, err := jobIDs(s, cfg("new", "b1"), stateRoot); err == nil {
+		t.Fatalf("a new job got %v, the id of a job whose allocation is still here", y)
+	}
+	if _, err := os.Stat(filepath.Join(ck, "weights")); err != nil {
+		t.Fatalf("the live job's checkpoint: %v", err)
+	}
+	// Nomad collected it: its checkpoints go, and its id to a new job.
+	if err := os.RemoveAll(old.AllocDir); err != nil {
+		t.Fatal(err)
+	}
+	age()
+	y, err := jobIDs(s, cfg("new", "b1"), stateRoot)
+	if err != nil || y != x {
+		t.Fatalf("new job: %v, %v; want the gone job's %v", y, err, x)
+	}
+	if _, err := os.Lstat(filepath.Join(stateRoot, checkpointsDir, "default", "old")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the gone job's directory, which the new owner could read: %v", err)
+	}
+	if n, total := idsInUse(s, stateRoot); n != 1 || total != 1 {
+		t.Errorf("ids in use %d of %d, want 1 of 1", n, total)
+	}
+}
+
+// The node's fingerprint says how full job_id_range is (issue #30,
+// item 5): nomad node status -verbose shows it.
+func TestIDsMetric(t *testing.T) {
+	needRoot(t)
+	r := newRig(t, "")
+	cfg := r.task(`exit 0`, "", nil)
+	r.start(cfg)
+	r.wait(cfg.ID, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch, err := r.d.Fingerprint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := <-ch
+	in, total := fp.Attributes["driver."+PluginName+".job_ids_in_use"], fp.Attributes["driver."+PluginName+".job_ids_total"]
+	if n, ok := in.Value().(int64); !ok || n < 1 {
+		t.Errorf("job_ids_in_use %v, want at least this job's", in.Value())
+	}
+	if n, ok := total.Value().(int64); !ok || n != testIDCount {
+		t.Errorf("job_ids_total %v, want %d", total.Value(), testIDCount)
 	}
 }

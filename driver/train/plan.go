@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -55,6 +56,9 @@ func (d *Driver) plan(cfg *plugin.TaskConfig, tc *TaskConfig) (*launch, error) {
 	if stateRoot == "" {
 		stateRoot = defaultStateDir(cfg.AllocDir)
 	}
+	d.mu.Lock()
+	d.stateRoot = stateRoot
+	d.mu.Unlock()
 	job, err := jobIDs(s, cfg, stateRoot)
 	if err != nil {
 		return nil, err
@@ -281,11 +285,98 @@ func jobIDs(s *settings, cfg *plugin.TaskConfig, stateRoot string) (ids, error) 
 			return ids{}, fmt.Errorf("job ids: %w", err)
 		}
 	}
+	if reclaimable(s, field) {
+		a.Reclaim(idReclaimGrace, func(ns, job string) (bool, error) {
+			return jobGone(s, stateRoot, filepath.Dir(filepath.Clean(cfg.AllocDir)), ns, job)
+		})
+	}
 	uid, gid, err := a.IDs(namespace(cfg), cfg.JobID)
 	if err != nil {
 		return ids{}, fmt.Errorf("job ids: %w", err)
 	}
 	return ids{uid, gid}, nil
+}
+
+// idReclaimGrace is how long a job's id claim stays its own after its
+// last use (a task of it starting on any node) even with nothing of it
+// left: more than the moment between the claim and its directories.
+const idReclaimGrace = time.Hour
+
+// reclaimable tells whether, recording ids in field, this node sees every
+// place a job's directories can be on any node sharing the records: the
+// state directory (node-local records) or checkpoint_root (every job's
+// checkpoints there, shared with the records); with merge_root, only if
+// checkpoint_root is set and shared too (else other nodes hold default
+// or node-local checkpoints this one cannot see, and ids are never
+// reclaimed).
+func reclaimable(s *settings, field string) bool {
+	switch field {
+	case "state_dir", "checkpoint_root":
+		return true
+	}
+	if s.checkpointRoot == "" {
+		return false
+	}
+	_, shared := filesystemOf(s.checkpointRoot)
+	return shared
+}
+
+// jobGone tells whether nothing of job is left under any root: no
+// directory <root>/<ns>/<job> in checkpoint_root or merge_root, and none
+// of default checkpoints once those of allocations Nomad collected from
+// this node (not in allocsDir) are reaped.
+func jobGone(s *settings, stateRoot, allocsDir, ns, job string) (bool, error) {
+	nsE, err1 := confine.Element(ns)
+	jobE, err2 := confine.Element(job)
+	if err := errors.Join(err1, err2); err != nil {
+		return false, nil
+	}
+	for _, root := range []string{s.checkpointRoot, s.mergeRoot} {
+		if root == "" {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(root, nsE, jobE)); !errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+	}
+	jobDir := filepath.Join(stateRoot, checkpointsDir, nsE, jobE)
+	if _, err := os.Lstat(jobDir); errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	reapAllocCheckpoints(jobDir, allocsDir, "")
+	// Only if empty: an allocation of the job on this node keeps it.
+	if err := unix.Rmdir(jobDir); err != nil && !errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	return true, nil
+}
+
+// idsInUse is the metric of the id range filling up: the ids claimed in
+// the records this node uses, and the range's size; -1 when the records
+// cannot be read (a client not root, a root not made yet).
+func idsInUse(s *settings, stateRoot string) (inUse, total int) {
+	field, path := idRoot(s, stateRoot)
+	if os.Geteuid() != 0 || path == "" {
+		return -1, s.idRange.Count
+	}
+	if _, err := os.Stat(filepath.Join(path, ".hadar-ids")); err != nil {
+		return -1, s.idRange.Count
+	}
+	root, err := confine.OpenRoot(field, path)
+	if err != nil {
+		return -1, s.idRange.Count
+	}
+	defer root.Close()
+	a, err := confine.NewAllocator(root, s.idRange)
+	if err != nil {
+		return -1, s.idRange.Count
+	}
+	defer a.Close()
+	n, err := a.InUse()
+	if err != nil {
+		return -1, s.idRange.Count
+	}
+	return n, s.idRange.Count
 }
 
 // idRoot is the root job ids are recorded in (see jobIDs).
