@@ -205,3 +205,134 @@ func ownerMode(t *testing.T, path string) string {
 	}
 	return fmt.Sprintf("%d:%d %#o", st.Uid, st.Gid, st.Mode&0o7777)
 }
+
+// TestAllocDirConfined holds hadar-train, on a real agent and the
+// allocation directories Nomad made (alloc/, its logs and data, the task
+// directory: 0777, nobody's, no sticky bit), to issue #30's items 1-3:
+//   - a task that replaces its stdout FIFO with a link to a root-owned
+//     file and exits non-zero: Nomad restarts it in the same allocation,
+//     and the driver (root) must not write the task's output into that
+//     file;
+//   - a task that swaps alloc/data for a link: the driver must create
+//     nothing at the link's target;
+//   - default checkpoints (no checkpoint_root): another job's task can
+//     neither list, read, write nor move them.
+//
+// The victims are temporary files and directories: run against a driver
+// without the fixes, this test must not damage the machine.
+func TestAllocDirConfined(t *testing.T) {
+	skipShort(t)
+	if os.Geteuid() != 0 {
+		t.Skipf("the agent would run as uid %d: a Nomad client needs root to switch users", os.Geteuid())
+	}
+	a := harness.StartAgent(t, harness.Options{Plugins: map[string]string{
+		"hadar-gpu":   inventory,
+		"hadar-train": `progress_poll_interval = "500ms"`,
+	}})
+	restarting := func(id, script string) *api.Job {
+		j := trainJob(id, script, 100, 32, "")
+		j.TaskGroups[0].RestartPolicy = &api.RestartPolicy{Attempts: pointerTo(2), Mode: pointerTo("fail"), Delay: pointerTo(time.Second), Interval: pointerTo(10 * time.Minute)}
+		return j
+	}
+	events := func(al *api.Allocation) string {
+		if ts := al.TaskStates["trainer"]; ts != nil {
+			return eventList(ts.Events)
+		}
+		return "no task state"
+	}
+
+	t.Run("stdout FIFO replaced by a link", func(t *testing.T) {
+		victim := filepath.Join(harness.SharedDir(t), "victim")
+		const content = "root's\n"
+		if err := os.WriteFile(victim, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		script := fmt.Sprintf(`if [ -e "$NOMAD_ALLOC_DIR/data/swapped" ]; then echo TASK-OUTPUT; exit 0; fi
+f="$NOMAD_ALLOC_DIR/logs/.trainer.stdout.fifo"
+rm -f "$f" && ln -s %q "$f" && touch "$NOMAD_ALLOC_DIR/data/swapped" && echo swapped >&2
+exit 1`, victim)
+		if _, _, err := a.Client.Jobs().Register(restarting("fifo-link", script), nil); err != nil {
+			t.Fatal(err)
+		}
+		done := waitAlloc(t, a, firstAlloc(t, a, "fifo-link").ID, 120*time.Second, func(al *api.Allocation) bool {
+			return al.ClientStatus == api.AllocClientStatusComplete || al.ClientStatus == api.AllocClientStatusFailed
+		})
+		if !strings.Contains(taskLog(t, a, done, "stderr"), "swapped") {
+			t.Fatalf("the task did not replace its FIFO: %s", events(done))
+		}
+		if b, err := os.ReadFile(victim); err != nil || string(b) != content {
+			t.Errorf("victim file %s is now %q (%v), want %q: the driver wrote the task's output through its link; events: %s", victim, b, err, content, events(done))
+		}
+		t.Logf("events: %s", events(done))
+	})
+
+	t.Run("alloc/data replaced by a link", func(t *testing.T) {
+		target := harness.SharedDir(t)
+		script := fmt.Sprintf(`if [ -L "$NOMAD_ALLOC_DIR/data" ]; then echo second-run; exit 0; fi
+mv "$NOMAD_ALLOC_DIR/data" "$NOMAD_ALLOC_DIR/data.real" && ln -s %q "$NOMAD_ALLOC_DIR/data" && echo swapped >&2
+exit 1`, target)
+		if _, _, err := a.Client.Jobs().Register(restarting("data-link", script), nil); err != nil {
+			t.Fatal(err)
+		}
+		done := waitAlloc(t, a, firstAlloc(t, a, "data-link").ID, 120*time.Second, func(al *api.Allocation) bool {
+			return al.ClientStatus == api.AllocClientStatusComplete || al.ClientStatus == api.AllocClientStatusFailed
+		})
+		if !strings.Contains(taskLog(t, a, done, "stderr"), "swapped") {
+			t.Fatalf("the task did not swap alloc/data: %s", events(done))
+		}
+		restarted := false
+		for _, e := range done.TaskStates["trainer"].Events {
+			restarted = restarted || e.Type == api.TaskRestarting
+		}
+		if !restarted {
+			t.Errorf("Nomad did not restart the task in its allocation: %s", events(done))
+		}
+		if entries, _ := os.ReadDir(target); len(entries) != 0 {
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			t.Errorf("the link's target %s holds %v: the driver created through the task's link", target, names)
+		}
+		if got := ownerMode(t, target); got != "0:0 0755" {
+			t.Errorf("the link's target is now %s, want 0:0 0755", got)
+		}
+	})
+
+	t.Run("default checkpoints of another job", func(t *testing.T) {
+		if _, _, err := a.Client.Jobs().Register(trainJob("dflt-b", `echo secret-weights > "$HADAR_CHECKPOINT_DIR/ckpt" && echo "$HADAR_CHECKPOINT_DIR"`, 100, 32, ""), nil); err != nil {
+			t.Fatal(err)
+		}
+		doneB := waitDone(t, a, "dflt-b")
+		if ev := terminated(doneB); ev == nil || ev.ExitCode != 0 {
+			t.Fatalf("job B did not write its checkpoint: %s", events(doneB))
+		}
+		bDir := strings.TrimSpace(taskLog(t, a, doneB, "stdout"))
+		bCkpt := filepath.Join(bDir, "ckpt")
+		if b, err := os.ReadFile(bCkpt); err != nil || string(b) != "secret-weights\n" {
+			t.Fatalf("job B's checkpoint %s: %q, %v", bCkpt, b, err)
+		}
+		if strings.Contains(bDir, "/alloc/"+doneB.ID+"/") {
+			t.Errorf("job B's default checkpoints %s are in its allocation directory, which every task can write", bDir)
+		}
+		script := fmt.Sprintf(`id -u; ls %[1]q && echo LISTED; cat %[2]q && echo READ; echo x >> %[2]q && echo WROTE; mv %[1]q %[1]q.taken && echo MOVED; mv %[3]q %[3]q.taken && echo MOVED; touch "$HADAR_CHECKPOINT_DIR/mine" && echo OWN-OK`,
+			bDir, bCkpt, filepath.Dir(bDir))
+		if _, _, err := a.Client.Jobs().Register(trainJob("dflt-a", script, 100, 32, ""), nil); err != nil {
+			t.Fatal(err)
+		}
+		done := waitDone(t, a, "dflt-a")
+		out := taskLog(t, a, done, "stdout")
+		for _, bad := range []string{"LISTED", "READ", "WROTE", "MOVED", "secret-weights"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("job A's task reached job B's default checkpoints (%s):\n%s", bad, out)
+			}
+		}
+		if !strings.Contains(out, "OWN-OK") {
+			t.Errorf("job A could not write its own checkpoint directory:\n%s\n%s", out, taskLog(t, a, done, "stderr"))
+		}
+		if b, err := os.ReadFile(bCkpt); err != nil || string(b) != "secret-weights\n" {
+			t.Errorf("job B's checkpoint is now %q, %v", b, err)
+		}
+		t.Logf("job A could not reach job B's default checkpoints in %s: %s", bDir, strings.TrimSpace(taskLog(t, a, done, "stderr")))
+	})
+}

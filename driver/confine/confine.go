@@ -312,7 +312,7 @@ func (d *Dir) mkdirOne(parent int, name string, uid, gid int, mode uint32) (int,
 			return -1, err
 		}
 	} else if uid >= 0 {
-		if err := settled(fd, uid, gid); err != nil {
+		if err := settled(fd, uid, gid, mode); err != nil {
 			unix.Close(fd)
 			return -1, err
 		}
@@ -324,19 +324,58 @@ func (d *Dir) mkdirOne(parent int, name string, uid, gid int, mode uint32) (int,
 // with mode 0700 rather than uid:gid's: another task of the same job,
 // starting on this node at the same moment, made it and is giving it to
 // the job (mkdirOne makes it 0700, then chowns it). Without the wait that
-// task's sibling would find it root's and refuse it.
-func settled(fd, uid, gid int) error {
+// task's sibling would find it root's and refuse it. Below a setgid
+// directory (a job's) mkdirat makes it 02700, so the setgid bit is not
+// looked at.
+//
+// One still ours after the wait is a leftover of a plugin killed between
+// mkdirat and fchown: it is given to the job as mkdirOne would have, if
+// empty (mkdirOne gives a directory away before anything is made in it,
+// so an empty one is all a crash leaves), else refused, naming the fix.
+// Handing it on as root's would leave the task a directory it cannot
+// enter.
+func settled(fd, uid, gid int, mode uint32) error {
 	var st unix.Stat_t
 	for i := 0; ; i++ {
 		if err := unix.Fstat(fd, &st); err != nil {
 			return err
 		}
-		ours := int(st.Uid) == os.Geteuid() && st.Mode&0o7777 == 0o700
-		if !ours || (int(st.Uid) == uid && int(st.Gid) == gid) || i == 200 {
+		ours := int(st.Uid) == os.Geteuid() && st.Mode&0o5777 == 0o700
+		if !ours || (int(st.Uid) == uid && int(st.Gid) == gid) {
 			return nil
+		}
+		if i == 200 {
+			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	empty, err := emptyDir(fd)
+	if err != nil {
+		return err
+	}
+	if !empty {
+		return fmt.Errorf("a directory of uid %d, mode %#o, that is not empty: the driver never fills one before giving it to the job; chown -R %d:%d it (and chmod 2770) to give it to the job, or remove it", st.Uid, st.Mode&0o7777, uid, gid)
+	}
+	if err := unix.Fchown(fd, uid, gid); err != nil {
+		return err
+	}
+	return unix.Fchmod(fd, mode)
+}
+
+// emptyDir reports whether the directory fd has no entries, read through
+// a description of its own (fd's offset is left alone).
+func emptyDir(fd int) (bool, error) {
+	dfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	f := os.NewFile(uintptr(dfd), ".")
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	if errors.Is(err, io.EOF) {
+		return true, nil
+	}
+	return len(names) == 0, err
 }
 
 // pathError explains err on element e of value.

@@ -739,3 +739,154 @@ func TestJobDirMadeConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// A plugin killed between mkdirat and fchown leaves a directory of root's
+// below the job's directory; there (setgid) it is 02700, not 0700. It is
+// given to the job once no sibling is giving it (it is empty: nothing
+// but the driver writes a directory of root's there), never handed on as
+// root's: the task could not enter its own checkpoint directory.
+func TestLeftoverDirBelowJobDir(t *testing.T) {
+	root, _ := testRoot(t)
+	id := rng.First + 11
+	d, err := root.JobDir("default", "killed", id, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := unix.Mkdirat(d.fd, "checkpoints", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(d.fd, "checkpoints", &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&0o7777 != 0o2700 {
+		t.Fatalf("leftover made %#o, want 02700 below the setgid job directory", st.Mode&0o7777)
+	}
+	dir, err := d.Mkdir("checkpoints", "trainer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Dir(dir), dir} {
+		if st, err = d.Lstat("checkpoint directory", p); err != nil {
+			t.Fatal(err)
+		}
+		if int(st.Uid) != id || int(st.Gid) != id || st.Mode&0o7777 != 0o2770 {
+			t.Errorf("%s: owned by %d:%d mode %#o, want %d:%d 02770", p, st.Uid, st.Gid, st.Mode&0o7777, id, id)
+		}
+	}
+
+	// A directory of root's that holds something is no leftover of
+	// mkdirOne (it gives a directory away before filling it): refused,
+	// naming the fix.
+	if err := unix.Mkdirat(d.fd, "other", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.path, "other", "f"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Mkdir("other", "x"); err == nil || !strings.Contains(err.Error(), "chown") {
+		t.Errorf("a non-empty directory of root's below the job's: err %v, want a refusal naming chown", err)
+	}
+}
+
+// An id in the range that the system's user database knows (NSS: LDAP,
+// SSSD) but /etc/passwd and /etc/group do not is never given to a job:
+// the job would own that account's files (issue #30, item 8). NSS is
+// stood in for: no test machine has an LDAP account in the range.
+func TestIDKnownToNSS(t *testing.T) {
+	root, _ := testRoot(t)
+	a, err := NewAllocator(root, rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	orig := accountOf
+	t.Cleanup(func() { accountOf = orig })
+	accountOf = func(id int) string {
+		if id >= rng.First && id < rng.First+rng.Count {
+			return fmt.Sprintf("user %q (uid %d)", "ldap-alice", id)
+		}
+		return ""
+	}
+	if uid, _, err := a.IDs("default", "nss"); err == nil || !strings.Contains(err.Error(), "ldap-alice") || !strings.Contains(err.Error(), "id_range") {
+		t.Errorf("IDs with every id of the range an NSS account's: uid %d, %v; want a refusal naming the account and id_range", uid, err)
+	}
+	accountOf = orig
+	if _, _, err := a.IDs("default", "nss"); err != nil {
+		t.Errorf("IDs without NSS accounts in the range: %v", err)
+	}
+}
+
+// The ids of a job that is gone (nothing of it left under any root, its
+// claim not used for the grace period) go to a new job once the range is
+// full; a job that is not gone, or whose claim is recent, keeps its id;
+// a claim checks a bounded number of candidates; InUse counts the ids
+// claimed (issue #30, item 5).
+func TestReclaimGoneJobs(t *testing.T) {
+	root, _ := testRoot(t)
+	small := IDRange{First: rng.First + 500, Count: 3}
+	a, err := NewAllocator(root, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var held []int
+	for _, j := range []string{"old-1", "old-2", "live"} {
+		id, _, err := a.IDs("default", j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, id)
+	}
+	if n, err := a.InUse(); err != nil || n != 3 {
+		t.Errorf("InUse %d, %v; want 3", n, err)
+	}
+	// Nothing of old-1 and old-2 is left; live has a directory.
+	asked := map[string]int{}
+	a.Reclaim(time.Hour, func(ns, job string) (bool, error) {
+		asked[job]++
+		return strings.HasPrefix(job, "old-"), nil
+	})
+	if _, _, err := a.IDs("default", "new-0"); err == nil || !strings.Contains(err.Error(), "full") {
+		t.Errorf("a claim used within the grace period was reclaimed: %v", err)
+	}
+	// The claims age past the grace period.
+	past := time.Now().Add(-2 * time.Hour)
+	for _, id := range held {
+		ts := []unix.Timespec{unix.NsecToTimespec(past.UnixNano()), unix.NsecToTimespec(past.UnixNano())}
+		if err := unix.UtimesNanoAt(a.byID, strconv.Itoa(id), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[int]bool{}
+	for _, j := range []string{"new-1", "new-2"} {
+		id, _, err := a.IDs("default", j)
+		if err != nil {
+			t.Fatalf("%s: %v", j, err)
+		}
+		got[id] = true
+	}
+	if len(got) != 2 || got[held[2]] {
+		t.Errorf("new jobs got %v; want the two gone jobs' ids %v, not the live job's %d", got, held[:2], held[2])
+	}
+	if id, _, err := a.IDs("default", "live"); err != nil || id != held[2] {
+		t.Errorf("the live job: %d, %v; want its id %d", id, err, held[2])
+	}
+	if _, _, err := a.IDs("default", "new-3"); err == nil {
+		t.Error("a job not gone had its id taken")
+	}
+	for j, n := range asked {
+		if n > maxReclaimChecks*4 {
+			t.Errorf("asked about %s %d times over four claims", j, n)
+		}
+	}
+	if n, err := a.InUse(); err != nil || n != 3 {
+		t.Errorf("InUse %d, %v; want 3", n, err)
+	}
+	// A gone job that comes back gets a fresh id, not a record of the
+	// one taken from it.
+	if _, _, err := a.IDs("default", "old-1"); err == nil {
+		t.Error("old-1 came back with an id although the range is full")
+	}
+}

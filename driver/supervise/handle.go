@@ -33,6 +33,10 @@ type State struct {
 	Task       Proc          `json:"task"`
 	Cgroup     *cgroup.State `json:"cgroup,omitempty"`
 	StartedAt  time.Time     `json:"started_at"`
+	// BootID is the kernel's boot id when the task started: start ticks
+	// count from boot, so after a reboot a pid with the same ones may be
+	// another process. "" in a state from before it was recorded.
+	BootID string `json:"boot_id,omitempty"`
 }
 
 // Handle is a running (or ended) task under its supervisor. Its methods
@@ -203,7 +207,7 @@ func start(ctx context.Context, self string, spec *Spec) (*Handle, error) {
 		return nil, fmt.Errorf("supervise: %w", err)
 	}
 	ackW.Close()
-	h.state = State{StateDir: dir, Supervisor: sup, Task: r.Task, Cgroup: r.Cgroup, StartedAt: r.StartedAt}
+	h.state = State{StateDir: dir, Supervisor: sup, Task: r.Task, Cgroup: r.Cgroup, StartedAt: r.StartedAt, BootID: bootID()}
 	if r.Cgroup != nil {
 		h.cg = cgroup.FromState(*r.Cgroup)
 	}
@@ -249,12 +253,15 @@ func Attach(ctx context.Context, st State) (*Handle, error) {
 		h.cg = cgroup.FromState(*st.Cgroup)
 	}
 	var err error
-	if h.supFD, err = st.Supervisor.pidfd(); err != nil && !errors.Is(err, errGone) {
-		return nil, fmt.Errorf("supervise: attach: supervisor: %w", err)
-	}
-	if h.taskFD, err = st.Task.pidfd(); err != nil && !errors.Is(err, errGone) {
-		h.Close()
-		return nil, fmt.Errorf("supervise: attach: task: %w", err)
+	// From another boot, both are gone whatever their pids name now.
+	if st.BootID == "" || st.BootID == bootID() {
+		if h.supFD, err = st.Supervisor.pidfd(); err != nil && !errors.Is(err, errGone) {
+			return nil, fmt.Errorf("supervise: attach: supervisor: %w", err)
+		}
+		if h.taskFD, err = st.Task.pidfd(); err != nil && !errors.Is(err, errGone) {
+			h.Close()
+			return nil, fmt.Errorf("supervise: attach: task: %w", err)
+		}
 	}
 	if h.supFD < 0 && h.taskFD < 0 {
 		if _, err := readResult(st.StateDir); err != nil {
@@ -335,13 +342,26 @@ func (h *Handle) Signal(sig syscall.Signal) error {
 	if exited(fd) {
 		return ErrExited
 	}
-	// The program lives (its pidfd says), so its pid is still its
-	// process group's id.
-	if err := unix.Kill(-h.state.Task.PID, sig); err != nil {
+	// The program lives (its pidfd says), so its pid is still its own
+	// (not reaped) and getpgid tells whether it is still in the group
+	// it leads. One that left it (setpgid into another group of its
+	// session) gets the signal through its pidfd, and what is left in
+	// its old group too: ESRCH on the group is not the task's end.
+	pid := h.state.Task.PID
+	if pg, err := unix.Getpgid(pid); err == nil && pg == pid {
+		if err := unix.Kill(-pid, sig); err == nil {
+			return nil
+		} else if !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("supervise: signal %v to process group %d: %w", sig, pid, err)
+		}
+	} else if err := unix.Kill(-pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("supervise: signal %v to process group %d: %w", sig, pid, err)
+	}
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
 		if errors.Is(err, unix.ESRCH) {
 			return ErrExited
 		}
-		return fmt.Errorf("supervise: signal %v to process group %d: %w", sig, h.state.Task.PID, err)
+		return fmt.Errorf("supervise: signal %v to the task (pid %d, out of its process group): %w", sig, pid, err)
 	}
 	return nil
 }

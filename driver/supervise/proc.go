@@ -45,6 +45,15 @@ func startTicks(pid int) (uint64, error) {
 	return strconv.ParseUint(string(f[starttime]), 10, 64)
 }
 
+// bootID is the kernel's id of this boot ("" if unreadable).
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return string(bytes.TrimSpace(b))
+}
+
 // errGone: the process is not there any more (its pid may be someone
 // else's now).
 var errGone = errors.New("process gone")

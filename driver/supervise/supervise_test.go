@@ -895,3 +895,69 @@ func TestOutputNotFollowed(t *testing.T) {
 		})
 	}
 }
+
+// A task that left its process group (into its supervisor's, same
+// session) still gets the signal: its pidfd says it lives, so ESRCH on
+// the group is not its end (issue #30, item 8).
+func TestSignalTaskLeftGroup(t *testing.T) {
+	if _, err := exec.LookPath("perl"); err != nil {
+		t.Skip("needs perl to call setpgid")
+	}
+	spec := testSpec(t, `exec perl -e '$|=1; setpgrp(0, getppid()) or die "setpgrp: $!\n"; $SIG{TERM} = sub { print "term\n"; exit 7 }; print "moved\n"; sleep 1 while 1'`)
+	h := startTask(t, spec)
+	waitFor(t, logOf(spec.Stdout), "moved")
+	if err := h.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("Signal to a task out of its group: %v", err)
+	}
+	if r := wait(t, h); r.ExitCode != 7 {
+		t.Errorf("result %+v, want exit 7 from the task's SIGTERM handler; output %q", r, readFile(logOf(spec.Stdout)))
+	}
+}
+
+// After a reboot a pid with the same start ticks is another process: a
+// state from another boot (its boot_id differs) is not attached to a
+// live process that matches its pid and start time (issue #30, item 8).
+func TestAttachOtherBoot(t *testing.T) {
+	needRoot(t)
+	self, err := procOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(State{StateDir: t.TempDir(), Supervisor: self, Task: self})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["boot_id"] = "00000000-0000-0000-0000-000000000000"
+	if b, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := Attach(ctx, st)
+	if err == nil {
+		h.Close()
+		t.Fatal("Attach to a state of another boot took this process for its task")
+	}
+	if !errors.Is(err, ErrGone) {
+		t.Errorf("Attach: %v, want ErrGone", err)
+	}
+	// This boot's state attaches.
+	cur, err := procOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = State{StateDir: t.TempDir(), Supervisor: cur, Task: cur, BootID: bootID()}
+	if h, err = Attach(ctx, st); err != nil {
+		t.Errorf("Attach in this boot: %v", err)
+	} else {
+		h.Close()
+	}
+}

@@ -65,6 +65,9 @@ type Driver struct {
 	mu       sync.RWMutex
 	settings *settings
 	agent    *plugin.AgentConfig
+	// stateRoot is the state directory a task last used (the default
+	// one is known only from an allocation), for the ids metric.
+	stateRoot string
 }
 
 var _ plugin.DriverPlugin = (*Driver)(nil)
@@ -128,6 +131,9 @@ func (d *Driver) SetConfig(_ context.Context, c *plugin.Config) error {
 		if err := checkSubordinateIDs(s.idRange, "/etc/subuid", "/etc/subgid"); err != nil {
 			return fmt.Errorf("%s plugin config: %w", PluginName, err)
 		}
+		if err := checkIDRoot(s); err != nil {
+			return fmt.Errorf("%s plugin config: %w", PluginName, err)
+		}
 	}
 	for _, opt := range s.deprecated {
 		d.logger.Warn("plugin option ignored: progress is published in the alloc filesystem and as a few task events (docs/driver.md)", "option", opt)
@@ -139,6 +145,24 @@ func (d *Driver) SetConfig(_ context.Context, c *plugin.Config) error {
 	}
 	d.mu.Unlock()
 	return nil
+}
+
+// idsInUse is idsInUse for the node's configuration; -1 until the
+// records' place is known.
+func (d *Driver) idsInUse() (inUse, total int) {
+	d.mu.RLock()
+	s, stateRoot := d.settings, d.stateRoot
+	d.mu.RUnlock()
+	if s == nil {
+		return -1, 0
+	}
+	if s.stateDir != "" {
+		stateRoot = s.stateDir
+	}
+	if _, path := idRoot(s, stateRoot); path == "" {
+		return -1, 0
+	}
+	return idsInUse(s, stateRoot)
 }
 
 func (d *Driver) config() *settings {
@@ -182,6 +206,12 @@ func (d *Driver) Fingerprint(ctx context.Context) (<-chan *plugin.DriverFingerpr
 						"driver." + PluginName:              plugin.BoolAttr(true),
 						"driver." + PluginName + ".version": plugin.StringAttr(version.Plugin()),
 					},
+				}
+				// How full job_id_range is, where this node records
+				// ids (nomad node status -verbose; docs/driver.md).
+				if n, total := d.idsInUse(); n >= 0 {
+					fp.Attributes["driver."+PluginName+".job_ids_in_use"] = plugin.IntAttr(int64(n), "")
+					fp.Attributes["driver."+PluginName+".job_ids_total"] = plugin.IntAttr(int64(total), "")
 				}
 			}
 			select {
@@ -409,6 +439,9 @@ func (d *Driver) RecoverTask(ctx context.Context, handle *plugin.TaskHandle) err
 	if err != nil {
 		return fmt.Errorf("recover task %s: %w", cfg.Name, err)
 	}
+	if err := d.checkStateDir(cfg, st.Supervise.StateDir); err != nil {
+		return fmt.Errorf("recover task %s: %w", cfg.Name, err)
+	}
 	sup, err := supervise.Attach(ctx, st.Supervise)
 	if err != nil {
 		return fmt.Errorf("recover task %s: reattach to its supervisor (pid %d): %w", cfg.Name, st.Supervise.Supervisor.PID, err)
@@ -431,6 +464,21 @@ func (d *Driver) RecoverTask(ctx context.Context, handle *plugin.TaskHandle) err
 	go h.run(d.ctx)
 	go h.watchProgress(d.ctx)
 	logger.Info("reattached to training process", "pid", st.Supervise.Task.PID, "supervisor_pid", st.Supervise.Supervisor.PID)
+	return nil
+}
+
+// checkStateDir refuses a handle whose supervisor state directory is not
+// the one plan gives the task: DestroyTask removes it, so a handle that
+// named another directory would have root remove that.
+func (d *Driver) checkStateDir(cfg *plugin.TaskConfig, dir string) error {
+	root := d.config().stateDir
+	if root == "" {
+		root = defaultStateDir(cfg.AllocDir)
+	}
+	want := filepath.Join(root, element(cfg.ID))
+	if filepath.Clean(dir) != want {
+		return fmt.Errorf("the handle's supervisor state_dir %q is not %q, where this driver keeps the task's state (the plugin's state_dir %q): not reattached, and nothing there is removed; if state_dir changed in the plugin block while the task ran, set it back until the task ends", dir, want, root)
+	}
 	return nil
 }
 

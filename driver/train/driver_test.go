@@ -1674,3 +1674,103 @@ func TestProgressInAllocDir(t *testing.T) {
 		t.Errorf("progress_file attribute %q", st.DriverAttributes["progress_file"])
 	}
 }
+
+// A task run as a named user gets only the job's group beside the
+// user's own, not the user's supplementary groups (docker, disk, shadow
+// would reach the node): issue #30, item 8.
+func TestUserKeepsNoSupplementaryGroups(t *testing.T) {
+	needRoot(t)
+	name, extra := userWithSupplementaryGroup(t)
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, "")
+	cfg := r.task(`echo "groups=$(id -G)"`, "", nil)
+	cfg.User = name
+	events := driverEvents(t, r)
+	r.start(cfg)
+	if res := r.wait(cfg.ID, 10*time.Second); res.ExitCode != 0 {
+		t.Fatalf("exit %+v: %s", res, readLog(t, cfg, "stderr"))
+	}
+	var job string
+	if err := eventually(5*time.Second, func() error {
+		for _, e := range events(cfg.ID) {
+			job = e.Annotations["hadar.job_gid"]
+		}
+		if job == "" {
+			return errors.New("no start event")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := "groups=" + u.Gid + " " + job + "\n"
+	if out := readLog(t, cfg, "stdout", "groups="); out != want {
+		t.Errorf("user %s (also in group %s): stdout %q, want %q: only its own group and the job's", name, extra, out, want)
+	}
+}
+
+// userWithSupplementaryGroup is an account of this machine that /etc/group
+// lists as a member of a group other than its own.
+func userWithSupplementaryGroup(t *testing.T) (name, group string) {
+	b, err := os.ReadFile("/etc/group")
+	if err != nil {
+		t.Skip(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Split(strings.TrimSpace(line), ":")
+		if len(f) < 4 || f[3] == "" {
+			continue
+		}
+		for _, m := range strings.Split(f[3], ",") {
+			if u, err := user.Lookup(m); err == nil && u.Uid != "0" && u.Gid != f[2] {
+				return m, f[0]
+			}
+		}
+	}
+	t.Skip("no account here is a member of another group in /etc/group")
+	return "", ""
+}
+
+// A recovered handle whose state_dir is not the one this driver gives
+// the task (Nomad's stored state, edited) is refused: DestroyTask would
+// remove whatever directory it names (issue #30, item 8).
+func TestRecoverForeignStateDir(t *testing.T) {
+	needRoot(t)
+	r := newRig(t, "")
+	cfg := r.task(`exit 3`, "", nil)
+	th := r.start(cfg)
+	if res := r.wait(cfg.ID, 10*time.Second); res.ExitCode != 3 {
+		t.Fatalf("exit %+v", res)
+	}
+	r.d.Shutdown()
+	st, err := decodeDriverState(th.Version, th.DriverState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := t.TempDir()
+	res, err := os.ReadFile(filepath.Join(st.Supervise.StateDir, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(victim, "result.json"), res, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st.Supervise.StateDir = victim
+	forged := *th
+	if forged.DriverState, err = st.encode(); err != nil {
+		t.Fatal(err)
+	}
+	r2 := newRig(t, "")
+	err = r2.c.RecoverTask(context.Background(), &forged)
+	if err == nil {
+		_ = r2.c.DestroyTask(context.Background(), cfg.ID, true)
+	}
+	if _, serr := os.Stat(victim); serr != nil {
+		t.Errorf("the directory a forged handle named: %v", serr)
+	}
+	if err == nil || !strings.Contains(err.Error(), "state_dir") {
+		t.Errorf("RecoverTask of a handle naming %s: %v, want a refusal naming state_dir", victim, err)
+	}
+}

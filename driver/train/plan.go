@@ -9,6 +9,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/driver/confine"
@@ -53,6 +56,9 @@ func (d *Driver) plan(cfg *plugin.TaskConfig, tc *TaskConfig) (*launch, error) {
 	if stateRoot == "" {
 		stateRoot = defaultStateDir(cfg.AllocDir)
 	}
+	d.mu.Lock()
+	d.stateRoot = stateRoot
+	d.mu.Unlock()
 	job, err := jobIDs(s, cfg, stateRoot)
 	if err != nil {
 		return nil, err
@@ -244,20 +250,18 @@ func upgradeTorchrunEnv(env map[string]string, jobID string) bool {
 }
 
 // jobIDs are the job's uid and gid: from the driver's range, recorded in
-// the first root that is set (checkpoint_root, merge_root, the state
-// directory), so that every node sharing that root gives the job the
-// same ids. A client that is not root uses its own.
+// merge_root when set, else checkpoint_root, else the state directory,
+// so that every node sharing any of the job's directories gives the job
+// the same ids. merge_root comes first: HadarE copies on every node must
+// share it, while checkpoint_root may be node-local (a shared
+// checkpoint_root with a node-local merge_root is refused at load, see
+// checkIDRoot). Ids an earlier release recorded in checkpoint_root are
+// kept. A client that is not root uses its own.
 func jobIDs(s *settings, cfg *plugin.TaskConfig, stateRoot string) (ids, error) {
 	if os.Geteuid() != 0 {
 		return ids{os.Geteuid(), os.Getegid()}, nil
 	}
-	field, path := "state_dir", stateRoot
-	switch {
-	case s.checkpointRoot != "":
-		field, path = "checkpoint_root", s.checkpointRoot
-	case s.mergeRoot != "":
-		field, path = "merge_root", s.mergeRoot
-	}
+	field, path := idRoot(s, stateRoot)
 	if err := checkSubordinateIDs(s.idRange, "/etc/subuid", "/etc/subgid"); err != nil {
 		return ids{}, err
 	}
@@ -271,11 +275,174 @@ func jobIDs(s *settings, cfg *plugin.TaskConfig, stateRoot string) (ids, error) 
 		return ids{}, fmt.Errorf("job ids: %w", err)
 	}
 	defer a.Close()
+	if field == "merge_root" && s.checkpointRoot != "" {
+		old, err := confine.OpenRoot("checkpoint_root", s.checkpointRoot)
+		if err != nil {
+			return ids{}, err
+		}
+		defer old.Close()
+		if err := a.Previous(old); err != nil {
+			return ids{}, fmt.Errorf("job ids: %w", err)
+		}
+	}
+	if reclaimable(s, field) {
+		a.Reclaim(idReclaimGrace, func(ns, job string) (bool, error) {
+			return jobGone(s, stateRoot, filepath.Dir(filepath.Clean(cfg.AllocDir)), ns, job)
+		})
+	}
 	uid, gid, err := a.IDs(namespace(cfg), cfg.JobID)
 	if err != nil {
 		return ids{}, fmt.Errorf("job ids: %w", err)
 	}
 	return ids{uid, gid}, nil
+}
+
+// idReclaimGrace is how long a job's id claim stays its own after its
+// last use (a task of it starting on any node) even with nothing of it
+// left: more than the moment between the claim and its directories.
+const idReclaimGrace = time.Hour
+
+// reclaimable tells whether, recording ids in field, this node sees every
+// place a job's directories can be on any node sharing the records: the
+// state directory (node-local records) or checkpoint_root (every job's
+// checkpoints there, shared with the records); with merge_root, only if
+// checkpoint_root is set and shared too (else other nodes hold default
+// or node-local checkpoints this one cannot see, and ids are never
+// reclaimed).
+func reclaimable(s *settings, field string) bool {
+	switch field {
+	case "state_dir", "checkpoint_root":
+		return true
+	}
+	if s.checkpointRoot == "" {
+		return false
+	}
+	_, shared := filesystemOf(s.checkpointRoot)
+	return shared
+}
+
+// jobGone tells whether nothing of job is left under any root: no
+// directory <root>/<ns>/<job> in checkpoint_root or merge_root, and none
+// of default checkpoints once those of allocations Nomad collected from
+// this node (not in allocsDir) are reaped.
+func jobGone(s *settings, stateRoot, allocsDir, ns, job string) (bool, error) {
+	nsE, err1 := confine.Element(ns)
+	jobE, err2 := confine.Element(job)
+	if err := errors.Join(err1, err2); err != nil {
+		return false, nil
+	}
+	for _, root := range []string{s.checkpointRoot, s.mergeRoot} {
+		if root == "" {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(root, nsE, jobE)); !errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+	}
+	jobDir := filepath.Join(stateRoot, checkpointsDir, nsE, jobE)
+	if _, err := os.Lstat(jobDir); errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	reapAllocCheckpoints(jobDir, allocsDir, "")
+	// Only if empty: an allocation of the job on this node keeps it.
+	if err := unix.Rmdir(jobDir); err != nil && !errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	return true, nil
+}
+
+// idsInUse is the metric of the id range filling up: the ids claimed in
+// the records this node uses, and the range's size; -1 when the records
+// cannot be read (a client not root, a root not made yet).
+func idsInUse(s *settings, stateRoot string) (inUse, total int) {
+	field, path := idRoot(s, stateRoot)
+	if os.Geteuid() != 0 || path == "" {
+		return -1, s.idRange.Count
+	}
+	if _, err := os.Stat(filepath.Join(path, ".hadar-ids")); err != nil {
+		return -1, s.idRange.Count
+	}
+	root, err := confine.OpenRoot(field, path)
+	if err != nil {
+		return -1, s.idRange.Count
+	}
+	defer root.Close()
+	a, err := confine.NewAllocator(root, s.idRange)
+	if err != nil {
+		return -1, s.idRange.Count
+	}
+	defer a.Close()
+	n, err := a.InUse()
+	if err != nil {
+		return -1, s.idRange.Count
+	}
+	return n, s.idRange.Count
+}
+
+// idRoot is the root job ids are recorded in (see jobIDs).
+func idRoot(s *settings, stateRoot string) (field, path string) {
+	switch {
+	case s.mergeRoot != "":
+		return "merge_root", s.mergeRoot
+	case s.checkpointRoot != "":
+		return "checkpoint_root", s.checkpointRoot
+	}
+	return "state_dir", stateRoot
+}
+
+// checkIDRoot refuses a checkpoint_root that nodes share beside a
+// node-local merge_root, where the ids are recorded: each node would
+// give one job its own ids, and two jobs one, in the shared
+// checkpoint_root. The other way round (node-local checkpoint_root,
+// shared merge_root) is what HadarE across nodes asks for, and holds.
+func checkIDRoot(s *settings) error {
+	if s.checkpointRoot == "" || s.mergeRoot == "" {
+		return nil
+	}
+	ckFS, ckShared := filesystemOf(s.checkpointRoot)
+	mFS, mShared := filesystemOf(s.mergeRoot)
+	if ckShared && !mShared {
+		return fmt.Errorf("checkpoint_root %q is on a filesystem nodes share (%s), but merge_root %q, where job ids are recorded, is node-local (%s): nodes sharing checkpoint_root would give one job different ids and two jobs one; put merge_root on a filesystem every node shares too (HadarE copies on several nodes need that anyway), or unset merge_root", s.checkpointRoot, ckFS, s.mergeRoot, mFS)
+	}
+	return nil
+}
+
+// filesystemOf names the filesystem path (or the nearest existing
+// directory above it) is on, and whether nodes can share it (a network
+// or cluster filesystem). A variable: tests stand in for NFS.
+var filesystemOf = func(path string) (string, bool) {
+	var st unix.Statfs_t
+	for p := filepath.Clean(path); ; p = filepath.Dir(p) {
+		if err := unix.Statfs(p, &st); err == nil {
+			break
+		}
+		if p == "/" {
+			return "unknown", false
+		}
+	}
+	if name, ok := sharedFilesystems[int64(st.Type)]; ok {
+		return name, true
+	}
+	return fmt.Sprintf("filesystem type %#x", st.Type), false
+}
+
+// sharedFilesystems are the statfs magic numbers of filesystems that
+// several nodes mount (include/uapi/linux/magic.h and the vendors').
+var sharedFilesystems = map[int64]string{
+	0x6969:     "nfs",
+	0xFF534D42: "cifs",
+	0xFE534D42: "smb2",
+	0x517B:     "smb",
+	0x00C36400: "ceph",
+	0x0BD00BD0: "lustre",
+	0x47504653: "gpfs",
+	0x01161970: "gfs2",
+	0x7461636F: "ocfs2",
+	0x01021997: "9p",
+	0x65735546: "fuse (glusterfs, sshfs, s3fs...)",
+	0x013111A8: "ibrix",
+	0xAAD7AAEA: "panfs",
+	0x19830326: "fhgfs/beegfs",
 }
 
 func namespace(cfg *plugin.TaskConfig) string {

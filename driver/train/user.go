@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/user"
-	"slices"
 	"strconv"
 
 	"github.com/hadar-sched/hadar/driver/supervise"
@@ -29,8 +28,8 @@ func (u taskUser) spec(allowRoot bool) supervise.User {
 
 // resolveUser decides who a task runs as, given its job's ids (see
 // jobIDs): its `user`, else the plugin's default_user, each with the
-// job's group as a supplementary group so that it reaches the job's
-// directories; else the job's own uid and gid. A client that is not root
+// job's group as its only supplementary group so that it reaches the
+// job's directories (and none of the account's other groups); else the job's own uid and gid. A client that is not root
 // cannot switch users: it runs tasks as itself and refuses a `user`
 // naming someone else. Running as root needs allow_root.
 func resolveUser(s *settings, taskUserName string, job ids) (taskUser, error) {
@@ -63,9 +62,8 @@ func resolveUser(s *settings, taskUserName string, job ids) (taskUser, error) {
 	if (u.UID == 0 || u.GID == 0) && !s.allowRoot {
 		return taskUser{}, fmt.Errorf("user: the task would run as root (%q, uid %d gid %d); set the task's user to an unprivileged user, or allow root tasks with allow_root = true in the %s plugin block", name, u.UID, u.GID, PluginName)
 	}
-	groups := slices.Clone(u.Groups)
-	if !slices.Contains(groups, job.gid) {
-		groups = append(groups, job.gid)
-	}
-	return taskUser{name: u.Name, uid: u.UID, gid: u.GID, groups: groups, home: u.Home}, nil
+	// Only the job's group beside the user's own: the account's
+	// supplementary groups (docker, disk, shadow, adm) would reach the
+	// node, and a job author picks the account.
+	return taskUser{name: u.Name, uid: u.UID, gid: u.GID, groups: []int{job.gid}, home: u.Home}, nil
 }

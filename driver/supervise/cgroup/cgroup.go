@@ -466,6 +466,12 @@ func (g *Group) Apply(l Limits) error {
 		if l.MemoryLow > 0 {
 			set("memory", "memory.low", strconv.FormatInt(l.MemoryLow, 10))
 		}
+		// Swap counts apart from memory.max on v2: without this a task
+		// goes past its limit by swapping. The file is missing only
+		// where the kernel does not account swap (nothing to set).
+		if l.MemoryMax > 0 && g.has("memory", "memory.swap.max") {
+			set("memory", "memory.swap.max", "0")
+		}
 		return err
 	}
 	if l.CPUShares > 0 {
@@ -475,16 +481,36 @@ func (g *Group) Apply(l Limits) error {
 		set("cpu", "cpu.cfs_period_us", strconv.FormatInt(period.Microseconds(), 10))
 		set("cpu", "cpu.cfs_quota_us", strconv.FormatInt(l.CPUQuota.Microseconds(), 10))
 	}
+	// memsw (memory and swap together) must stay >= limit_in_bytes: it
+	// follows the limit down and goes first up. Where the kernel
+	// accounts swap (the file exists), the limit holds swap too, else a
+	// task would go past it by swapping.
+	memsw := g.has("memory", "memory.memsw.limit_in_bytes")
 	switch {
 	case l.MemoryMax > 0:
+		if memsw {
+			set("memory", "memory.memsw.limit_in_bytes", "-1")
+		}
 		set("memory", "memory.limit_in_bytes", strconv.FormatInt(l.MemoryMax, 10))
+		if memsw {
+			set("memory", "memory.memsw.limit_in_bytes", strconv.FormatInt(l.MemoryMax, 10))
+		}
 	case l.MemoryMax == -1:
+		if memsw {
+			set("memory", "memory.memsw.limit_in_bytes", "-1")
+		}
 		set("memory", "memory.limit_in_bytes", "-1")
 	}
 	if l.MemoryLow > 0 {
 		set("memory", "memory.soft_limit_in_bytes", strconv.FormatInt(l.MemoryLow, 10))
 	}
 	return err
+}
+
+// has tells whether the group has file in controller's directory.
+func (g *Group) has(controller, file string) bool {
+	_, err := os.Stat(filepath.Join(g.dir(controller), file))
+	return err == nil
 }
 
 // Start starts cmd inside the group (see the package doc for how).

@@ -257,3 +257,35 @@ func TestOpenExisting(t *testing.T) {
 		})
 	}
 }
+
+// A memory limit holds swap too: without it a task exceeds its limit by
+// swapping (issue #30). memory.swap.max is 0 on v2, and on v1
+// memory.memsw.limit_in_bytes is the memory limit, where the kernel
+// accounts swap (the files exist).
+func TestNoSwapPastLimit(t *testing.T) {
+	for name, h := range hierarchies(t) {
+		t.Run(name, func(t *testing.T) {
+			g := testGroup(t, h)
+			const limit = 64 << 20
+			if c, _ := os.ReadFile(filepath.Join(g.dir("memory"), "cgroup.controllers")); g.st.Version == V2 && !strings.Contains(string(c), "memory") {
+				t.Skip("no memory controller in this v2 hierarchy")
+			}
+			if err := g.Apply(Limits{MemoryMax: limit}); err != nil {
+				t.Fatal(err)
+			}
+			file, want := "memory.memsw.limit_in_bytes", strconv.Itoa(limit)
+			if g.st.Version == V2 {
+				file, want = "memory.swap.max", "0"
+			}
+			if _, err := os.Stat(filepath.Join(g.dir("memory"), file)); err != nil {
+				t.Skipf("%s: this kernel does not account swap (%v)", file, err)
+			}
+			if got, err := g.read("memory", file); err != nil || strings.TrimSpace(got) != want {
+				t.Errorf("%s = %q (%v), want %s", file, got, err, want)
+			}
+			if err := g.Apply(Limits{MemoryMax: -1}); err != nil {
+				t.Errorf("lifting the limit: %v", err)
+			}
+		})
+	}
+}
