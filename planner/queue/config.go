@@ -38,7 +38,8 @@ type Queue struct {
 	Name string
 	// Namespaces are the Nomad namespaces whose jobs belong to the queue
 	// (the sidecar); a namespace belongs to one queue at most. A namespace
-	// no queue lists is a queue of its own, with no guarantee.
+	// no queue lists is a queue of its own, with no guarantee, named
+	// NamespaceQueue(ns) so that it is never a configured queue.
 	Namespaces []string
 	// MetaNamespaces are the namespaces whose jobs may choose the queue
 	// with the job meta hadar.queue ("*": any namespace).
@@ -259,12 +260,34 @@ func (c Config) Find(name string) (Queue, bool) {
 	return Queue{}, false
 }
 
-// QueueOf is the queue of a job of Nomad namespace ns whose meta
-// hadar.queue is meta ("" when absent): the queue meta names when that
-// queue accepts the namespace, else the queue listing the namespace, else
-// a queue named as the namespace. note says why a meta was not followed
-// ("" when it was, or there was none).
+// NamespaceQueuePrefix starts the name of the queue of its own that a
+// namespace no queue lists gets. ':' is not allowed in a configured
+// queue's name (ValidName), so such a queue can never be taken for a
+// configured one and get its guarantee, whatever the namespace is called
+// and whatever queues are configured later (a job keeps its queue across
+// restarts).
+const NamespaceQueuePrefix = "ns:"
+
+// NamespaceQueue is the queue of its own of namespace ns ("" is Nomad's
+// default namespace): no guarantee, weight 1, the default policy.
+func NamespaceQueue(ns string) string {
+	if ns == "" {
+		ns = "default"
+	}
+	return NamespaceQueuePrefix + ns
+}
+
+// QueueOf is the queue of a job of Nomad namespace ns ("" is Nomad's
+// default namespace) whose meta hadar.queue is meta ("" when absent): the
+// queue meta names when that queue accepts the namespace, else the queue
+// listing the namespace, else the namespace's queue of its own
+// (NamespaceQueue), never a configured queue that merely shares its name.
+// note says why a meta was not followed ("" when it was, or there was
+// none).
 func (c Config) QueueOf(ns, meta string) (name, note string) {
+	if ns == "" {
+		ns = "default"
+	}
 	if meta != "" {
 		q, ok := c.Find(meta)
 		switch {
@@ -281,10 +304,7 @@ func (c Config) QueueOf(ns, meta string) (name, note string) {
 			return q.Name, note
 		}
 	}
-	if ns == "" {
-		return DefaultName, note
-	}
-	return ns, note
+	return NamespaceQueue(ns), note
 }
 
 // CheckCapacity reports guarantees that add up to more GPUs of a type
