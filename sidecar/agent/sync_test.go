@@ -11,6 +11,7 @@ import (
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
 
@@ -252,5 +253,53 @@ func TestSyncFinishesACompleteJob(t *testing.T) {
 	}
 	if last := a.history[len(a.history)-1]; last.Result != "complete" {
 		t.Fatalf("history %+v", last)
+	}
+}
+
+// A new version of a job that changes only what the planner ranks or
+// places it by (Nomad's priority, its hadar.queue, its GPU device) is a
+// changed contract: planned afresh with the new values, not kept as it was
+// admitted (sameSpec once compared 11 of Spec's fields).
+func TestSyncReadmitsAChangedPriorityQueueOrDevice(t *testing.T) {
+	good := map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "1000"}
+	for _, tc := range []struct {
+		name   string
+		change func(*jobspec.Spec)
+	}{
+		{"priority", func(s *jobspec.Spec) { s.Priority = 90 }},
+		{"queue", func(s *jobspec.Spec) { s.Queue = "other" }},
+		{"device", func(s *jobspec.Spec) {
+			s.Device, s.DeviceModel = "nvidia/gpu/Tesla V100-SXM2-16GB", "Tesla V100-SXM2-16GB"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap, rec := noteState(t, []noteCase{{name: "run", meta: good}})
+			snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 1)
+			a := testAgent(t, rec, "gavel-maxmin")
+			k := watch.JobKey{Namespace: "default", ID: "run"}
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			now := a.now()
+			if err := a.sync(snap, now); err != nil {
+				t.Fatal(err)
+			}
+			if a.jobs[k] == nil {
+				t.Fatal("not admitted")
+			}
+			j := snap.Jobs[k]
+			s := *j.Spec
+			tc.change(&s)
+			j.Spec, j.Version = &s, j.Version+1
+			if err := a.sync(snap, now+1); err != nil {
+				t.Fatal(err)
+			}
+			mj := a.jobs[k]
+			if mj == nil || !mj.spec.Same(s) {
+				t.Fatalf("after the new version the job is planned with %+v, want %+v", mj, s)
+			}
+			if st, ok := a.eng.Job(engineID(k)); !ok || st.Job.Priority != s.Priority {
+				t.Fatalf("engine job priority %d (planned %v), want %d", st.Job.Priority, ok, s.Priority)
+			}
+		})
 	}
 }
