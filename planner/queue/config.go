@@ -63,6 +63,12 @@ type Queue struct {
 	// queue's guarantee is held to once the queue wants it back, in
 	// seconds (0: reclaimed at the next round boundary).
 	ReclaimAfter float64
+	// MaxMinRunTime caps the minimum run time the queue's jobs ask for
+	// themselves (hadar.min_run_time), in seconds (0: no cap beyond the
+	// sidecar's max_min_run_time): a job's author sets it, the operator
+	// bounds it, or one job could opt out of time-slicing and fair-share
+	// preemption.
+	MaxMinRunTime float64
 }
 
 // Config is the set of queues.
@@ -85,6 +91,7 @@ type Config struct {
 //	  policy          = "gavel-maxmin"
 //	  max_job_weight  = 10
 //	  reclaim_after   = "5m"
+//	  max_min_run_time = "2h"
 //	}
 //
 // The sidecar's configuration holds these blocks beside its other
@@ -99,6 +106,7 @@ type Block struct {
 	Policy         string         `hcl:"policy,optional"`
 	MaxJobWeight   *float64       `hcl:"max_job_weight,optional"`
 	ReclaimAfter   string         `hcl:"reclaim_after,optional"`
+	MaxMinRunTime  string         `hcl:"max_min_run_time,optional"`
 }
 
 // file is a configuration file as Load reads it: the queue blocks, and
@@ -157,6 +165,13 @@ func FromBlocks(blocks []Block) (Config, error) {
 				return Config{}, fmt.Errorf("queue %q: reclaim_after %q: want a duration >= 0 such as \"5m\"", b.Name, b.ReclaimAfter)
 			}
 			q.ReclaimAfter = d.Seconds()
+		}
+		if b.MaxMinRunTime != "" {
+			d, err := time.ParseDuration(b.MaxMinRunTime)
+			if err != nil || d < 0 {
+				return Config{}, fmt.Errorf("queue %q: max_min_run_time %q: want a duration >= 0 such as \"2h\" (0: no cap of the queue's own)", b.Name, b.MaxMinRunTime)
+			}
+			q.MaxMinRunTime = d.Seconds()
 		}
 		c.Queues = append(c.Queues, q)
 	}
@@ -231,6 +246,9 @@ func (c Config) Validate() error {
 		}
 		if !(q.ReclaimAfter >= 0) || math.IsInf(q.ReclaimAfter, 0) {
 			return fmt.Errorf("queue %q: reclaim_after %v s: want seconds >= 0", q.Name, q.ReclaimAfter)
+		}
+		if !(q.MaxMinRunTime >= 0) || math.IsInf(q.MaxMinRunTime, 0) {
+			return fmt.Errorf("queue %q: max_min_run_time %v s: want seconds >= 0", q.Name, q.MaxMinRunTime)
 		}
 		for _, ns := range q.Namespaces {
 			if ns == "" || ns == "*" {

@@ -21,6 +21,7 @@ queue "team-a" {
   policy          = "gavel-maxmin"
   max_job_weight  = 10
   reclaim_after   = "5m"
+  max_min_run_time = "2h"
 }
 
 queue "team-b" {
@@ -35,7 +36,7 @@ queue "team-b" {
 		t.Fatalf("queues %+v", c.Queues)
 	}
 	if a.Guarantee["v100"] != 8 || a.Guarantee["k80"] != 4 || a.Limit["v100"] != 24 || len(a.Limit) != 1 || a.Weight != 2.5 ||
-		a.Policy != "gavel-maxmin" || a.MaxJobWeight != 10 || a.ReclaimAfter != 300 || len(a.Namespaces) != 2 || a.MetaNamespaces[0] != "*" {
+		a.Policy != "gavel-maxmin" || a.MaxJobWeight != 10 || a.ReclaimAfter != 300 || a.MaxMinRunTime != 7200 || len(a.Namespaces) != 2 || a.MetaNamespaces[0] != "*" {
 		t.Fatalf("team-a read as %+v", a)
 	}
 	b, _ := c.Find("team-b")

@@ -273,7 +273,7 @@ func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates,
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := engine.Config{Round: a.cfg.RoundD.Seconds(), Speed: model, MinRunTime: a.cfg.MinRunTimeD.Seconds()}
+	cfg := engine.Config{Round: a.cfg.RoundD.Seconds(), Speed: model, MinRunTime: a.cfg.MinRunTimeD.Seconds(), MaxMinRunTime: a.cfg.MaxMinRunTimeD.Seconds()}
 	if snapshot != nil {
 		e, err := engine.Restore(snapshot, cfg, sched)
 		return e, est, err

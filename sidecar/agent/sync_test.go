@@ -303,3 +303,40 @@ func TestSyncReadmitsAChangedPriorityQueueOrDevice(t *testing.T) {
 		})
 	}
 }
+
+// A job's own hadar.min_run_time is capped by the sidecar's
+// max_min_run_time: the engine holds it to the cap, and its view says so.
+func TestAuthorsMinRunTimeIsCapped(t *testing.T) {
+	meta := map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "1000", "hadar.min_run_time": "720h"}
+	snap, rec := noteState(t, []noteCase{{name: "long", meta: meta}})
+	snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 1)
+	srv := httptest.NewServer(rec)
+	t.Cleanup(srv.Close)
+	client, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "1h", MaxMinRunTime: "1h", State: config.StateConfig{Store: "none"}}.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(s, client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.settleWrites)
+	k := watch.JobKey{Namespace: "default", ID: "long"}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.sync(snap, a.now()); err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := a.eng.Job(engineID(k)); !ok || st.Job.MinRunTime != 3600 {
+		t.Fatalf("the engine holds the job to %v s (planned %v), want the cap 3600", st.Job.MinRunTime, ok)
+	}
+	for _, jv := range a.planView(snap).Jobs {
+		if jv.ID == engineID(k) && (jv.MinRunTimeS != 3600 || !strings.Contains(jv.MinRunTimeCap, "max_min_run_time")) {
+			t.Fatalf("the job's view: min run time %v s, cap %q", jv.MinRunTimeS, jv.MinRunTimeCap)
+		}
+	}
+}
