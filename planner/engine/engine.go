@@ -88,6 +88,12 @@ type Config struct {
 	// whatever the scheduler answers, so the simulator and the sidecar
 	// agree.
 	MinRunTime float64
+	// MaxMinRunTime caps a job's own MinRunTime in seconds (0: no cap):
+	// its author sets it, the operator bounds it, or one job could opt
+	// out of every preemption but reclaim by asking for a month. Applied
+	// at Admit and Restore, so what the schedulers see and the snapshot
+	// keeps is the capped value.
+	MaxMinRunTime float64
 }
 
 // Engine is the round engine. Build one with New; feed it what happens
@@ -172,6 +178,9 @@ func New(cfg Config, sched round.Scheduler) (*Engine, error) {
 	}
 	if !(cfg.MinRunTime >= 0) || math.IsInf(cfg.MinRunTime, 0) {
 		return nil, fmt.Errorf("engine: min run time %v s: want seconds >= 0", cfg.MinRunTime)
+	}
+	if !(cfg.MaxMinRunTime >= 0) || math.IsInf(cfg.MaxMinRunTime, 0) {
+		return nil, fmt.Errorf("engine: max min run time %v s: want seconds >= 0 (0: no cap)", cfg.MaxMinRunTime)
 	}
 	e := &Engine{cfg: cfg, sched: sched, drained: map[string]bool{}, byID: map[string]*job{}}
 	e.est, _ = cfg.Speed.Profile.(*Estimates)
@@ -271,6 +280,7 @@ func (e *Engine) Admit(jb planner.Job, now float64) error {
 	if _, ok := e.byID[jb.ID]; ok {
 		return fmt.Errorf("engine: job %s is already active", jb.ID)
 	}
+	jb.MinRunTime = e.capMinRunTime(jb.MinRunTime)
 	j := &job{view: round.JobView{Job: jb, Remaining: jb.TotalSteps, Received: make([]float64, len(e.types))}, rem: jb.TotalSteps, lastAt: -1, waitingSince: now, trustedAt: now}
 	if err := e.throughputs(j); err != nil {
 		return err
@@ -1175,6 +1185,15 @@ func (e *Engine) repair(v *round.View, offered *round.Pool, ps []planner.Placeme
 		v.Explain(i, round.Reason{Why: why})
 	}
 	return out
+}
+
+// capMinRunTime is a job's own minimum run time m within the operator's
+// cap.
+func (e *Engine) capMinRunTime(m float64) float64 {
+	if c := e.cfg.MaxMinRunTime; c > 0 && m > c {
+		return c
+	}
+	return m
 }
 
 // minRunTime is job j's minimum run time in seconds.

@@ -84,3 +84,54 @@ func TestMinRunBoundShortensTheMinimumRunTime(t *testing.T) {
 		})
 	}
 }
+
+// A job's own minimum run time (its author's hadar.min_run_time, 720h at
+// most) is capped by the operator's MaxMinRunTime: the job is let go at
+// the first boundary after the cap, not held for a month. The cap holds
+// for a job restored from a snapshot taken without it too.
+func TestMaxMinRunTimeCapsAJobsOwn(t *testing.T) {
+	cfg := engine.Config{Round: 360, Speed: speed.Model{Profile: profile.Default()}, MinRunTime: 1800, MaxMinRunTime: 3600}
+	for _, restored := range []bool{false, true} {
+		s := &stopper{}
+		c := cfg
+		if restored {
+			c.MaxMinRunTime = 0
+		}
+		e, err := engine.New(c, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.SetNodes([]planner.Node{{ID: "n", GPUs: map[planner.GPUType]int{"v100": 4}}}, 0)
+		if err := e.Admit(planner.Job{ID: "x", Model: "ResNet-18 (batch size 16)", ScaleFactor: 1, TotalSteps: 1e9, Weight: 1, MinRunTime: 720 * 3600}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Plan(context.Background(), 0, engine.Boundary); err != nil {
+			t.Fatal(err)
+		}
+		if restored {
+			snap, err := e.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e, err = engine.Restore(snap, cfg, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st, _ := e.Job("x"); st.Job.MinRunTime != 3600 {
+			t.Errorf("restored %v: the job's minimum run time is %v s, want the cap 3600", restored, st.Job.MinRunTime)
+		}
+		for now := 360.0; now <= 3600; now += 360 {
+			d, err := e.Plan(context.Background(), now, engine.Boundary)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := engine.Keep
+			if now == 3600 {
+				want = engine.Stop
+			}
+			if got := d.Jobs[0].Action; got != want {
+				t.Fatalf("restored %v, t=%.0f: %s (%s), want %s", restored, now, got, d.Jobs[0].Reason.Why, want)
+			}
+		}
+	}
+}

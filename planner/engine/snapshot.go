@@ -293,6 +293,7 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		if js.Eligible != nil {
 			el = cloneEligible(js.Eligible)
 		}
+		js.Job.MinRunTime = e.capMinRunTime(js.Job.MinRunTime) // a cap set since the snapshot holds too
 		j := &job{view: round.JobView{Job: js.Job, Remaining: js.Remaining, Received: slices.Clone(js.Received), Placement: clonePlacement(js.Placement), Running: js.Running, Eligible: el},
 			ineligible: js.Ineligible,
 			rem:        js.Remaining, done: js.Done, placedAt: js.PlacedAt, lastAt: js.LastAt, reportedAt: js.ReportedAt, trustedDone: js.TrustedDone, trustedAt: js.TrustedAt, lastDone: js.LastDone, reason: js.Reason, waitingSince: js.WaitingSince,

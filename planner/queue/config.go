@@ -38,7 +38,8 @@ type Queue struct {
 	Name string
 	// Namespaces are the Nomad namespaces whose jobs belong to the queue
 	// (the sidecar); a namespace belongs to one queue at most. A namespace
-	// no queue lists is a queue of its own, with no guarantee.
+	// no queue lists is a queue of its own, with no guarantee, named
+	// NamespaceQueue(ns) so that it is never a configured queue.
 	Namespaces []string
 	// MetaNamespaces are the namespaces whose jobs may choose the queue
 	// with the job meta hadar.queue ("*": any namespace).
@@ -62,6 +63,12 @@ type Queue struct {
 	// queue's guarantee is held to once the queue wants it back, in
 	// seconds (0: reclaimed at the next round boundary).
 	ReclaimAfter float64
+	// MaxMinRunTime caps the minimum run time the queue's jobs ask for
+	// themselves (hadar.min_run_time), in seconds (0: no cap beyond the
+	// sidecar's max_min_run_time): a job's author sets it, the operator
+	// bounds it, or one job could opt out of time-slicing and fair-share
+	// preemption.
+	MaxMinRunTime float64
 }
 
 // Config is the set of queues.
@@ -84,6 +91,7 @@ type Config struct {
 //	  policy          = "gavel-maxmin"
 //	  max_job_weight  = 10
 //	  reclaim_after   = "5m"
+//	  max_min_run_time = "2h"
 //	}
 //
 // The sidecar's configuration holds these blocks beside its other
@@ -98,6 +106,7 @@ type Block struct {
 	Policy         string         `hcl:"policy,optional"`
 	MaxJobWeight   *float64       `hcl:"max_job_weight,optional"`
 	ReclaimAfter   string         `hcl:"reclaim_after,optional"`
+	MaxMinRunTime  string         `hcl:"max_min_run_time,optional"`
 }
 
 // file is a configuration file as Load reads it: the queue blocks, and
@@ -156,6 +165,13 @@ func FromBlocks(blocks []Block) (Config, error) {
 				return Config{}, fmt.Errorf("queue %q: reclaim_after %q: want a duration >= 0 such as \"5m\"", b.Name, b.ReclaimAfter)
 			}
 			q.ReclaimAfter = d.Seconds()
+		}
+		if b.MaxMinRunTime != "" {
+			d, err := time.ParseDuration(b.MaxMinRunTime)
+			if err != nil || d < 0 {
+				return Config{}, fmt.Errorf("queue %q: max_min_run_time %q: want a duration >= 0 such as \"2h\" (0: no cap of the queue's own)", b.Name, b.MaxMinRunTime)
+			}
+			q.MaxMinRunTime = d.Seconds()
 		}
 		c.Queues = append(c.Queues, q)
 	}
@@ -231,6 +247,9 @@ func (c Config) Validate() error {
 		if !(q.ReclaimAfter >= 0) || math.IsInf(q.ReclaimAfter, 0) {
 			return fmt.Errorf("queue %q: reclaim_after %v s: want seconds >= 0", q.Name, q.ReclaimAfter)
 		}
+		if !(q.MaxMinRunTime >= 0) || math.IsInf(q.MaxMinRunTime, 0) {
+			return fmt.Errorf("queue %q: max_min_run_time %v s: want seconds >= 0", q.Name, q.MaxMinRunTime)
+		}
 		for _, ns := range q.Namespaces {
 			if ns == "" || ns == "*" {
 				return fmt.Errorf("queue %q: namespaces: %q: want namespace names (a namespace no queue lists is a queue of its own)", q.Name, ns)
@@ -259,12 +278,34 @@ func (c Config) Find(name string) (Queue, bool) {
 	return Queue{}, false
 }
 
-// QueueOf is the queue of a job of Nomad namespace ns whose meta
-// hadar.queue is meta ("" when absent): the queue meta names when that
-// queue accepts the namespace, else the queue listing the namespace, else
-// a queue named as the namespace. note says why a meta was not followed
-// ("" when it was, or there was none).
+// NamespaceQueuePrefix starts the name of the queue of its own that a
+// namespace no queue lists gets. ':' is not allowed in a configured
+// queue's name (ValidName), so such a queue can never be taken for a
+// configured one and get its guarantee, whatever the namespace is called
+// and whatever queues are configured later (a job keeps its queue across
+// restarts).
+const NamespaceQueuePrefix = "ns:"
+
+// NamespaceQueue is the queue of its own of namespace ns ("" is Nomad's
+// default namespace): no guarantee, weight 1, the default policy.
+func NamespaceQueue(ns string) string {
+	if ns == "" {
+		ns = "default"
+	}
+	return NamespaceQueuePrefix + ns
+}
+
+// QueueOf is the queue of a job of Nomad namespace ns ("" is Nomad's
+// default namespace) whose meta hadar.queue is meta ("" when absent): the
+// queue meta names when that queue accepts the namespace, else the queue
+// listing the namespace, else the namespace's queue of its own
+// (NamespaceQueue), never a configured queue that merely shares its name.
+// note says why a meta was not followed ("" when it was, or there was
+// none).
 func (c Config) QueueOf(ns, meta string) (name, note string) {
+	if ns == "" {
+		ns = "default"
+	}
 	if meta != "" {
 		q, ok := c.Find(meta)
 		switch {
@@ -281,10 +322,7 @@ func (c Config) QueueOf(ns, meta string) (name, note string) {
 			return q.Name, note
 		}
 	}
-	if ns == "" {
-		return DefaultName, note
-	}
-	return ns, note
+	return NamespaceQueue(ns), note
 }
 
 // CheckCapacity reports guarantees that add up to more GPUs of a type

@@ -21,6 +21,7 @@ queue "team-a" {
   policy          = "gavel-maxmin"
   max_job_weight  = 10
   reclaim_after   = "5m"
+  max_min_run_time = "2h"
 }
 
 queue "team-b" {
@@ -35,7 +36,7 @@ queue "team-b" {
 		t.Fatalf("queues %+v", c.Queues)
 	}
 	if a.Guarantee["v100"] != 8 || a.Guarantee["k80"] != 4 || a.Limit["v100"] != 24 || len(a.Limit) != 1 || a.Weight != 2.5 ||
-		a.Policy != "gavel-maxmin" || a.MaxJobWeight != 10 || a.ReclaimAfter != 300 || len(a.Namespaces) != 2 || a.MetaNamespaces[0] != "*" {
+		a.Policy != "gavel-maxmin" || a.MaxJobWeight != 10 || a.ReclaimAfter != 300 || a.MaxMinRunTime != 7200 || len(a.Namespaces) != 2 || a.MetaNamespaces[0] != "*" {
 		t.Fatalf("team-a read as %+v", a)
 	}
 	b, _ := c.Find("team-b")
@@ -125,17 +126,48 @@ queue "vision" {
 	}{
 		{"cv", "", "vision", ""},
 		{"default", "", "shared", ""},
-		{"cv-dev", "vision", "vision", ""},          // allowed by meta_namespaces
-		{"cv", "shared", "shared", ""},              // shared accepts any namespace
-		{"nlp", "vision", "nlp", "does not accept"}, // refused: its own queue
+		{"cv-dev", "vision", "vision", ""},             // allowed by meta_namespaces
+		{"cv", "shared", "shared", ""},                 // shared accepts any namespace
+		{"nlp", "vision", "ns:nlp", "does not accept"}, // refused: its own queue
 		{"cv", "nope", "vision", "no such queue"},
-		{"nlp", "", "nlp", ""}, // a namespace no queue lists is a queue of its own
-		{"", "", queue.DefaultName, ""},
+		{"nlp", "", "ns:nlp", ""}, // a namespace no queue lists is a queue of its own
+		{"", "", "shared", ""},    // Nomad's default namespace
 	} {
 		got, note := c.QueueOf(tc.ns, tc.meta)
 		if got != tc.want || (tc.note == "") != (note == "") || !strings.Contains(note, tc.note) {
 			t.Errorf("namespace %q meta %q: queue %q note %q; want %q, a note containing %q", tc.ns, tc.meta, got, note, tc.want, tc.note)
 		}
+	}
+}
+
+// A namespace no queue lists is a queue of its own with no guarantee,
+// even when a configured queue has its name: namespace "vision" must not
+// land in queue "vision" (which lists "cv") and reclaim its guarantee, nor
+// Nomad's "default" namespace in a queue named "default" that does not
+// list it. Its queue's name can name no configured queue.
+func TestQueueOfNamespaceNamedLikeAQueue(t *testing.T) {
+	c, err := queue.Parse("q.hcl", []byte(`
+queue "vision" {
+  namespaces = ["cv"]
+  guarantee  = { v100 = 16 }
+}
+queue "default" {
+  namespaces = ["ops"]
+  guarantee  = { v100 = 4 }
+}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"vision", "default", ""} {
+		got, _ := c.QueueOf(ns, "")
+		if _, configured := c.Find(got); configured || queue.ValidName(got) {
+			t.Errorf("namespace %q lands in queue %q: a configured queue's name, or one a queue could be given", ns, got)
+		}
+	}
+	// The meta still works where the queue accepts the namespace.
+	if got, note := c.QueueOf("cv", "default"); got != "vision" || note == "" {
+		t.Errorf("cv with hadar.queue=default: %q %q", got, note)
 	}
 }
 

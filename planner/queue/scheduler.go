@@ -56,6 +56,10 @@ type Scheduler struct {
 	// bounds are the minimum run times bounded by reclaim in the last
 	// plan (MinRunBound).
 	bounds map[string]float64
+	// caps are the jobs' own minimum run times cut to their queue's
+	// max_min_run_time in the last plan (MinRunBound): the engine holds
+	// them to no more.
+	caps   map[string]float64
 	status Status
 }
 
@@ -144,6 +148,9 @@ func (s *Scheduler) queue(name string) (*innerQueue, error) {
 // the reclaiming queue's reclaim_after.
 func (s *Scheduler) MinRunBound(job string) (float64, bool) {
 	b, ok := s.bounds[job]
+	if c, capped := s.caps[job]; capped && (!ok || c < b) {
+		return c, true
+	}
 	return b, ok
 }
 
@@ -182,6 +189,7 @@ type plan struct {
 // Schedule implements round.Scheduler.
 func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 	s.bounds = map[string]float64{}
+	s.caps = map[string]float64{}
 	nt := len(v.Types)
 	tidx := make(map[planner.GPUType]int, nt)
 	for k, t := range v.Types {
@@ -208,6 +216,9 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 			plans = append(plans, p)
 		}
 		m := &member{i: i, jb: jb, prio: jb.Priority}
+		if c := capMinRun(p.iq.q, jb.MinRunTime); c < jb.MinRunTime {
+			s.caps[jb.ID] = c
+		}
 		if m.prio == 0 {
 			m.prio = DefaultPriority
 		}
@@ -313,7 +324,7 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 				if m.held == nil || p.acct.claims[k].counted {
 					continue
 				}
-				bound, reclaim := s.minRun(m.jb), false
+				bound, reclaim := s.minRun(p.iq.q, m.jb), false
 				for t, n := range m.held {
 					if n > 0 && reclaimBound[t] >= 0 && reclaimBound[t] < bound {
 						bound, reclaim = reclaimBound[t], true
@@ -367,12 +378,21 @@ func (s *Scheduler) ran(jb *round.JobView, now float64) float64 {
 	return now - rec.at
 }
 
-// minRun is the minimum run time of a job.
-func (s *Scheduler) minRun(jb *round.JobView) float64 {
+// minRun is the minimum run time of a job of queue q: its own within the
+// queue's MaxMinRunTime, else the engine's.
+func (s *Scheduler) minRun(q Queue, jb *round.JobView) float64 {
 	if jb.MinRunTime > 0 {
-		return jb.MinRunTime
+		return capMinRun(q, jb.MinRunTime)
 	}
 	return s.opt.MinRunTime
+}
+
+// capMinRun is a job's own minimum run time m within queue q's cap.
+func capMinRun(q Queue, m float64) float64 {
+	if q.MaxMinRunTime > 0 && m > q.MaxMinRunTime {
+		return q.MaxMinRunTime
+	}
+	return m
 }
 
 // pressure finds the types on which queues' guarantees wait for GPUs:
@@ -546,7 +566,7 @@ func (s *Scheduler) runInner(v *round.View, p *plan, out []planner.Placement) er
 	if !v.MidRound && !s.plansMinRun(p) {
 		rest = nil
 		for _, m := range p.members {
-			if min := s.minRun(m.jb); m.reserved && m.ran < min-1e-6 {
+			if min := s.minRun(p.iq.q, m.jb); m.reserved && m.ran < min-1e-6 {
 				out[m.i] = clonePlacement(m.jb.Placement)
 				takeAll(p.pool, m.jb.Placement)
 				for t, k := range m.held {
@@ -606,6 +626,7 @@ func (s *Scheduler) runInner(v *round.View, p *plan, out []planner.Placement) er
 		if w := p.iq.q.MaxJobWeight; w > 0 && c.Weight > w {
 			c.Weight = w
 		}
+		c.MinRunTime = capMinRun(p.iq.q, c.MinRunTime)
 		sub.Jobs[k] = &c
 	}
 	ps, err := p.iq.sched.Schedule(sub)
@@ -649,7 +670,7 @@ func (s *Scheduler) hold(v *round.View, plans []*plan, out []planner.Placement) 
 			if m.held == nil || keepsAll(m.jb.Placement, out[m.i]) {
 				continue
 			}
-			min := s.minRun(m.jb)
+			min := s.minRun(p.iq.q, m.jb)
 			if b, ok := s.bounds[m.jb.ID]; ok && b < min {
 				min = b
 			}

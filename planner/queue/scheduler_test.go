@@ -494,3 +494,30 @@ func TestEveryPolicyRunsInsideQueues(t *testing.T) {
 		}
 	}
 }
+
+// A queue's max_min_run_time caps its jobs' own minimum run time: a job
+// whose author asked for 720h yields its queue's fair share once the cap
+// has passed, and its queue's policy is shown the capped value.
+func TestMaxMinRunTimeCapsAQueuesJobs(t *testing.T) {
+	qc := queue.Config{Queues: []queue.Queue{{Name: "a", Weight: 1, MaxMinRunTime: 720}, {Name: "b", Weight: 3}}}
+	f := newFleet(t, "v100=8", qc, "fifo")
+	for k := range 8 {
+		if err := f.e.Admit(planner.Job{ID: fmt.Sprint("a-", k), Model: model, ScaleFactor: 1, TotalSteps: 1e9, Weight: 1, Queue: "a", MinRunTime: 720 * 3600}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.plan(0, engine.Boundary)
+	f.admit(10, "b", 8, 1, 0)
+	f.plan(10, engine.Fill)
+	f.plan(360, engine.Boundary)
+	if g := f.gpus(); g["a"] != 8 {
+		t.Fatalf("t=360: %v: a's jobs are within the capped minimum run time, want a keeping 8", g)
+	}
+	if b, ok := f.s.MinRunBound("a-0"); !ok || b != 720 {
+		t.Fatalf("the engine's bound on a-0: %v %v, want 720 s", b, ok)
+	}
+	f.plan(720, engine.Boundary)
+	if g := f.gpus(); g["a"] != 2 || g["b"] != 6 {
+		t.Fatalf("t=720: %v, want a 2 and b 6 (weights 1:3) once a's jobs ran their capped 720 s", g)
+	}
+}

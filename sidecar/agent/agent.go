@@ -51,6 +51,8 @@ type Agent struct {
 	net   *belief.Network
 	types config.GPUTypes
 	clock func() time.Time
+	// mono is the engine's clock (now): monotonic within the process.
+	mono *monoClock
 
 	mu      sync.Mutex // guards the rest; HTTP handlers read under it
 	eng     *engine.Engine
@@ -167,6 +169,7 @@ func New(cfg config.Settings, client *api.Client, logger hclog.Logger) (*Agent, 
 		boundary: make(chan struct{}, 1),
 		writing:  map[watch.JobKey]*pendingWrite{}, writeSem: make(chan struct{}, writers), wrote: make(chan struct{}, 1),
 	}
+	a.mono = newMonoClock(a.clock())
 	a.progress = w.Progress
 	a.feas = feasible.NewEvaluator(a.types.Type)
 	a.prof = belief.NewProfile(base)
@@ -273,7 +276,7 @@ func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates,
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := engine.Config{Round: a.cfg.RoundD.Seconds(), Speed: model, MinRunTime: a.cfg.MinRunTimeD.Seconds()}
+	cfg := engine.Config{Round: a.cfg.RoundD.Seconds(), Speed: model, MinRunTime: a.cfg.MinRunTimeD.Seconds(), MaxMinRunTime: a.cfg.MaxMinRunTimeD.Seconds()}
 	if snapshot != nil {
 		e, err := engine.Restore(snapshot, cfg, sched)
 		return e, est, err
@@ -302,12 +305,12 @@ func (a *Agent) plan(ctx context.Context, now float64, kind engine.Kind, acting 
 	return scratch.Plan(ctx, now, kind)
 }
 
-// now is the engine time of the wall clock, never before the engine's own
-// clock: a wall clock stepped back (NTP) or a time taken before a write
-// that deferred a job must not make the engine refuse the round. Called
-// under a.mu.
+// now is the engine time of the process's monotonic clock (monoClock),
+// never before the engine's own clock: a time taken before a write that
+// deferred a job must not make the engine refuse the round. Called under
+// a.mu.
 func (a *Agent) now() float64 {
-	return max(float64(a.clock().UnixNano())/1e9, a.eng.Now())
+	return max(a.mono.now(), a.eng.Now())
 }
 
 // OnCycle registers f to be told each cycle's kind (Fill or Boundary) and

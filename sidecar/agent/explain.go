@@ -46,6 +46,7 @@ func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
 			if mj.spec.Model != "" {
 				jv.Model = mj.spec.Model
 			}
+			jv.MinRunTimeS, jv.MinRunTimeCap = a.minRunView(mj.spec.MinRunTime, st.Job.Queue)
 		}
 		if jd, ok := decided[st.Job.ID]; ok {
 			jv.Action = jd.Action
@@ -74,6 +75,26 @@ func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
 		v.Refused = append(v.Refused, wire.RefusedJob{Job: k.String(), Error: a.invalid[k].err.Error()})
 	}
 	return v
+}
+
+// minRunView is the minimum run time a job is held to, in seconds, given
+// its own hadar.min_run_time (0: none) and its queue, and, when the
+// operator's cap cut its own, which cap did (the sidecar's
+// max_min_run_time, or its queue's).
+func (a *Agent) minRunView(own time.Duration, queueName string) (float64, string) {
+	if own <= 0 {
+		return a.cfg.MinRunTimeD.Seconds(), ""
+	}
+	got, capped := own, ""
+	if c := a.cfg.MaxMinRunTimeD; c > 0 && got > c {
+		got, capped = c, fmt.Sprintf("hadar.min_run_time %v capped to %v (the sidecar's max_min_run_time)", own, c)
+	}
+	if q, ok := a.cfg.QueueConfig.Find(queueName); ok && q.MaxMinRunTime > 0 {
+		if c := time.Duration(q.MaxMinRunTime * float64(time.Second)); got > c {
+			got, capped = c, fmt.Sprintf("hadar.min_run_time %v capped to %v (queue %s's max_min_run_time)", own, c, q.Name)
+		}
+	}
+	return got.Seconds(), capped
 }
 
 func (a *Agent) unitView(u planner.Unit) wire.UnitView {

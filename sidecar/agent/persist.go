@@ -82,6 +82,12 @@ func (a *Agent) openState(ctx context.Context, store state.Store) error {
 		}
 		a.net.SetSensitivity(mj.id, mj.spec.Sensitivity)
 	}
+	if ahead := a.mono.runFrom(eng.Now()); ahead > 0 {
+		// Saved while the wall clock was ahead (or by a host whose clock
+		// is): the engine's time never goes back, so it runs on from the
+		// saved time rather than waiting for the wall clock.
+		a.log.Warn("saved state's engine time is ahead of this host's clock: engine time runs on from it", "ahead", time.Duration(ahead*float64(time.Second)).String())
+	}
 	a.eng, a.est, a.jobs = eng, est, jobs
 	nodes, drained := eng.Nodes()
 	for _, n := range nodes {

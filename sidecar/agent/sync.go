@@ -226,7 +226,7 @@ func (a *Agent) syncJobs(snap *watch.Snapshot, now float64) {
 		if iv, ok := a.invalid[k]; ok && !iv.admission {
 			delete(a.invalid, k) // the spec parses now; an admission refusal stays until admitted
 		}
-		if mj != nil && j.Version != mj.version && !sameSpec(mj.spec, *j.Spec) {
+		if mj != nil && j.Version != mj.version && !mj.spec.Same(*j.Spec) {
 			a.log.Info("managed job's contract changed: planning it afresh", "job", k.String())
 			a.forget(mj, now)
 			mj = nil
@@ -259,14 +259,6 @@ func (a *Agent) syncJobs(snap *watch.Snapshot, now float64) {
 			delete(a.invalid, k)
 		}
 	}
-}
-
-// sameSpec reports whether two versions of a job ask the planner for the
-// same thing.
-func sameSpec(a, b jobspec.Spec) bool {
-	return a.Model == b.Model && maps.Equal(a.Throughput, b.Throughput) && a.Steps == b.Steps && a.Workers == b.Workers &&
-		a.Weight == b.Weight && a.Forkable == b.Forkable && a.Gang == b.Gang && a.Sensitivity == b.Sensitivity &&
-		a.Group == b.Group && a.Task == b.Task && a.MinRunTime == b.MinRunTime
 }
 
 // declare records a job's own figures (hadar.throughput) with the

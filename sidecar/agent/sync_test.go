@@ -11,6 +11,7 @@ import (
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
 
@@ -298,5 +299,90 @@ func TestPortsOfLiveAllocationsAreNotReused(t *testing.T) {
 	a.settleWrites()
 	if port, err := a.ports.Take("127.0.0.1"); err != nil || port != held {
 		t.Fatalf("after the allocation ended: port %d, %v; want %d", port, err, held)
+	}
+}
+
+// A new version of a job that changes only what the planner ranks or
+// places it by (Nomad's priority, its hadar.queue, its GPU device) is a
+// changed contract: planned afresh with the new values, not kept as it was
+// admitted (sameSpec once compared 11 of Spec's fields).
+func TestSyncReadmitsAChangedPriorityQueueOrDevice(t *testing.T) {
+	good := map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "1000"}
+	for _, tc := range []struct {
+		name   string
+		change func(*jobspec.Spec)
+	}{
+		{"priority", func(s *jobspec.Spec) { s.Priority = 90 }},
+		{"queue", func(s *jobspec.Spec) { s.Queue = "other" }},
+		{"device", func(s *jobspec.Spec) {
+			s.Device, s.DeviceModel = "nvidia/gpu/Tesla V100-SXM2-16GB", "Tesla V100-SXM2-16GB"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap, rec := noteState(t, []noteCase{{name: "run", meta: good}})
+			snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 1)
+			a := testAgent(t, rec, "gavel-maxmin")
+			k := watch.JobKey{Namespace: "default", ID: "run"}
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			now := a.now()
+			if err := a.sync(snap, now); err != nil {
+				t.Fatal(err)
+			}
+			if a.jobs[k] == nil {
+				t.Fatal("not admitted")
+			}
+			j := snap.Jobs[k]
+			s := *j.Spec
+			tc.change(&s)
+			j.Spec, j.Version = &s, j.Version+1
+			if err := a.sync(snap, now+1); err != nil {
+				t.Fatal(err)
+			}
+			mj := a.jobs[k]
+			if mj == nil || !mj.spec.Same(s) {
+				t.Fatalf("after the new version the job is planned with %+v, want %+v", mj, s)
+			}
+			if st, ok := a.eng.Job(engineID(k)); !ok || st.Job.Priority != s.Priority {
+				t.Fatalf("engine job priority %d (planned %v), want %d", st.Job.Priority, ok, s.Priority)
+			}
+		})
+	}
+}
+
+// A job's own hadar.min_run_time is capped by the sidecar's
+// max_min_run_time: the engine holds it to the cap, and its view says so.
+func TestAuthorsMinRunTimeIsCapped(t *testing.T) {
+	meta := map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "1000", "hadar.min_run_time": "720h"}
+	snap, rec := noteState(t, []noteCase{{name: "long", meta: meta}})
+	snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 1)
+	srv := httptest.NewServer(rec)
+	t.Cleanup(srv.Close)
+	client, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "1h", MaxMinRunTime: "1h", State: config.StateConfig{Store: "none"}}.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(s, client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.settleWrites)
+	k := watch.JobKey{Namespace: "default", ID: "long"}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.sync(snap, a.now()); err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := a.eng.Job(engineID(k)); !ok || st.Job.MinRunTime != 3600 {
+		t.Fatalf("the engine holds the job to %v s (planned %v), want the cap 3600", st.Job.MinRunTime, ok)
+	}
+	for _, jv := range a.planView(snap).Jobs {
+		if jv.ID == engineID(k) && (jv.MinRunTimeS != 3600 || !strings.Contains(jv.MinRunTimeCap, "max_min_run_time")) {
+			t.Fatalf("the job's view: min run time %v s, cap %q", jv.MinRunTimeS, jv.MinRunTimeCap)
+		}
 	}
 }

@@ -29,7 +29,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -431,18 +430,10 @@ func (a *Applier) fresh(ctx context.Context, j *Job, spec jobspec.Spec, want ...
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w: its spec no longer parses (%v): not written", j.Key, ErrConflict, err)
 	}
-	if !SameSpec(now, spec) {
+	if !now.Same(spec) {
 		return nil, fmt.Errorf("job %s: %w: its spec changed since the decision was planned: not written, decided anew", j.Key, ErrConflict)
 	}
 	return &Job{Key: j.Key, Raw: raw, Spec: now, JobModifyIndex: index}, nil
-}
-
-// SameSpec reports whether two parses of a job describe the same managed
-// job; where the gate sits does not count (hadar's own placement moves it
-// from the job to the template group).
-func SameSpec(a, b jobspec.Spec) bool {
-	a.Gates, b.Gates = nil, nil
-	return reflect.DeepEqual(a, b)
 }
 
 func deref(p *uint64) uint64 {

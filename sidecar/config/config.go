@@ -54,6 +54,11 @@ type Config struct {
 	// MinRunTime is the least time a job runs before it may be preempted
 	// (a job's hadar.min_run_time overrides it).
 	MinRunTime string `hcl:"min_run_time,optional"`
+	// MaxMinRunTime caps the minimum run time a job asks for itself
+	// (hadar.min_run_time): the author sets it, the operator bounds it,
+	// or one job could opt out of time-slicing and every preemption but
+	// reclaim. A queue's max_min_run_time may cap its jobs lower.
+	MaxMinRunTime string `hcl:"max_min_run_time,optional"`
 	// RestartCost is what a (re)start costs a job: checkpoint restore and
 	// warm-up. The schedulers weigh moves with it.
 	RestartCost string `hcl:"restart_cost,optional"`
@@ -194,11 +199,14 @@ type HTTPConfig struct {
 
 // Defaults.
 const (
-	DefaultPolicy          = "hadar"
-	DefaultPlacement       = placement.Delay
-	DefaultRound           = 6 * time.Minute
-	DefaultRackMetaKey     = "rack"
-	DefaultMinRunTime      = 30 * time.Minute
+	DefaultPolicy      = "hadar"
+	DefaultPlacement   = placement.Delay
+	DefaultRound       = 6 * time.Minute
+	DefaultRackMetaKey = "rack"
+	DefaultMinRunTime  = 30 * time.Minute
+	// DefaultMaxMinRunTime is max_min_run_time when unset, or min_run_time
+	// when that is longer.
+	DefaultMaxMinRunTime   = 2 * time.Hour
 	DefaultRestartCost     = 20 * time.Second
 	DefaultMergeCost       = 10 * time.Second
 	DefaultGangTimeout     = 2 * time.Minute
@@ -218,7 +226,9 @@ const (
 type Settings struct {
 	Config
 	RoundD, MinRunTimeD, RestartCostD, MergeCostD, GangTimeoutD, StopTimeoutD time.Duration
-	LearnOn                                                                   bool
+	// MaxMinRunTimeD is MaxMinRunTime parsed (the default when empty).
+	MaxMinRunTimeD time.Duration
+	LearnOn        bool
 	// LearnWarmupD and LearnEvidenceD are LearnWarmup and LearnEvidence
 	// parsed (the defaults when empty).
 	LearnWarmupD, LearnEvidenceD time.Duration
@@ -242,6 +252,7 @@ type fileConfig struct {
 	GPUTypes        map[string]string `hcl:"gpu_types,optional"`
 	RackMetaKey     string            `hcl:"rack_meta_key,optional"`
 	MinRunTime      string            `hcl:"min_run_time,optional"`
+	MaxMinRunTime   string            `hcl:"max_min_run_time,optional"`
 	RestartCost     string            `hcl:"restart_cost,optional"`
 	MergeCost       string            `hcl:"merge_cost,optional"`
 	GangTimeout     string            `hcl:"gang_timeout,optional"`
@@ -279,7 +290,7 @@ func ParseConfig(path string, src []byte) (Config, error) {
 		return Config{}, fmt.Errorf("sidecar config: %w", err)
 	}
 	c := Config{Namespaces: f.Namespaces, Policy: f.Policy, Placement: f.Placement, Round: f.Round, Profile: f.Profile,
-		ProfileOverlay: f.ProfileOverlay, GPUTypes: f.GPUTypes, RackMetaKey: f.RackMetaKey, MinRunTime: f.MinRunTime, RestartCost: f.RestartCost,
+		ProfileOverlay: f.ProfileOverlay, GPUTypes: f.GPUTypes, RackMetaKey: f.RackMetaKey, MinRunTime: f.MinRunTime, MaxMinRunTime: f.MaxMinRunTime, RestartCost: f.RestartCost,
 		MergeCost: f.MergeCost, GangTimeout: f.GangTimeout, StopTimeout: f.StopTimeout, Learn: f.Learn,
 		LearnWarmup: f.LearnWarmup, LearnEvidence: f.LearnEvidence,
 		RendezvousPorts: f.RendezvousPorts, DryRun: f.DryRun, LogLevel: f.LogLevel, Queues: f.Queues, Storage: f.Storage}
@@ -329,6 +340,7 @@ func (c Config) Resolve() (Settings, error) {
 	}{
 		{"round", s.Round, DefaultRound, time.Second, &s.RoundD},
 		{"min_run_time", s.MinRunTime, DefaultMinRunTime, 0, &s.MinRunTimeD},
+		{"max_min_run_time", s.MaxMinRunTime, DefaultMaxMinRunTime, time.Second, &s.MaxMinRunTimeD},
 		{"restart_cost", s.RestartCost, DefaultRestartCost, 0, &s.RestartCostD},
 		{"merge_cost", s.MergeCost, DefaultMergeCost, 0, &s.MergeCostD},
 		{"gang_timeout", s.GangTimeout, DefaultGangTimeout, time.Second, &s.GangTimeoutD},
@@ -346,6 +358,12 @@ func (c Config) Resolve() (Settings, error) {
 			return s, fmt.Errorf("sidecar config: %s = %q: want a duration from %v to 720h, e.g. %q", d.field, d.in, d.min, d.def.String())
 		}
 		*d.out = v
+	}
+	switch {
+	case s.MaxMinRunTime == "" && s.MaxMinRunTimeD < s.MinRunTimeD:
+		s.MaxMinRunTimeD = s.MinRunTimeD
+	case s.MaxMinRunTimeD < s.MinRunTimeD:
+		return s, fmt.Errorf("sidecar config: max_min_run_time = %q is below min_run_time %v: want a cap on what jobs ask for themselves no lower than the default they get", s.MaxMinRunTime, s.MinRunTimeD)
 	}
 	s.LearnOn = c.Learn == nil || *c.Learn
 	ports := s.RendezvousPorts

@@ -174,3 +174,33 @@ func TestStorageBlock(t *testing.T) {
 		t.Fatalf("an empty storage block: %+v, %v", s.Storage, err)
 	}
 }
+
+// max_min_run_time bounds what a job asks for itself: 2h by default, or
+// min_run_time when that is longer; never set below min_run_time.
+func TestMaxMinRunTime(t *testing.T) {
+	for _, tc := range []struct {
+		src  string
+		want time.Duration
+		err  string
+	}{
+		{"", 2 * time.Hour, ""},
+		{`max_min_run_time = "90m"`, 90 * time.Minute, ""},
+		{`min_run_time = "3h"`, 3 * time.Hour, ""},
+		{"min_run_time = \"1h\"\nmax_min_run_time = \"30m\"", 0, "below min_run_time"},
+		{`max_min_run_time = "0s"`, 0, "max_min_run_time"},
+	} {
+		c, err := ParseConfig("s.hcl", []byte(tc.src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Resolve()
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: error %v, want one containing %q", tc.src, err, tc.err)
+		case tc.err == "" && err != nil:
+			t.Errorf("%q: %v", tc.src, err)
+		case tc.err == "" && s.MaxMinRunTimeD != tc.want:
+			t.Errorf("%q: max_min_run_time %v, want %v", tc.src, s.MaxMinRunTimeD, tc.want)
+		}
+	}
+}

@@ -60,6 +60,9 @@ func (c *Consul) Acquire(ctx context.Context) (*Lease, error) {
 
 // try makes one attempt: a fresh session, then the key acquired with it.
 func (c *Consul) try(ctx context.Context) (*Lease, error) {
+	sent := c.cfg.Now() // the session's TTL runs from no later than this
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.acquireTimeout())
+	defer cancel()
 	wo := (&consul.WriteOptions{}).WithContext(ctx)
 	sid, _, err := c.client.Session().Create(&consul.SessionEntry{
 		Name: "hadar-sidecar " + c.cfg.ID, TTL: c.cfg.TTL.String(), LockDelay: c.cfg.LockDelay,
@@ -81,7 +84,7 @@ func (c *Consul) try(ctx context.Context) (*Lease, error) {
 		c.client.Session().Destroy(sid, nil)
 		return nil, fmt.Errorf("read back %s after acquiring it: %v", c.key, err)
 	}
-	l := newLease(kv.ModifyIndex, c.cfg, func(ctx context.Context) error {
+	l := newLease(kv.ModifyIndex, c.cfg, sent, func(ctx context.Context) error {
 		entry, _, err := c.client.Session().Renew(sid, (&consul.WriteOptions{}).WithContext(ctx))
 		if err != nil {
 			return err

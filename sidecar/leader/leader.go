@@ -99,11 +99,18 @@ type Lease struct {
 	done       chan struct{}
 }
 
-// newLease returns a lease just acquired (renewed now) that renew keeps
-// and release gives up; start runs its renew loop.
-func newLease(gen uint64, cfg Config, renew, release func(context.Context) error) *Lease {
-	return &Lease{Generation: gen, cfg: cfg, renewed: cfg.Now(), lost: make(chan struct{}), done: make(chan struct{}), renew: renew, release: release}
+// newLease returns a lease acquired by a request sent at sent, that renew
+// keeps and release gives up; start runs its renew loop. The lease is
+// timed from the request, not the answer: the lock's TTL started when
+// it was granted, somewhere between the two, and an answer delayed past
+// the TTL must not give a lease that overlaps the next leader's.
+func newLease(gen uint64, cfg Config, sent time.Time, renew, release func(context.Context) error) *Lease {
+	return &Lease{Generation: gen, cfg: cfg, renewed: sent, lost: make(chan struct{}), done: make(chan struct{}), renew: renew, release: release}
 }
+
+// acquireTimeout bounds one acquire request: an answer later than TTL -
+// Margin would bring a lease already spent.
+func (c Config) acquireTimeout() time.Duration { return c.TTL - c.Margin }
 
 // start runs the renew loop in the background.
 func (l *Lease) start() {
@@ -198,12 +205,13 @@ func (l *Lease) check() bool {
 // and the lease lapses if none succeeds in time. False when it is lost.
 func (l *Lease) renewOnce(ctx context.Context) bool {
 	rctx, cancel := context.WithTimeout(ctx, l.cfg.Margin/2)
+	sent := l.cfg.Now() // the renewed TTL runs from no later than this
 	err := l.renew(rctx)
 	cancel()
 	switch {
 	case err == nil:
 		l.mu.Lock()
-		l.renewed = l.cfg.Now()
+		l.renewed = sent
 		l.mu.Unlock()
 	case errors.Is(err, errNotHeld):
 		l.cfg.Logger.Warn("leader lock no longer ours: stopped acting", "generation", l.Generation, "error", err)
@@ -258,10 +266,13 @@ func (n *Nomad) Acquire(ctx context.Context) (*Lease, error) {
 	for {
 		v := &api.Variable{Namespace: n.ns, Path: n.path, Items: api.VariableItems{"leader": n.cfg.ID},
 			Lock: &api.VariableLock{TTL: n.cfg.TTL.String(), LockDelay: n.cfg.LockDelay.String()}}
-		got, _, err := n.vars.AcquireLock(v, wo(ctx))
+		sent := n.cfg.Now()
+		actx, cancel := context.WithTimeout(ctx, n.cfg.acquireTimeout())
+		got, _, err := n.vars.AcquireLock(v, wo(actx))
+		cancel()
 		if err == nil && got != nil && got.Lock != nil {
 			held := got.Copy()
-			l := newLease(got.ModifyIndex, n.cfg, func(ctx context.Context) error {
+			l := newLease(got.ModifyIndex, n.cfg, sent, func(ctx context.Context) error {
 				_, _, err := n.vars.RenewLock(held, wo(ctx))
 				return classifyRenew(err)
 			}, func(ctx context.Context) error {

@@ -32,7 +32,7 @@ func (c *fakeClock) add(d time.Duration) {
 func testLease(ttl time.Duration, err func() error) (*Lease, *fakeClock) {
 	c := &fakeClock{t: time.Unix(1000, 0)}
 	cfg := Config{TTL: ttl, Margin: ttl / 3, Logger: hclog.NewNullLogger(), Now: c.now}
-	return newLease(1, cfg, func(context.Context) error { return err() }, func(context.Context) error { return nil }), c
+	return newLease(1, cfg, c.now(), func(context.Context) error { return err() }, func(context.Context) error { return nil }), c
 }
 
 // A leader whose renews fail stops acting before its TTL runs out: by then
@@ -92,7 +92,7 @@ func TestLeaseContextEndsWithTheLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLease(1, cfg, func(context.Context) error { return errNotHeld }, func(context.Context) error { return nil })
+	l := newLease(1, cfg, cfg.Now(), func(context.Context) error { return errNotHeld }, func(context.Context) error { return nil })
 	ctx, cancel := l.Context(context.Background())
 	defer cancel()
 	select {
@@ -155,5 +155,85 @@ func TestConfigLimits(t *testing.T) {
 		if _, err := c.withDefaults(); err == nil {
 			t.Errorf("%+v: no error", c)
 		}
+	}
+}
+
+// fakeLockServer answers Nomad's lock-acquire with a lock (after answer
+// runs: a delay on the fake clock, or a stall) and every other lock call
+// with success.
+func fakeLockServer(t *testing.T, answer func(r *http.Request)) *api.Client {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := r.URL.Query()["lock-acquire"]; ok {
+			answer(r)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"Namespace":"default","Path":"hadar/leader","Items":{"leader":"r-1"},"Lock":{"ID":"lock-1","TTL":"10s","LockDelay":"15s"},"ModifyIndex":7}`)
+	}))
+	t.Cleanup(srv.Close)
+	client, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+// The lease is timed from when the acquire was sent: Nomad started the
+// TTL when it granted the lock, before its answer travelled back. An
+// answer that arrives 12 s after the request, on a 10 s TTL, gives a
+// lease already spent, not a fresh one that overlaps the next leader's.
+func TestLeaseTimedFromTheAcquireRequest(t *testing.T) {
+	c := &fakeClock{t: time.Unix(1000, 0)}
+	client := fakeLockServer(t, func(*http.Request) { c.add(12 * time.Second) })
+	n, err := NewNomad(client, "default", "hadar/leader", Config{ID: "r-1", TTL: 10 * time.Second, Logger: hclog.NewNullLogger(), Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := n.Acquire(ctx)
+	if l != nil {
+		defer l.Release(context.Background())
+	}
+	if err == nil && l.Valid() {
+		t.Fatal("a lock granted 12 s ago on a 10 s TTL is taken as a valid lease")
+	}
+}
+
+// An acquire whose answer never comes is given up after TTL - Margin
+// (past then the lease it would bring is spent) and tried again, instead
+// of blocking the replica for good.
+func TestAcquireHasATimeout(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	stop := make(chan struct{})
+	client := fakeLockServer(t, func(r *http.Request) {
+		mu.Lock()
+		calls++
+		first := calls == 1
+		mu.Unlock()
+		if first {
+			select { // no answer before the test gives up on it
+			case <-r.Context().Done():
+			case <-stop:
+			case <-time.After(12 * time.Second):
+			}
+		}
+	})
+	t.Cleanup(func() { close(stop) }) // before the server's Close, which waits for handlers
+	n, err := NewNomad(client, "default", "hadar/leader", Config{ID: "r-1", TTL: 10 * time.Second, Margin: 8 * time.Second, Retry: 10 * time.Millisecond, Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	start := time.Now()
+	l, err := n.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("after %v: %v: the stalled acquire was not given up and retried", time.Since(start), err)
+	}
+	defer l.Release(context.Background())
+	if took := time.Since(start); took > 5*time.Second || !l.Valid() {
+		t.Fatalf("acquired after %v (valid %v), want a retry after about 2 s", took, l.Valid())
 	}
 }

@@ -112,7 +112,7 @@ func (s *Server) Handler() http.Handler {
 			s.log.Debug("request refused", "path", r.URL.Path, "remote", r.RemoteAddr, "status", code, "reason", err)
 			s.write(rec, code, map[string]string{"error": err.Error()})
 		} else {
-			s.mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), scopeKey{}, scopeOf(r, acc))))
+			rec = s.scoped(r, scopeOf(r, acc))
 		}
 		body := rec.body.Bytes()
 		for _, sec := range s.secrets {
@@ -133,6 +133,20 @@ func (s *Server) Handler() http.Handler {
 			s.log.Debug("writing a response", "error", err)
 		}
 	})
+}
+
+// scoped answers an authenticated request within the caller's scope:
+// for a caller limited to some namespaces, the names of other
+// namespaces' jobs are replaced wherever they appear (reasons name them).
+func (s *Server) scoped(r *http.Request, sc scope) *recorder {
+	rec := &recorder{header: http.Header{}, code: http.StatusOK}
+	s.mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), scopeKey{}, sc)))
+	if ids := s.hiddenIDs(sc); len(ids) > 0 {
+		b := redactIDs(rec.body.Bytes(), ids)
+		rec.body.Reset()
+		rec.body.Write(b)
+	}
+	return rec
 }
 
 // open reports whether a path is served to everyone: the health check

@@ -54,6 +54,12 @@ type JobView struct {
 	Rate      float64 `json:"rate"`
 	ETA       float64 `json:"eta_s"`
 	WaitingS  float64 `json:"waiting_s,omitempty"`
+	// MinRunTimeS is the minimum run time the job is held to (its own
+	// hadar.min_run_time within the operator's caps, or the sidecar's
+	// min_run_time); MinRunTimeCap says which cap cut the job's own ("":
+	// none did).
+	MinRunTimeS   float64 `json:"min_run_time_s,omitempty"`
+	MinRunTimeCap string  `json:"min_run_time_cap,omitempty"`
 	// TeamQueue is the team queue the job belongs to (docs/queues.md),
 	// QueueReason its queue's reason code when the queue, not its
 	// policy, decided ("" for both without queues).
