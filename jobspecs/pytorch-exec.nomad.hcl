@@ -58,7 +58,11 @@ job "pytorch-exec" {
 
       config {
         command = var.python
-        args    = ["-m", "hadar_train.examples.ddp", "--checkpoint-every", "500"]
+        # The library's launcher (python -m hadar_train.run SCRIPT or -m
+        # MODULE) takes SIGTERM before the script imports torch: on exec
+        # the task is PID 1 of its PID namespace, where a stop that comes
+        # before the script's own handler would be dropped.
+        args = ["-m", "hadar_train.run", "-m", "hadar_train.examples.ddp", "--checkpoint-every", "500"]
       }
 
       env {

@@ -11,10 +11,23 @@
         run.report(loss=loss.item())
 
 docs/training-contract.md is the contract this follows; docs/pytorch.md
-shows it against a plain DDP script."""
+shows it against a plain DDP script.
+
+Run as a program, ``python -m hadar_train.run SCRIPT [ARGS...]`` (or ``-m
+MODULE``), it is the launcher (``hadar_train.launch``): it takes SIGTERM
+and SIGINT before anything imports torch and ends the process itself when
+the script is done."""
 
 from __future__ import annotations
 
+if __name__ == "__main__":
+    # The launcher, before this module's imports (torch): nothing here has
+    # run but the standard library's start-up.
+    from hadar_train.launch import main as _launch
+
+    _launch()
+
+# (The imports follow the launcher's branch on purpose: E402.)
 import datetime as _dt
 import logging
 import math
@@ -30,25 +43,13 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 import torch
 
 from . import checkpoint as ck
+from . import launch
 from .env import Env
+from .launch import Stopped
 from .membership import LEAVING, Merged, MergeError, Membership
 from .progress import (DONE, FAILED, JOINING, MERGING, RENDEZVOUS, RUNNING, STOPPED, Progress, write_progress)
 
 log = logging.getLogger("hadar_train")
-
-
-class Stopped(SystemExit):
-    """Raised out of ``Run.steps()`` when the run ends before its total:
-    the process was asked to stop (SIGTERM or SIGINT, here or on another
-    rank of the unit) and rank 0 wrote a checkpoint. Its ``code`` is the
-    exit status the contract wants: 0 when this process was itself asked
-    to stop, 1 when the unit broke under it (a peer stopped or was lost
-    and no stop signal came here within the grace period), so the
-    scheduler plans the job anew. Uncaught, it exits with that status."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(code)
-        self.reason = reason
 
 
 class _StopNow(Exception):
@@ -143,6 +144,16 @@ class Run:
         if install_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+        # A stop that reached the launcher before init() (and that the
+        # script swallowed): the run stops before it starts.
+        self._signal = launch.take_pending()
+        self.nodes, self.unit_pace = 1, 0.0
+        if self._signal is not None:
+            self.state = STOPPED
+            self._write_progress()
+            log.info("hadar_train: %s came before init(); nothing ran, nothing to save", signal.Signals(self._signal).name)
+            self.close()
+            raise Stopped(0, "stopped before the run started")
 
         self.device = self._pick_device()
         self.nodes, self.unit_pace, pace = 1, env.steps_per_sec, env.steps_per_sec
@@ -238,7 +249,8 @@ class Run:
         if self._signal is not None:
             # A second signal: the default action (a person pressing
             # Ctrl-C twice means it).
-            signal.signal(signum, self._old_handlers.get(signum, signal.SIG_DFL) or signal.SIG_DFL)
+            old = self._old_handlers.get(signum, signal.SIG_DFL)
+            signal.signal(signum, signal.SIG_DFL if old in (None, launch.early_handler) else old)
             os.kill(os.getpid(), signum)
             return
         self._signal = signum
