@@ -22,7 +22,8 @@ reads, and merges a HadarE copy's model with its job's other copies.
 
 Start the script with the launcher, ``python -m hadar_train.run
 script.py [args]``: it owns SIGTERM and SIGINT from the process's first
-instant (a stop while the script still imports torch exits 0)."""
+instant (a stop while the script still imports torch exits 0) and ends
+the process with the contract's status when the script is done."""
 
 from typing import TYPE_CHECKING, Any
 

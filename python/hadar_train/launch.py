@@ -1,6 +1,6 @@
 """The launcher: ``python -m hadar_train.run SCRIPT [ARGS...]`` (or
 ``python -m hadar_train.run -m MODULE [ARGS...]``) runs a training script
-as ``python SCRIPT`` would, with a difference the contract needs:
+as ``python SCRIPT`` would, with two differences the contract needs:
 
 - It takes SIGTERM and SIGINT from the process's first instant, before
   anything imports torch (seconds, half a minute on a loaded node). Under
@@ -11,17 +11,29 @@ as ``python SCRIPT`` would, with a difference the contract needs:
   stop before ``hadar_train.init()`` ends the script at once with exit 0
   (no step ran: there is nothing to save); one that the script swallows
   is handed to ``init()``, which then stops the run the same way.
+- It ends the process itself once the script is done (``os._exit`` with
+  the script's status, after its ``atexit`` handlers and threads, each
+  waited for a bounded time): interpreter shutdown after a DDP run over
+  gloo can hang in torch's destructors, holding the allocation and GPU.
 
 Standard library only: this module must be importable before torch."""
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import runpy
 import signal
 import sys
+import threading
+import time
 from types import FrameType
 from typing import List, Optional
+
+#: How long the launcher waits for the script's threads and ``atexit``
+#: handlers after it ended, in seconds (HADAR_EXIT_WAIT overrides it).
+EXIT_WAIT = 30.0
 
 USAGE = "usage: python -m hadar_train.run SCRIPT [ARGS...]\n       python -m hadar_train.run -m MODULE [ARGS...]"
 
@@ -93,6 +105,54 @@ def exit_status(code: object) -> int:
     return 1
 
 
+def end_process(code: int, wait: Optional[float] = None) -> None:
+    """End the process with ``code`` whatever torch's threads and
+    destructors do: wait (bounded) for the non-daemon threads and the
+    ``atexit`` handlers, as interpreter shutdown would, flush stdio and
+    ``os._exit``. A backstop that needs no Python (faulthandler's
+    watchdog, exit 1) covers a handler that hangs holding the GIL."""
+    if wait is None:
+        try:
+            wait = float(os.environ.get("HADAR_EXIT_WAIT", EXIT_WAIT))
+        except ValueError:
+            wait = EXIT_WAIT
+    deadline = time.monotonic() + max(wait, 0.0)
+    if threading.current_thread() is threading.main_thread():
+        # Ending already: a stop now changes nothing (and must not raise
+        # out of here into the interpreter's own shutdown).
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+    try:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(max(wait, 0.0) + 10.0, exit=True)
+    except (ImportError, RuntimeError, ValueError):
+        pass
+    me = threading.current_thread()
+    for t in threading.enumerate():
+        if t is not me and not t.daemon and t.is_alive():
+            t.join(max(0.0, deadline - time.monotonic()))
+    done = threading.Event()
+
+    def exitfuncs() -> None:
+        try:
+            atexit._run_exitfuncs()
+        finally:
+            done.set()
+
+    threading.Thread(target=exitfuncs, name="hadar_train-atexit", daemon=True).start()
+    if not done.wait(max(0.0, deadline - time.monotonic())):
+        print(f"hadar_train: the script's threads or atexit handlers did not end within {wait:g}s; exiting {code}",
+              file=sys.stderr, flush=True)
+    logging.shutdown()
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def _run(argv: List[str]) -> int:
     """Run the script or module of ``argv`` as ``__main__``; its status."""
     if not argv or argv[0] in ("-h", "--help"):
@@ -121,8 +181,8 @@ def _run(argv: List[str]) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    """The launcher: take the signals, run the script, exit with its
-    status."""
+    """The launcher: take the signals, run the script, end the process
+    with its status. Never returns."""
     try:
         install()
         code = _run(sys.argv[1:] if argv is None else argv)
@@ -130,4 +190,4 @@ def main(argv: Optional[List[str]] = None) -> None:
         # A stop that came between the launcher's first line and the
         # script's (or while it handled the script's own exit).
         code = exit_status(e.code)
-    sys.exit(code)
+    end_process(code)

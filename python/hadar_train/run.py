@@ -28,6 +28,7 @@ if __name__ == "__main__":
     _launch()
 
 # (The imports follow the launcher's branch on purpose: E402.)
+import atexit
 import datetime as _dt
 import logging
 import math
@@ -129,6 +130,7 @@ class Run:
         self._old_handlers: Dict[int, Any] = {}
         self._started = False
         self._closed = False
+        self._exit_code = 0  # the contract's status once closed
         self._old_excepthook = sys.excepthook
         self._last_ckpt_time = time.monotonic()
         self._progress_at, self._progress_steps, self._rate = time.monotonic(), 0, 0.0
@@ -154,6 +156,11 @@ class Run:
             log.info("hadar_train: %s came before init(); nothing ran, nothing to save", signal.Signals(self._signal).name)
             self.close()
             raise Stopped(0, "stopped before the run started")
+        if self.distributed and not launch.installed():
+            # Without the launcher: after close() or Stopped, the process
+            # ends at exit with the contract's status before interpreter
+            # shutdown, which can hang in the process group's destructors.
+            _exit_guard.register()
 
         self.device = self._pick_device()
         self.nodes, self.unit_pace, pace = 1, env.steps_per_sec, env.steps_per_sec
@@ -692,6 +699,8 @@ class Run:
 
     def _exit_stopped(self, reason: str) -> None:
         own = self._wait_own_signal()
+        if not own:
+            self._exit_code = 1
         self.close()
         if own:
             raise Stopped(0, reason)
@@ -729,7 +738,13 @@ class Run:
         log.info("hadar_train: done at step %d; checkpoint %s", self.step, self.checkpoint or ("written by rank 0" if self.checkpoint_dir else "none (no checkpoint directory)"))
 
     def close(self) -> None:
-        """Leave the process group and give back the signal handlers."""
+        """Leave the process group and give back the signal handlers. The
+        process then ends with the contract's status whatever the process
+        group does at interpreter shutdown (it can hang after DDP over
+        gloo): under the launcher the launcher ends it; without, a unit's
+        process ends at exit, after its ``atexit`` handlers, with 0 (done,
+        or stopped here), or 1 (``Stopped(1)``, or an uncaught exception),
+        and skips interpreter shutdown."""
         if self._closed:
             return
         self._closed = True
@@ -746,6 +761,7 @@ class Run:
                 signal.signal(sig, old if old is not None else signal.SIG_DFL)
         if sys.excepthook == self._excepthook:
             sys.excepthook = self._old_excepthook
+        _exit_guard.arm(self._exit_code)
 
     def __enter__(self) -> "Run":
         return self
@@ -757,6 +773,54 @@ class Run:
         if exc is None or isinstance(exc, Stopped):
             self.close()
         return False
+
+
+class _ExitGuard:
+    """Without the launcher: ends a unit's process at exit, once the Run
+    is closed, with the contract's status (``os._exit``), skipping
+    interpreter shutdown, where the process group's destructors can hang.
+    Registered with ``atexit`` at ``init()`` (handlers registered later run
+    first), armed by ``close()``. An uncaught exception means 1 (as the
+    interpreter's own status); a ``sys.exit(n)`` of the script after
+    ``close()`` is not seen (the launcher passes it on)."""
+
+    def __init__(self) -> None:
+        self.registered = False
+        self.code: Optional[int] = None
+        self.uncaught = False
+        self._excepthook: Any = None
+
+    def register(self) -> None:
+        if not self.registered:
+            self.registered = True
+            atexit.register(self._at_exit)
+
+    def arm(self, code: int) -> None:
+        if not self.registered:
+            return
+        self.code = code
+        if self._excepthook is None:
+            self._excepthook = sys.excepthook
+            sys.excepthook = self._seen
+
+    def _seen(self, exc_type: Any, exc: BaseException, tb: Any) -> None:
+        self.uncaught = True
+        self._excepthook(exc_type, exc, tb)
+
+    def _at_exit(self) -> None:
+        if self.code is None:
+            return
+        code = 1 if self.uncaught else self.code
+        logging.shutdown()
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+_exit_guard = _ExitGuard()
 
 
 def _peer_error(e: BaseException) -> bool:

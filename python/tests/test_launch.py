@@ -1,6 +1,7 @@
 """The launcher, ``python -m hadar_train.run SCRIPT``: a stop that comes
 before ``init()`` (while the script still imports torch) ends the process
-with exit 0 at once."""
+with exit 0 at once, and the process ends with the contract's status
+even when interpreter shutdown would hang."""
 
 from __future__ import annotations
 
@@ -105,3 +106,95 @@ class StopBeforeInit(ProcTest):
         self.assertEqual(p.wait(), 2, p.stderr())
         self.assertIn("usage: python -m hadar_train.run SCRIPT", p.stderr())
 
+
+# A DDP script whose interpreter shutdown hangs, as torch 1.13's can after
+# gloo (3 of 18 exits locally): an object that sleeps in its destructor
+# once the interpreter finalizes.
+HANGS_AT_EXIT = """
+import sys, time, types
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+import hadar_train
+
+
+class HangsAtShutdown:
+    def __del__(self, time=time, sys=sys):
+        if sys.is_finalizing():
+            time.sleep(3600)
+
+
+# In a module of its own: the interpreter clears it (and runs the
+# destructor) when it finalizes, after the atexit handlers.
+hang = types.ModuleType("hadar_test_hang")
+hang.obj = HangsAtShutdown()
+sys.modules[hang.__name__] = hang
+del hang
+torch.manual_seed(0)
+run = hadar_train.init(total_steps=int(sys.argv[1]), stop_grace=float(sys.argv[2]))
+model = torch.nn.Linear(4, 1)
+if run.distributed:
+    model = DDP(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+run.track(model=model, optimizer=opt)
+for step in run.steps():
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    run.report(loss=loss.item())
+print("DONE", flush=True)
+run.close()
+"""
+
+
+class ExitUnderDDP(ProcTest):
+    """Two ranks over gloo whose interpreter shutdown hangs: the process
+    still ends, within a bound, with the contract's status: after
+    ``close()`` (done: 0), after ``Stopped`` (stopped here: 0; a peer
+    stopped alone: 1), with the launcher and without."""
+
+    def start_unit(self, launcher: list, steps: int, grace: float, name: str, pace: str = "") -> list:
+        from .helpers import free_port, unit_env
+
+        script = os.path.join(self.tmp, "hangs.py")
+        with open(script, "w") as f:
+            f.write(HANGS_AT_EXIT)
+        port = free_port()
+        procs = []
+        for r in range(2):
+            env = dict(unit_env(r, 2, port, job=name), HADAR_JOB_ID=name, HADAR_CHECKPOINT_DIR=os.path.join(self.tmp, name + "-ckpt"),
+                       HADAR_PROGRESS_FILE=os.path.join(self.tmp, f"{name}-progress-{r}.json"), HADAR_EXIT_WAIT="5")
+            if pace:
+                env["HADAR_STEPS_PER_SEC"] = pace
+            procs.append(self.start(launcher + [script, str(steps), str(grace)], env, f"{name}{r}"))
+        return procs
+
+    def progress(self, name: str, r: int) -> dict:
+        return read_progress(os.path.join(self.tmp, f"{name}-progress-{r}.json")) or {}
+
+    def test_done_ends_the_process_with_0(self) -> None:
+        for launcher, name in (([], "plain"), (LAUNCHER, "launched")):
+            with self.subTest(name):
+                procs = self.start_unit(launcher, 30, 10, name)
+                for p in procs:
+                    self.assertEqual(p.wait(timeout=120), 0, p.stderr())
+                    self.assertIn("DONE", p.stdout())
+                self.assertEqual(self.progress(name, 0)["state"], "done")
+
+    def test_stopped_ends_the_process_with_its_code(self) -> None:
+        for launcher, name in (([], "plain"), (LAUNCHER, "launched")):
+            with self.subTest(name):
+                procs = self.start_unit(launcher, 100000, 10, name, pace="50")
+                self.wait_for("the unit trains", lambda: self.progress(name, 1).get("steps_done", 0) >= 10, procs=procs)
+                for p in procs:
+                    p.signal(signal.SIGTERM)
+                for p in procs:
+                    self.assertEqual(p.wait(timeout=60), 0, p.stderr())
+                self.assertEqual(self.progress(name, 0)["state"], "stopped")
+        # Rank 1 stopped alone: rank 0, never asked to stop, exits 1.
+        procs = self.start_unit([], 100000, 1, "alone", pace="50")
+        self.wait_for("the unit trains", lambda: self.progress("alone", 0).get("steps_done", 0) >= 10, procs=procs)
+        procs[1].signal(signal.SIGTERM)
+        self.assertEqual(procs[1].wait(timeout=60), 0, procs[1].stderr())
+        self.assertEqual(procs[0].wait(timeout=60), 1, procs[0].stderr())
+        self.assertEqual(self.progress("alone", 0)["state"], "failed")
