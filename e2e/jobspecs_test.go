@@ -151,13 +151,14 @@ var jobspecKinds = map[string]func(t *testing.T, job *api.Job, spec *jobspec.Spe
 const pythonVar = "/opt/pytorch/bin/python3"
 
 // wantPyTorch checks a PyTorch jobspec's task: the driver, the python
-// variable as its command, and the library's example module it runs.
+// variable as its command, and the library's example module it runs
+// under the library's launcher (python -m hadar_train.run -m MODULE).
 func wantPyTorch(t *testing.T, job *api.Job, driver, module string) {
 	t.Helper()
 	task := job.TaskGroups[0].Tasks[0]
 	args, _ := task.Config["args"].([]any)
-	if task.Driver != driver || len(args) < 2 || args[0] != "-m" || args[1] != module {
-		t.Errorf("task %s: driver %q, args %v; want %s running python -m %s", task.Name, task.Driver, args, driver, module)
+	if task.Driver != driver || len(args) < 4 || args[0] != "-m" || args[1] != "hadar_train.run" || args[2] != "-m" || args[3] != module {
+		t.Errorf("task %s: driver %q, args %v; want %s running python -m hadar_train.run -m %s", task.Name, task.Driver, args, driver, module)
 	}
 }
 

@@ -157,7 +157,8 @@ func (p torchPaths) hcl(j torchJob) string {
 	if j.memory == 0 {
 		j.memory = 1024
 	}
-	args := append([]string{"-m", "hadar_train.examples." + j.module}, j.args...)
+	// Under the library's launcher, as docs/pytorch.md has it.
+	args := append([]string{"-m", "hadar_train.run", "-m", "hadar_train.examples." + j.module}, j.args...)
 	quoted := make([]string, len(args))
 	for i, a := range args {
 		quoted[i] = strconv.Quote(a)

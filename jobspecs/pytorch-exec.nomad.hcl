@@ -12,7 +12,13 @@
 # (without it, in the allocation; docs/training-contract.md, "Where things
 # are").
 # The clients need Debian's python3-torch (or torch from pip) and the
-# library (pip install ./python): exec's chroot copies /usr.
+# library (pip install ./python), and a minimal chroot_env in their client
+# configuration (docs/pytorch.md, "Jobspecs"): Nomad's default copies all
+# of /usr (several times over where /lib and /bin link into it, about
+# 280,000 files), which takes about a round and gets the job preempted
+# before it starts. A script of your own goes in a host directory listed
+# in chroot_env (args = ["-m", "hadar_train.run", "/srv/training/train.py"]),
+# an installed package (-m), or an artifact fetched into local/.
 #
 #   nomad job run jobspecs/pytorch-exec.nomad.hcl
 
@@ -58,7 +64,11 @@ job "pytorch-exec" {
 
       config {
         command = var.python
-        args    = ["-m", "hadar_train.examples.ddp", "--checkpoint-every", "500"]
+        # The library's launcher (python -m hadar_train.run SCRIPT or -m
+        # MODULE) takes SIGTERM before the script imports torch: on exec
+        # the task is PID 1 of its PID namespace, where a stop that comes
+        # before the script's own handler would be dropped.
+        args = ["-m", "hadar_train.run", "-m", "hadar_train.examples.ddp", "--checkpoint-every", "500"]
       }
 
       env {

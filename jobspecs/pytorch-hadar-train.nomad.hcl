@@ -61,7 +61,10 @@ job "pytorch-hadar-train" {
 
       config {
         command     = var.python
-        args        = ["-m", "hadar_train.examples.hadare"]
+        # The library's launcher takes SIGTERM before the script imports
+        # torch (a stop then exits 0, not 143) and ends the process with
+        # the contract's status (docs/pytorch.md).
+        args        = ["-m", "hadar_train.run", "-m", "hadar_train.examples.hadare"]
         total_steps = var.steps
 
         emulate {

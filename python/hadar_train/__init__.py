@@ -18,13 +18,39 @@ initialises torch.distributed from it (env://), stops every rank of a
 unit together on SIGTERM/SIGINT with a checkpoint written by rank 0,
 resumes every rank from the newest checkpoint (model, optimizer,
 scheduler, random states, step), writes the progress file the sidecar
-reads, and merges a HadarE copy's model with its job's other copies."""
+reads, and merges a HadarE copy's model with its job's other copies.
 
-from .checkpoint import CheckpointError
+Start the script with the launcher, ``python -m hadar_train.run
+script.py [args]``: it owns SIGTERM and SIGINT from the process's first
+instant (a stop while the script still imports torch exits 0) and ends
+the process with the contract's status when the script is done."""
+
+from typing import TYPE_CHECKING, Any
+
 from .env import Env, EnvError
-from .membership import MergeError
+from .launch import Stopped
 from .progress import CONTRACT_VERSION, Progress
-from .run import Run, Stopped, init
+
+if TYPE_CHECKING:
+    from .checkpoint import CheckpointError
+    from .membership import MergeError
+    from .run import Run, init
 
 __all__ = ["init", "Run", "Stopped", "Env", "EnvError", "CheckpointError", "MergeError", "Progress", "CONTRACT_VERSION"]
 __version__ = "0.2.0"
+
+# What imports torch is imported when first used: ``python -m
+# hadar_train.run`` (the launcher) imports this package before it takes
+# the stop signals, and must not wait for torch to do so.
+_LAZY = {"init": "run", "Run": "run", "CheckpointError": "checkpoint", "MergeError": "membership"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

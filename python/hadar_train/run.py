@@ -11,10 +11,24 @@
         run.report(loss=loss.item())
 
 docs/training-contract.md is the contract this follows; docs/pytorch.md
-shows it against a plain DDP script."""
+shows it against a plain DDP script.
+
+Run as a program, ``python -m hadar_train.run SCRIPT [ARGS...]`` (or ``-m
+MODULE``), it is the launcher (``hadar_train.launch``): it takes SIGTERM
+and SIGINT before anything imports torch and ends the process itself when
+the script is done."""
 
 from __future__ import annotations
 
+if __name__ == "__main__":
+    # The launcher, before this module's imports (torch): nothing here has
+    # run but the standard library's start-up.
+    from hadar_train.launch import main as _launch
+
+    _launch()
+
+# (The imports follow the launcher's branch on purpose: E402.)
+import atexit
 import datetime as _dt
 import logging
 import math
@@ -30,25 +44,13 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 import torch
 
 from . import checkpoint as ck
+from . import launch
 from .env import Env
+from .launch import Stopped
 from .membership import LEAVING, Merged, MergeError, Membership
 from .progress import (DONE, FAILED, JOINING, MERGING, RENDEZVOUS, RUNNING, STOPPED, Progress, write_progress)
 
 log = logging.getLogger("hadar_train")
-
-
-class Stopped(SystemExit):
-    """Raised out of ``Run.steps()`` when the run ends before its total:
-    the process was asked to stop (SIGTERM or SIGINT, here or on another
-    rank of the unit) and rank 0 wrote a checkpoint. Its ``code`` is the
-    exit status the contract wants: 0 when this process was itself asked
-    to stop, 1 when the unit broke under it (a peer stopped or was lost
-    and no stop signal came here within the grace period), so the
-    scheduler plans the job anew. Uncaught, it exits with that status."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(code)
-        self.reason = reason
 
 
 class _StopNow(Exception):
@@ -128,6 +130,7 @@ class Run:
         self._old_handlers: Dict[int, Any] = {}
         self._started = False
         self._closed = False
+        self._exit_code = 0  # the contract's status once closed
         self._old_excepthook = sys.excepthook
         self._last_ckpt_time = time.monotonic()
         self._progress_at, self._progress_steps, self._rate = time.monotonic(), 0, 0.0
@@ -143,6 +146,21 @@ class Run:
         if install_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+        # A stop that reached the launcher before init() (and that the
+        # script swallowed): the run stops before it starts.
+        self._signal = launch.take_pending()
+        self.nodes, self.unit_pace = 1, 0.0
+        if self._signal is not None:
+            self.state = STOPPED
+            self._write_progress()
+            log.info("hadar_train: %s came before init(); nothing ran, nothing to save", signal.Signals(self._signal).name)
+            self.close()
+            raise Stopped(0, "stopped before the run started")
+        if self.distributed and not launch.installed():
+            # Without the launcher: after close() or Stopped, the process
+            # ends at exit with the contract's status before interpreter
+            # shutdown, which can hang in the process group's destructors.
+            _exit_guard.register()
 
         self.device = self._pick_device()
         self.nodes, self.unit_pace, pace = 1, env.steps_per_sec, env.steps_per_sec
@@ -238,7 +256,8 @@ class Run:
         if self._signal is not None:
             # A second signal: the default action (a person pressing
             # Ctrl-C twice means it).
-            signal.signal(signum, self._old_handlers.get(signum, signal.SIG_DFL) or signal.SIG_DFL)
+            old = self._old_handlers.get(signum, signal.SIG_DFL)
+            signal.signal(signum, signal.SIG_DFL if old in (None, launch.early_handler) else old)
             os.kill(os.getpid(), signum)
             return
         self._signal = signum
@@ -680,6 +699,8 @@ class Run:
 
     def _exit_stopped(self, reason: str) -> None:
         own = self._wait_own_signal()
+        if not own:
+            self._exit_code = 1
         self.close()
         if own:
             raise Stopped(0, reason)
@@ -717,7 +738,13 @@ class Run:
         log.info("hadar_train: done at step %d; checkpoint %s", self.step, self.checkpoint or ("written by rank 0" if self.checkpoint_dir else "none (no checkpoint directory)"))
 
     def close(self) -> None:
-        """Leave the process group and give back the signal handlers."""
+        """Leave the process group and give back the signal handlers. The
+        process then ends with the contract's status whatever the process
+        group does at interpreter shutdown (it can hang after DDP over
+        gloo): under the launcher the launcher ends it; without, a unit's
+        process ends at exit, after its ``atexit`` handlers, with 0 (done,
+        or stopped here), or 1 (``Stopped(1)``, or an uncaught exception),
+        and skips interpreter shutdown."""
         if self._closed:
             return
         self._closed = True
@@ -734,6 +761,7 @@ class Run:
                 signal.signal(sig, old if old is not None else signal.SIG_DFL)
         if sys.excepthook == self._excepthook:
             sys.excepthook = self._old_excepthook
+        _exit_guard.arm(self._exit_code)
 
     def __enter__(self) -> "Run":
         return self
@@ -745,6 +773,54 @@ class Run:
         if exc is None or isinstance(exc, Stopped):
             self.close()
         return False
+
+
+class _ExitGuard:
+    """Without the launcher: ends a unit's process at exit, once the Run
+    is closed, with the contract's status (``os._exit``), skipping
+    interpreter shutdown, where the process group's destructors can hang.
+    Registered with ``atexit`` at ``init()`` (handlers registered later run
+    first), armed by ``close()``. An uncaught exception means 1 (as the
+    interpreter's own status); a ``sys.exit(n)`` of the script after
+    ``close()`` is not seen (the launcher passes it on)."""
+
+    def __init__(self) -> None:
+        self.registered = False
+        self.code: Optional[int] = None
+        self.uncaught = False
+        self._excepthook: Any = None
+
+    def register(self) -> None:
+        if not self.registered:
+            self.registered = True
+            atexit.register(self._at_exit)
+
+    def arm(self, code: int) -> None:
+        if not self.registered:
+            return
+        self.code = code
+        if self._excepthook is None:
+            self._excepthook = sys.excepthook
+            sys.excepthook = self._seen
+
+    def _seen(self, exc_type: Any, exc: BaseException, tb: Any) -> None:
+        self.uncaught = True
+        self._excepthook(exc_type, exc, tb)
+
+    def _at_exit(self) -> None:
+        if self.code is None:
+            return
+        code = 1 if self.uncaught else self.code
+        logging.shutdown()
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+_exit_guard = _ExitGuard()
 
 
 def _peer_error(e: BaseException) -> bool:
