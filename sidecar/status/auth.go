@@ -68,7 +68,7 @@ func (a Auth) authenticate(r *http.Request) (Access, error) {
 	}
 	tok := callerToken(r)
 	if tok == "" {
-		return Access{}, authError{http.StatusUnauthorized, errUnauthenticated}
+		return Access{}, authError{code: http.StatusUnauthorized, err: errUnauthenticated}
 	}
 	if a.Token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(a.Token)) == 1 {
 		return everything(), nil
@@ -76,7 +76,7 @@ func (a Auth) authenticate(r *http.Request) (Access, error) {
 	if a.Nomad != nil {
 		return a.Nomad.access(r.Context(), tok)
 	}
-	return Access{}, authError{http.StatusUnauthorized, errors.New("the token is not the status API's token")}
+	return Access{}, authError{code: http.StatusUnauthorized, err: errors.New("the token is not the status API's token")}
 }
 
 // callerToken is the bearer token of Authorization, else X-Nomad-Token
@@ -94,8 +94,9 @@ func callerToken(r *http.Request) string {
 
 // authError carries the status code of a refusal.
 type authError struct {
-	code int
-	err  error
+	code       int
+	err        error
+	retryAfter time.Duration // with 429: when to try again
 }
 
 func (e authError) Error() string { return e.err.Error() }
@@ -109,22 +110,43 @@ func (e authError) Unwrap() error { return e.err }
 // and 403 where it is not; a one-node list answers 403 without node
 // read). Answers are cached per token for TTL, so a page polling every 2 s
 // costs Nomad a few requests a minute.
+//
+// Anyone who reaches the listener can send tokens, so what they cost is
+// bounded: lookups of tokens without a grant here share a token bucket
+// (over it: 429), refusals are kept apart from grants for a short while,
+// and a grant is evicted only for another grant, never for a refusal,
+// callers seen again before newer ones.
 type NomadTokens struct {
 	client *api.Client
 	ttl    time.Duration
 	clock  func() time.Time
 
-	mu     sync.Mutex
-	grants map[[32]byte]*grant
+	mu      sync.Mutex
+	grants  map[[32]byte]*grant
+	refused map[[32]byte]time.Time // until when a refusal is answered from here
+	bucket  bucket
 }
 
 // NomadTokensTTL is how long an answer about a token is kept: a revoked
 // token or policy takes effect within it.
 const NomadTokensTTL = 30 * time.Second
 
-// maxGrants bounds the cache: callers sending random tokens must not grow
-// it without end.
+// refusedTTL is how long a refusal is kept: long enough that a caller
+// retrying a bad token costs Nomad little, short enough that a token made
+// just after a first try soon works.
+const refusedTTL = 10 * time.Second
+
+// maxGrants bounds the caches: callers sending random tokens must not grow
+// them without end.
 const maxGrants = 1024
+
+// lookupRate and lookupBurst bound the lookups of unseen tokens (each one
+// a few requests to Nomad): a page opened by many people at once passes,
+// a flood of made-up tokens costs Nomad at most lookupRate a second.
+const (
+	lookupRate  = 10
+	lookupBurst = 50
+)
 
 // probeJob is the job read to ask Nomad whether a token may read jobs in
 // a namespace; its existence does not matter (see NomadTokens).
@@ -134,28 +156,40 @@ const probeJob = "hadar-status-acl-probe"
 // of its own (nomadclient.Anonymous): a caller's missing or refused
 // token must never fall back on the sidecar's.
 func NewNomadTokens(client *api.Client) *NomadTokens {
-	return &NomadTokens{client: client, ttl: NomadTokensTTL, clock: time.Now, grants: map[[32]byte]*grant{}}
+	return &NomadTokens{
+		client:  client,
+		ttl:     NomadTokensTTL,
+		clock:   time.Now,
+		grants:  map[[32]byte]*grant{},
+		refused: map[[32]byte]time.Time{},
+		bucket:  bucket{rate: lookupRate, burst: lookupBurst, tokens: lookupBurst},
+	}
 }
 
-// grant is what Nomad said about one token.
+// grant is what Nomad said about one token it accepted.
 type grant struct {
 	expires time.Time
-	err     error // the token is refused
-	all     bool  // a management token
+	all     bool // a management token
 	nodes   bool
 	mu      sync.Mutex
 	ns      map[string]bool
 	token   string
 	owner   *NomadTokens
+
+	// Under owner.mu: when the grant was last used, and whether it was
+	// used again after the lookup that made it (a caller that came back:
+	// evicted only once no newcomer is left).
+	used     time.Time
+	returned bool
 }
+
+// errTokenRefused is Nomad's refusal of a token.
+var errTokenRefused = errors.New("the token is not one Nomad accepts (unknown, expired or revoked)")
 
 func (n *NomadTokens) access(ctx context.Context, tok string) (Access, error) {
 	g, err := n.grant(ctx, tok)
 	if err != nil {
 		return Access{}, err
-	}
-	if g.err != nil {
-		return Access{}, authError{http.StatusUnauthorized, g.err}
 	}
 	if g.all {
 		return everything(), nil
@@ -169,49 +203,136 @@ func (n *NomadTokens) grant(ctx context.Context, tok string) (*grant, error) {
 	now := n.clock()
 	n.mu.Lock()
 	g := n.grants[key]
-	n.mu.Unlock()
-	if g != nil && now.Before(g.expires) {
-		return g, nil
+	if g != nil {
+		g.used = now
+		if now.Before(g.expires) {
+			g.returned = true
+			n.mu.Unlock()
+			return g, nil
+		}
+		// An expired grant is a caller seen before: its refresh is not
+		// held to the limit on unseen tokens, so a flood cannot lock out
+		// the callers already here.
+	} else if until, ok := n.refused[key]; ok && now.Before(until) {
+		n.mu.Unlock()
+		return nil, authError{code: http.StatusUnauthorized, err: errTokenRefused}
+	} else if wait, ok := n.bucket.take(now); !ok {
+		n.mu.Unlock()
+		return nil, authError{code: http.StatusTooManyRequests, retryAfter: wait,
+			err: errors.New("too many unknown tokens to check with Nomad at the moment: retry later")}
 	}
-	g = &grant{expires: now.Add(n.ttl), ns: map[string]bool{}, token: tok, owner: n}
+	n.mu.Unlock()
+
+	fresh := &grant{expires: now.Add(n.ttl), ns: map[string]bool{}, token: tok, owner: n, used: now}
 	q := (&api.QueryOptions{AuthToken: tok}).WithContext(ctx)
 	self, _, err := n.client.ACLTokens().Self(q)
 	switch code := statusOf(err); {
 	case err == nil:
-		if self.ExpirationTime != nil && self.ExpirationTime.Before(g.expires) {
-			g.expires = *self.ExpirationTime
+		if self.ExpirationTime != nil && self.ExpirationTime.Before(fresh.expires) {
+			fresh.expires = *self.ExpirationTime
 		}
-		g.all = self.Type == "management"
-		if !g.all {
+		fresh.all = self.Type == "management"
+		if !fresh.all {
 			_, _, nerr := n.client.Nodes().List((&api.QueryOptions{AuthToken: tok, PerPage: 1}).WithContext(ctx))
 			switch c := statusOf(nerr); {
 			case nerr == nil:
-				g.nodes = true
+				fresh.nodes = true
 			case c == http.StatusForbidden:
 			default:
-				return nil, authError{http.StatusServiceUnavailable, fmt.Errorf("checking the token's node read with Nomad: %v", nerr)}
+				return nil, authError{code: http.StatusServiceUnavailable, err: fmt.Errorf("checking the token's node read with Nomad: %w", nerr)}
 			}
 		}
 	case code == http.StatusForbidden || code == http.StatusNotFound || code == http.StatusUnauthorized:
-		// A refusal is cached briefly too: a caller retrying a bad token
-		// must not turn into as many requests to Nomad.
-		g.err = errors.New("the token is not one Nomad accepts (unknown, expired or revoked)")
+		// A refusal is cached briefly too, apart from the grants: a caller
+		// retrying a bad token must not turn into as many requests to
+		// Nomad, nor push out a grant.
+		n.mu.Lock()
+		delete(n.grants, key)
+		n.refuse(key, now)
+		n.mu.Unlock()
+		return nil, authError{code: http.StatusUnauthorized, err: errTokenRefused}
 	case code == http.StatusBadRequest && strings.Contains(strings.ToLower(err.Error()), "acl support disabled"):
-		return nil, authError{http.StatusServiceUnavailable, errors.New("nomad_auth: Nomad has ACLs disabled, so it cannot vouch for any token: turn http.nomad_auth off and use http.auth_token or client certificates")}
+		return nil, authError{code: http.StatusServiceUnavailable, err: errors.New("nomad_auth: Nomad has ACLs disabled, so it cannot vouch for any token: turn http.nomad_auth off and use http.auth_token or client certificates")}
 	default:
-		return nil, authError{http.StatusServiceUnavailable, fmt.Errorf("checking the token with Nomad: %v", err)}
+		return nil, authError{code: http.StatusServiceUnavailable, err: fmt.Errorf("checking the token with Nomad: %w", err)}
 	}
 	n.mu.Lock()
-	if len(n.grants) >= maxGrants {
-		for k, old := range n.grants {
-			if !now.Before(old.expires) || len(n.grants) >= maxGrants {
-				delete(n.grants, k)
-			}
+	if g != nil {
+		// A refresh keeps the caller's standing.
+		fresh.returned = g.returned
+	}
+	if _, ok := n.grants[key]; !ok && len(n.grants) >= maxGrants {
+		n.evict(now)
+	}
+	n.grants[key] = fresh
+	n.mu.Unlock()
+	return fresh, nil
+}
+
+// evict drops one grant, under n.mu: an expired one if any, else the
+// least recently used of the callers seen only once, else the least
+// recently used of all. A caller that keeps polling is the last to go.
+func (n *NomadTokens) evict(now time.Time) {
+	var victim [32]byte
+	var worst *grant
+	rank := func(g *grant) int {
+		switch {
+		case !now.Before(g.expires):
+			return 0
+		case !g.returned:
+			return 1
+		}
+		return 2
+	}
+	for k, g := range n.grants {
+		if worst == nil || rank(g) < rank(worst) || rank(g) == rank(worst) && g.used.Before(worst.used) {
+			victim, worst = k, g
 		}
 	}
-	n.grants[key] = g
-	n.mu.Unlock()
-	return g, nil
+	if worst != nil {
+		delete(n.grants, victim)
+	}
+}
+
+// refuse records a refusal, under n.mu, within maxGrants entries: the
+// expired ones go first, then any (a refusal forgotten costs one more
+// lookup, still under the limit).
+func (n *NomadTokens) refuse(key [32]byte, now time.Time) {
+	if len(n.refused) >= maxGrants {
+		for k, until := range n.refused {
+			if !now.Before(until) {
+				delete(n.refused, k)
+			}
+		}
+		for k := range n.refused {
+			if len(n.refused) < maxGrants {
+				break
+			}
+			delete(n.refused, k)
+		}
+	}
+	n.refused[key] = now.Add(refusedTTL)
+}
+
+// bucket is a token bucket: rate a second, at most burst at once.
+type bucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+// take spends one token at now, or says how long until one is there.
+func (b *bucket) take(now time.Time) (time.Duration, bool) {
+	if !b.last.IsZero() && now.After(b.last) {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	if b.last.IsZero() || now.After(b.last) {
+		b.last = now
+	}
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0, true
+	}
+	return time.Duration((1 - b.tokens) / b.rate * float64(time.Second)), false
 }
 
 // readable asks Nomad (once per namespace while the grant is fresh)

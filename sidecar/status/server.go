@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -105,6 +106,10 @@ func (s *Server) Handler() http.Handler {
 			var ae authError
 			if errors.As(err, &ae) {
 				code = ae.code
+				if ae.retryAfter > 0 {
+					// Whole seconds, rounded up: never an invitation to retry at once.
+					rec.Header().Set("Retry-After", strconv.Itoa(int((ae.retryAfter+time.Second-1)/time.Second)))
+				}
 			}
 			if code == http.StatusUnauthorized {
 				rec.Header().Set("WWW-Authenticate", `Bearer realm="hadar"`)
