@@ -28,7 +28,8 @@ import (
 //
 // The saved state is gzip'd and split into chunks (a variable holds 64
 // KiB) under <prefix>/state/<generation>-<writer>/<i>, a directory no other
-// store writes; then the manifest <prefix>/manifest is switched to them by
+// store writes (a fresh one for every save: see Save); then the manifest
+// <prefix>/manifest is switched to them by
 // check-and-set against the manifest read when the save began, recording
 // the SHA-256 of the chunks and the lock generation of the save (the
 // fence); only then are older generations' chunks deleted. A crash at any
@@ -54,8 +55,10 @@ type Variables struct {
 	segSize int
 	keep    int
 
-	// saveMu makes this store's saves one at a time.
+	// saveMu makes this store's saves one at a time; saves counts them
+	// (under saveMu) to give each its own chunk directory.
 	saveMu sync.Mutex
+	saves  uint64
 
 	// life ends with Close: it stops the journal's writer.
 	life context.Context
@@ -171,8 +174,9 @@ func conflictOf(err error) (*api.Variable, bool) {
 
 type manifest struct {
 	header
-	// Generation counts saves; Writer is the store that wrote this one:
-	// its chunks are <prefix>/state/<Generation>-<Writer>/<i> (no Writer:
+	// Generation counts saves; Writer is the store that wrote this one
+	// and which of its saves: its chunks are
+	// <prefix>/state/<Generation>-<Writer>/<i> (no Writer:
 	// <prefix>/state/<Generation>/<i>, the layout before writers).
 	Generation uint64 `json:"generation"`
 	Writer     string `json:"writer,omitempty"`
@@ -299,7 +303,15 @@ func (v *Variables) Save(ctx context.Context, s *Saved) error {
 		return err
 	}
 	sum := sha256.Sum256(gz)
-	next := &manifest{header: header{Format: Format, Version: Version}, Generation: 1, Writer: v.writer,
+	// Every save writes its own directory, never one an earlier save of
+	// this store may have switched the manifest to: a switch whose answer
+	// was lost can still be applied by Nomad after the next save read the
+	// manifest, and rewriting its chunks would leave a manifest that names
+	// chunks not its own.
+	// ("_": Nomad refuses "." in a variable's path.)
+	v.saves++
+	writer := v.writer + "_" + strconv.FormatUint(v.saves, 10)
+	next := &manifest{header: header{Format: Format, Version: Version}, Generation: 1, Writer: writer,
 		Chunks: (len(gz) + ChunkBytes - 1) / ChunkBytes, SHA256: hex.EncodeToString(sum[:]), LockGeneration: s.Generation, Leader: s.Leader}
 	if old != nil {
 		if err := fence(v.Where(), "save", s.Generation, old.LockGeneration, old.Leader); err != nil {
@@ -332,11 +344,31 @@ func (v *Variables) Save(ctx context.Context, s *Saved) error {
 			// the state.
 			return fmt.Errorf("state in %s: switch the manifest to generation %d: %w", v.Where(), next.Generation, err)
 		}
-		v.removeChunks(ctx, dir, next.Chunks)
+		if !v.mayName(ctx, c, next) {
+			v.removeChunks(ctx, dir, next.Chunks)
+		}
 		return v.lost(s, next.Generation, c)
 	}
 	v.sweep(ctx, next)
 	return nil
+}
+
+// mayName reports whether the manifest, as the conflict c shows it (read
+// again when c does not say), may name the chunks of m: then they are not
+// deleted. Not knowing counts as yes: chunks left behind are swept by a
+// later save, chunks deleted under the manifest make the state unreadable.
+func (v *Variables) mayName(ctx context.Context, c *api.Variable, m *manifest) bool {
+	cur, err := v.decodeManifest(c)
+	if c.Items == nil || err != nil {
+		var mv *api.Variable
+		if cur, mv, err = v.manifest(ctx); err != nil {
+			return true
+		}
+		if mv == nil {
+			return false
+		}
+	}
+	return v.chunkDir(cur) == v.chunkDir(m)
 }
 
 // lost is the error of a save whose manifest switch found c instead of

@@ -150,7 +150,7 @@ func TestVariablesTwoWritersRacing(t *testing.T) {
 					t.Fatalf("loaded %q, want the winner's %q", tagOf(got), tagOf(win))
 				}
 			}
-			if dirs := chunkDirs(f); len(dirs) != 1 || !strings.HasSuffix(dirs[0], "-"+a.writer) {
+			if dirs := chunkDirs(f); len(dirs) != 1 || !strings.Contains(dirs[0], "-"+a.writer+"_") {
 				t.Fatalf("chunk directories left: %v (want the winner's only)", dirs)
 			}
 			// The loser's next save starts from the winner's and wins.
@@ -185,7 +185,7 @@ func TestVariablesSweep(t *testing.T) {
 		if err := a.Save(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}
-		if dirs := chunkDirs(f); len(dirs) != 1 || !strings.HasSuffix(dirs[0], "-"+a.writer) {
+		if dirs := chunkDirs(f); len(dirs) != 1 || !strings.Contains(dirs[0], "-"+a.writer+"_") {
 			t.Fatalf("chunk directories left: %v", dirs)
 		}
 	})
@@ -211,7 +211,7 @@ func TestVariablesSweep(t *testing.T) {
 		if got := mustLoad(t, a); !reflect.DeepEqual(got, cs) {
 			t.Fatalf("loaded %q, want c's state", tagOf(got))
 		}
-		if dirs := chunkDirs(f); len(dirs) != 1 || !strings.HasSuffix(dirs[0], "-"+c.writer) {
+		if dirs := chunkDirs(f); len(dirs) != 1 || !strings.Contains(dirs[0], "-"+c.writer+"_") {
 			t.Fatalf("chunk directories: %v", dirs)
 		}
 	})
@@ -433,7 +433,7 @@ func TestVariablesFencingRaces(t *testing.T) {
 		if err := <-errc; !errors.Is(err, ErrFenced) || !strings.Contains(err.Error(), `generation 5 (replica "new")`) {
 			t.Fatalf("deposed leader's save: %v", err)
 		}
-		if dirs := chunkDirs(f); len(dirs) != 1 || !strings.HasSuffix(dirs[0], "-"+cur.writer) {
+		if dirs := chunkDirs(f); len(dirs) != 1 || !strings.Contains(dirs[0], "-"+cur.writer+"_") {
 			t.Fatalf("chunk directories: %v", dirs)
 		}
 		if err := old.Save(context.Background(), savedOf(t, 100, "old2", 3)); !errors.Is(err, ErrFenced) {
@@ -844,7 +844,58 @@ func TestVariablesReadsTheFirstLayout(t *testing.T) {
 	if err := v.Save(ctx, savedOf(t, 100, "new", 0)); err != nil {
 		t.Fatal(err)
 	}
-	if dirs := chunkDirs(f); len(dirs) != 1 || !strings.HasSuffix(dirs[0], "-"+v.writer) {
+	if dirs := chunkDirs(f); len(dirs) != 1 || !strings.Contains(dirs[0], "-"+v.writer+"_") {
 		t.Fatalf("chunk directories: %v", dirs)
+	}
+}
+
+// A manifest switch whose answer is lost and that Nomad applies late,
+// after the same store's next save wrote its chunks: that save loses the
+// race (409) and must neither have rewritten nor delete the chunks the
+// manifest now names; the state loads, and the save after it goes through
+// (issue #31, item 9).
+func TestVariablesLateSwitch(t *testing.T) {
+	f := newFakeVars(t)
+	v := f.store("a")
+	if err := v.Save(context.Background(), savedOf(t, 3*ChunkBytes, "first", 1)); err != nil {
+		t.Fatal(err)
+	}
+	// The switch of "late" reaches Nomad but waits there; its sender gives
+	// up on the answer.
+	reached, release := f.hold("a", "PUT", `^hadar/sidecar/manifest$`)
+	ctx, cancel := context.WithCancel(context.Background())
+	lateDone := make(chan error, 1)
+	go func() { lateDone <- v.Save(ctx, savedOf(t, 3*ChunkBytes, "late", 1)) }()
+	<-reached
+	cancel()
+	if err := <-lateDone; err == nil {
+		t.Fatal("a save whose answer was lost succeeded")
+	}
+	// The next save writes its chunks, then its switch waits until the
+	// late one is applied.
+	reached2, release2 := f.hold("a", "PUT", `^hadar/sidecar/manifest$`)
+	next := saveAsync(v, savedOf(t, 3*ChunkBytes, "next", 1))
+	<-reached2
+	release()
+	for deadline := time.Now().Add(5 * time.Second); manifestOf(t, f).Generation != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the late switch was never applied")
+		}
+	}
+	release2()
+	if err := <-next; !errors.Is(err, ErrConflict) {
+		t.Fatalf("the save racing the late switch: %v, want ErrConflict", err)
+	}
+	if got := tagOf(mustLoad(t, f.store("reader"))); got != "late" {
+		t.Fatalf("loaded %q, want the late switch's state", got)
+	}
+	if err := v.Save(context.Background(), savedOf(t, 3*ChunkBytes, "after", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := tagOf(mustLoad(t, f.store("reader2"))); got != "after" {
+		t.Fatalf("loaded %q after the next save", got)
+	}
+	if dirs := chunkDirs(f); len(dirs) != 1 {
+		t.Errorf("chunk directories left: %v", dirs)
 	}
 }
