@@ -106,9 +106,20 @@ func TestStopAndResumeMatchesUninterrupted(t *testing.T) {
 	want, wantLine := runToEnd(t, context.Background(), testOptions(t, t.TempDir(), nil, args...))
 
 	dir := t.TempDir()
-	paced := testOptions(t, dir, map[string]string{"HADAR_STEPS_PER_SEC": "2000"}, args...)
+	// Paced to 5 s, and stopped once its progress shows a step: a fixed
+	// delay stopped it before its first step on a loaded machine.
+	paced := testOptions(t, dir, map[string]string{"HADAR_STEPS_PER_SEC": "300"}, append(args, "--progress-interval", "20ms")...)
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, cancel)
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			if p, err := ReadProgress(paced.ProgressFile); err == nil && p.StepsDone > 0 {
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
 	stopped, line := runToEnd(t, ctx, paced)
 	if !stopped.Stopped || line != "" || stopped.StepsDone == 0 || stopped.StepsDone >= 1500 {
 		t.Fatalf("stopped run: %+v, stdout %q; want a stop mid-run and no final line", stopped, line)
