@@ -1711,26 +1711,23 @@ func TestUserKeepsNoSupplementaryGroups(t *testing.T) {
 	}
 }
 
-// userWithSupplementaryGroup is an account of this machine that /etc/group
-// lists as a member of a group other than its own.
+// userWithSupplementaryGroup makes an account of its own that is also a
+// member of a group of its own (removed when the test ends): a test that
+// looked for such an account among the machine's skipped where none was.
 func userWithSupplementaryGroup(t *testing.T) (name, group string) {
-	b, err := os.ReadFile("/etc/group")
-	if err != nil {
-		t.Skip(err)
-	}
-	for line := range strings.Lines(string(b)) {
-		f := strings.Split(strings.TrimSpace(line), ":")
-		if len(f) < 4 || f[3] == "" {
-			continue
-		}
-		for _, m := range strings.Split(f[3], ",") {
-			if u, err := user.Lookup(m); err == nil && u.Uid != "0" && u.Gid != f[2] {
-				return m, f[0]
-			}
+	suffix := strconv.Itoa(os.Getpid())
+	name, group = "hadart"+suffix, "hadarg"+suffix
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", args, err, out)
 		}
 	}
-	t.Skip("no account here is a member of another group in /etc/group")
-	return "", ""
+	run("groupadd", "--system", group)
+	t.Cleanup(func() { _ = exec.Command("groupdel", group).Run() })
+	run("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--groups", group, name)
+	t.Cleanup(func() { _ = exec.Command("userdel", name).Run() })
+	return name, group
 }
 
 // A recovered handle whose state_dir is not the one this driver gives
