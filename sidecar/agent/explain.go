@@ -168,7 +168,7 @@ func (a *Agent) Health() wire.Health {
 	defer a.mu.Unlock()
 	h := wire.Health{Synced: snap.Synced, Index: st.Index, LastPlan: time.Unix(0, int64(a.last.Time*1e9)), Rounds: a.rounds, Cycles: a.cycles,
 		Jobs: len(a.jobs), Refused: len(a.invalid), InFlight: len(a.applier.Ops()), Writes: a.applier.Writes(), Repairs: maps.Clone(a.repairs), DryRun: a.cfg.DryRun,
-		Leader: a.leading(), Replica: a.id, Generation: a.generation()}
+		Leader: a.leading(), Replica: a.id, Generation: a.generation(), LeaderGained: int(a.gained.Load()), LeaderLost: int(a.lost.Load())}
 	switch {
 	case snap.Synced.IsZero():
 		h.Problem = "not yet synced with Nomad"

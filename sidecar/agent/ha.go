@@ -43,6 +43,8 @@ func newLock(cfg config.Settings, client *api.Client, id string, a *Agent) (lead
 type lead struct {
 	lock  leader.Lock
 	lease atomic.Pointer[leader.Lease]
+	// gained and lost count the leases taken and lost (Health, metrics).
+	gained, lost atomic.Int64
 }
 
 // acting reports whether this replica may write to Nomad now: not a dry
@@ -135,6 +137,7 @@ func (a *Agent) campaign(ctx context.Context) {
 			continue
 		}
 		a.lease.Store(l)
+		a.gained.Add(1)
 		a.next = a.clock() // plan a round boundary at once
 		a.mu.Unlock()
 		a.log.Info("leading", "replica", a.id, "generation", l.Generation)
@@ -147,6 +150,7 @@ func (a *Agent) campaign(ctx context.Context) {
 		}
 		a.mu.Lock()
 		a.lease.Store(nil)
+		a.lost.Add(1)
 		a.applier.CancelAll()
 		a.mu.Unlock()
 		a.log.Warn("lost the leader lock: following", "replica", a.id, "generation", l.Generation)

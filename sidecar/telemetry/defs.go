@@ -75,6 +75,12 @@ var Defs = []Def{
 		"Managed jobs that left the plan: result=complete, or failed (their workers failed more than three times)."},
 	{"hadar_leader", "gauge", []string{"policy"},
 		"1 while this replica acts (holds the leader lock, or runs without an election), 0 while it follows."},
+	{"hadar_leader_changes_total", "counter", []string{"policy", "to"},
+		"Leader locks this replica took (to=leader) or lost while running (to=follower; a release at shutdown is not counted) since it started. Summed over the replicas, to=leader counts how often leadership moved; a sidecar without an election never changes."},
+	{"hadar_learned_rate_steps_per_second", "gauge", []string{"policy", "model", "workers", "gpu_type"},
+		"Throughput learned from jobs' progress for a model at a width (workers) on a GPU type, in steps/s: the profile's figure times the learned correction, or the rate measured where no profile had one (/v1/learned). Only figures with enough evidence to count have a series."},
+	{"hadar_estimate_gaps", "gauge", []string{"policy"},
+		"(model, GPU type) pairs planned without any throughput estimate (no figure, no job measured it, no relative speed given): /v1/learned names them."},
 }
 
 // def returns the definition of a family (the queues' too).

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/queues"
@@ -94,10 +96,13 @@ type Telemetry struct {
 	lastWrites map[string]int
 	// lastRepairs is Health.Repairs at the previous sample.
 	lastRepairs map[string]int
-	cursor      cursor
-	prev        map[string]memo      // jobs at the previous sample, by ID
-	explained   map[string]time.Time // jobs whose last stop a decision explains
-	counters    map[string]counterKey
+	// lastGained and lastLost are Health.LeaderGained and LeaderLost at
+	// the previous sample.
+	lastGained, lastLost int
+	cursor               cursor
+	prev                 map[string]memo      // jobs at the previous sample, by ID
+	explained            map[string]time.Time // jobs whose last stop a decision explains
+	counters             map[string]counterKey
 	// lastQueues are the queues' preemption totals at the previous
 	// sample (queues.go).
 	lastQueues map[queues.CounterKey]uint64
@@ -184,6 +189,10 @@ func New(src Source, opts Options) (*Telemetry, error) {
 		t.inc("hadar_plan_repairs_total", 0, lbl("kind", k))
 		t.lastRepairs[k] = h.Repairs[k]
 	}
+	for _, to := range []string{"leader", "follower"} {
+		t.inc("hadar_leader_changes_total", 0, lbl("to", to))
+	}
+	t.lastGained, t.lastLost = h.LeaderGained, h.LeaderLost
 	for _, n := range []string{"hadar_rounds_total", "hadar_rewrite_conflicts_total", "hadar_nomad_reconnects_total", "hadar_nomad_relists_total"} {
 		t.inc(n, 0)
 	}
@@ -273,9 +282,15 @@ func (t *Telemetry) Sample() {
 	h := t.src.Health()
 	ws := t.src.WatchStats()
 	evs := t.src.History()
+	var learned *wire.Learned
+	if ls, ok := t.src.(LearnedSource); ok {
+		l := ls.Learned("")
+		learned = &l
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.sampleJobs(obs)
+	t.sampleLearned(learned)
 	t.sampleGPUs(obs)
 	t.sampleCounts(h, ws)
 	t.sampleQueues()
@@ -393,6 +408,31 @@ func (t *Telemetry) sampleCounts(h wire.Health, ws watch.Stats) {
 		t.inc("hadar_plan_repairs_total", n-t.lastRepairs[kind], lbl("kind", kind))
 		t.lastRepairs[kind] = n
 	}
+	t.inc("hadar_leader_changes_total", h.LeaderGained-t.lastGained, lbl("to", "leader"))
+	t.inc("hadar_leader_changes_total", h.LeaderLost-t.lastLost, lbl("to", "follower"))
+	t.lastGained, t.lastLost = h.LeaderGained, h.LeaderLost
+}
+
+// LearnedSource is a Source that learns throughputs (the agent): its
+// figures become gauges.
+type LearnedSource interface {
+	Learned(ref planner.GPUType) wire.Learned
+}
+
+// sampleLearned sets the learned figures' gauges (nil: the source does
+// not learn). A figure not yet applied has no series: it does not count
+// in plans either. Called under t.mu.
+func (t *Telemetry) sampleLearned(l *wire.Learned) {
+	if l == nil {
+		return
+	}
+	for _, f := range l.Figures {
+		if !f.Applied || !(f.Rate > 0) {
+			continue
+		}
+		t.gauge("hadar_learned_rate_steps_per_second", f.Rate, lbl("model", f.Model), lbl("workers", strconv.Itoa(f.SF)), lbl("gpu_type", string(f.Type)))
+	}
+	t.gauge("hadar_estimate_gaps", float64(len(l.Gaps)))
 }
 
 // sampleEvents counts the decisions made since the previous sample.

@@ -18,16 +18,20 @@ import (
 
 // fake is a Source the test scripts.
 type fake struct {
-	obs  wire.Observation
-	h    wire.Health
-	hist []wire.Event
-	ws   watch.Stats
+	obs     wire.Observation
+	h       wire.Health
+	hist    []wire.Event
+	ws      watch.Stats
+	learned wire.Learned
 }
 
 func (f *fake) Observe() wire.Observation { return f.obs }
 func (f *fake) Health() wire.Health       { return f.h }
 func (f *fake) History() []wire.Event     { return append([]wire.Event(nil), f.hist...) }
 func (f *fake) WatchStats() watch.Stats   { return f.ws }
+func (f *fake) Learned(planner.GPUType) wire.Learned {
+	return f.learned
+}
 
 var t0 = time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 
@@ -273,7 +277,8 @@ func TestCursorAcrossTrims(t *testing.T) {
 // and everything documented exists.
 func TestEveryMetricIsDocumented(t *testing.T) {
 	a := running("default/a", unit("n1", "v100", 2))
-	f := &fake{h: wire.Health{Writes: map[string]int{}}, obs: cluster(t0, a)}
+	f := &fake{h: wire.Health{Writes: map[string]int{}}, obs: cluster(t0, a),
+		learned: wire.Learned{Figures: []engine.Learned{{Model: "resnet50", SF: 1, Type: "v100", Rate: 9, Applied: true}}}}
 	tel, err := New(f, Options{Policy: "gavel-maxmin"})
 	if err != nil {
 		t.Fatal(err)
@@ -333,4 +338,42 @@ func TestEveryMetricIsDocumented(t *testing.T) {
 			t.Errorf("docs/status.md documents %s, which does not exist", name)
 		}
 	}
+}
+
+// Leader changes count the agent's lock acquisitions and losses from the
+// sidecar's start (a restored or earlier count is not this process's);
+// learned figures become gauges once they count, and gaps are counted.
+func TestLeaderChangesAndLearnedRates(t *testing.T) {
+	f := &fake{h: wire.Health{Writes: map[string]int{}, LeaderGained: 1}, obs: cluster(t0)}
+	tel, err := New(f, Options{Policy: "hadar"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.Sample()
+	check(t, gathered(t, tel), "at start", []want{
+		{"hadar_leader_changes_total", []string{"to", "leader"}, 0}, // taken before New: the baseline
+		{"hadar_leader_changes_total", []string{"to", "follower"}, 0},
+		{"hadar_estimate_gaps", nil, 0},
+		{"hadar_learned_rate_steps_per_second", nil, -1}, // nothing learned: no series
+	})
+
+	// The lock is lost, taken again, lost and taken again; the estimates
+	// learned resnet50 on two V100s, have seen too little of k80 to count,
+	// and plan one model on p100 without an estimate.
+	f.h.LeaderGained, f.h.LeaderLost = 3, 2
+	f.learned = wire.Learned{
+		Figures: []engine.Learned{
+			{Model: "resnet50", SF: 2, Type: "v100", Profile: 10, Factor: 1.2, Rate: 12, Applied: true},
+			{Model: "resnet50", SF: 2, Type: "k80", Profile: 4, Factor: 1},
+		},
+		Gaps: []engine.Gap{{Model: "my-llm", Type: "p100"}},
+	}
+	tel.Sample()
+	check(t, gathered(t, tel), "after two failovers", []want{
+		{"hadar_leader_changes_total", []string{"policy", "hadar", "to", "leader"}, 2},
+		{"hadar_leader_changes_total", []string{"to", "follower"}, 2},
+		{"hadar_learned_rate_steps_per_second", []string{"policy", "hadar", "model", "resnet50", "workers", "2", "gpu_type", "v100"}, 12},
+		{"hadar_learned_rate_steps_per_second", []string{"gpu_type", "k80"}, -1},
+		{"hadar_estimate_gaps", nil, 1},
+	})
 }

@@ -169,7 +169,12 @@ type Health struct {
 	Leader     bool   `json:"leader"`
 	Replica    string `json:"replica"`
 	Generation uint64 `json:"generation"`
-	Problem    string `json:"problem,omitempty"`
+	// LeaderGained counts the leader locks this replica took since it
+	// started, LeaderLost those it lost while running (a release at
+	// shutdown is not a loss): metrics count leader changes from them.
+	LeaderGained int    `json:"leader_gained,omitempty"`
+	LeaderLost   int    `json:"leader_lost,omitempty"`
+	Problem      string `json:"problem,omitempty"`
 }
 
 // Observation is one consistent reading of what the sidecar knows, taken
