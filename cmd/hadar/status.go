@@ -203,7 +203,9 @@ func ago(s float64) string {
 }
 
 // units writes a placement as 2xv100@node/rack, naming nodes by name
-// where names knows them (else by the start of their ID).
+// where names knows them, else by their whole ID (a caller without node
+// read sees no node names): a prefix could name several nodes, and
+// `nomad node status` takes the whole ID.
 func units(us []wire.UnitView, names map[string]string) string {
 	if len(us) == 0 {
 		return "-"
@@ -214,7 +216,7 @@ func units(us []wire.UnitView, names map[string]string) string {
 		for _, s := range u.Slots {
 			node := names[s.Node]
 			if node == "" {
-				node = s.Node[:min(8, len(s.Node))]
+				node = s.Node
 			}
 			ss = append(ss, fmt.Sprintf("%dx%s@%s/%s", s.Count, s.Type, node, s.Rack))
 		}

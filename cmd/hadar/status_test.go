@@ -92,3 +92,23 @@ func TestHadarStatus(t *testing.T) {
 		t.Errorf("hadar status against nothing: %d %s", code, errs)
 	}
 }
+
+// The GPUS column names each node by name where the caller may see
+// nodes, else by its whole ID, never by a prefix that could name another
+// node; every unit of a HadarE job is listed.
+func TestStatusPlacementColumn(t *testing.T) {
+	const id1, id2 = "6a72020d-4c1b-11f0-9a1e-0242ac120002", "6a72020d-99ff-11f0-9a1e-0242ac120002"
+	us := []wire.UnitView{
+		{Slots: []wire.SlotView{{Node: id1, Rack: "r2", Type: "p100", Count: 1}, {Node: id2, Rack: "r2", Type: "v100", Count: 2}}},
+		{Slots: []wire.SlotView{{Node: id2, Rack: "r2", Type: "v100", Count: 1}}},
+	}
+	if got, want := units(us, map[string]string{id1: "mix-a", id2: "mix-b"}), "1xp100@mix-a/r2+2xv100@mix-b/r2 | 1xv100@mix-b/r2"; got != want {
+		t.Errorf("with node names: %q, want %q", got, want)
+	}
+	if got, want := units(us, nil), "1xp100@"+id1+"/r2+2xv100@"+id2+"/r2 | 1xv100@"+id2+"/r2"; got != want {
+		t.Errorf("without node names: %q, want %q", got, want)
+	}
+	if got := units(nil, nil); got != "-" {
+		t.Errorf("no units: %q", got)
+	}
+}
