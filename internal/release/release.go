@@ -55,7 +55,10 @@ func Binaries() []Binary {
 // binaries.
 func Files() []string {
 	return []string{"README.md", "CHANGELOG.md", "docs/deploy.md", "docs/upgrade.md", "docs/driver.md", "docs/sidecar.md",
+		"docs/status.md", "docs/observability.md",
 		"deploy/hadar-sidecar.nomad.hcl", "deploy/hadar-auth-method.json", "docs/acl/hadar-sidecar.nomad.hcl", "docs/acl/hadar-sidecar.consul.hcl",
+		"deploy/systemd/nomad-client.service", "deploy/systemd/nomad-client-hadar.hcl", "deploy/systemd/hadar-sidecar.service", "deploy/systemd/sidecar.hcl",
+		"deploy/grafana/hadar.json", "deploy/prometheus/hadar-alerts.yml",
 		"planner/profile/data/LICENSE.gavel"}
 }
 
