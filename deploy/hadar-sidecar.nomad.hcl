@@ -34,7 +34,7 @@ variable "node_pool" {
 }
 
 variable "count" {
-  description = "Replicas; one leads, the others follow and take over within about 2 x lock TTL + lock delay."
+  description = "Replicas; one leads, the others follow. A leader stopped by Nomad releases the lock: another leads within about 2 s. One that dies (SIGKILL, a lost node) is replaced about 2 x lock_ttl + lock_delay later."
   type        = number
   default     = 2
 }
@@ -97,7 +97,7 @@ variable "lock_ttl" {
 }
 
 variable "lock_delay" {
-  description = "How long Nomad keeps the leader lock from being taken again after its holder lost it."
+  description = "How long Nomad keeps the leader lock from being taken again after its holder's lease lapsed (a released lock is free at once)."
   type        = string
   default     = "15s"
 }
@@ -214,10 +214,14 @@ job "hadar-sidecar" {
         change_mode = "noop"
       }
 
-      # SIGINT: the sidecar stops its writes and saves its state; another
-      # replica takes the leader lock once it lapses, about 2 x TTL + lock
-      # delay later (19 s with a 10 s TTL and 1 s delay in
-      # TestDeployedSidecar).
+      # SIGINT: the sidecar stops its writes, saves its state and releases
+      # the leader lock; another replica takes it at its next try, within
+      # about 2 s (the graceful handover of TestSidecarFailover). Only a
+      # leader that dies without releasing it (SIGKILL, a lost node) leaves
+      # the lock to lapse: about 2 x lock_ttl + lock_delay (45 s with the
+      # defaults). TestDeployedSidecar's 19 s, from stopping the leader's
+      # allocation until two replicas are registered again with one
+      # leading, includes the replacement allocation's start.
       kill_signal  = "SIGINT"
       kill_timeout = "30s"
 
