@@ -20,10 +20,11 @@ const resnet = "ResNet-50 (batch size 64)"
 
 func TestProfileDeclaredFigures(t *testing.T) {
 	p := NewProfile(profile.Default())
-	// A job naming its model is learned under the model (shared across
-	// submissions); one declaring figures alone under a key of its own.
-	if k := ModelKey(resnet, true, "default/own"); k != resnet {
-		t.Fatalf("a job naming its model: key %q", k)
+	// A profiled job is learned under the model (shared across
+	// submissions); one declaring figures under a key of its own, with a
+	// model or without.
+	if k := ModelKey(resnet, true, "default/own"); k != "job:default/own" {
+		t.Fatalf("a job naming its model and declaring figures: key %q", k)
 	}
 	if k := ModelKey(resnet, false, "default/own"); k != resnet {
 		t.Fatalf("a profiled job: key %q", k)
@@ -102,6 +103,35 @@ func TestProfileDeclaredFigures(t *testing.T) {
 
 // An overlay adds to the base and is replaced without a restart; relative
 // speeds come from the files and from the operator's settings.
+// Two teams' jobs of one model name, each declaring its own figures: each
+// is planned with its own, and one leaving changes nothing of the other's
+// (issue 31, item 1: under the model's name the last declared won in every
+// namespace and the first to leave dropped them for all).
+func TestDeclaredFiguresStayWithTheirJob(t *testing.T) {
+	p := NewProfile(profile.Default())
+	const m = "team-llm"
+	a, b := ModelKey(m, true, "team-a/train"), ModelKey(m, true, "team-b/train")
+	if a == b {
+		t.Fatalf("two namespaces' jobs share the key %q", a)
+	}
+	p.Declare(a, Declared{Model: m, Workers: 1, Throughput: map[planner.GPUType]float64{"v100": 40}})
+	p.Declare(b, Declared{Model: m, Workers: 1, Throughput: map[planner.GPUType]float64{"v100": 0.001}})
+	if got, err := p.Throughput(a, 1, "v100", false); err != nil || got != 40 {
+		t.Fatalf("team a's job: %v, %v; want its own 40", got, err)
+	}
+	if got, err := p.Throughput(b, 1, "v100", false); err != nil || got != 0.001 {
+		t.Fatalf("team b's job: %v, %v; want its own 0.001", got, err)
+	}
+	p.Forget(b)
+	if got, err := p.Throughput(a, 1, "v100", false); err != nil || got != 40 {
+		t.Fatalf("team a's job after team b's left: %v, %v; want 40", got, err)
+	}
+	// A job of the model that declares nothing sees no one's figures.
+	if _, err := p.Throughput(ModelKey(m, false, "team-c/train"), 1, "v100", false); !errors.Is(err, profile.ErrNoFigure) {
+		t.Fatalf("a job declaring nothing got another job's figure: %v", err)
+	}
+}
+
 func TestOverlayAndRelativeSpeeds(t *testing.T) {
 	p := NewProfile(profile.Default())
 	dir := t.TempDir()

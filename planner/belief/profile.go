@@ -43,11 +43,11 @@ type Declared struct {
 // profile.ErrNoFigure: the engine's estimates then estimate it (never a
 // silent 0; a 0 is a measured "cannot run there").
 //
-// Declared figures: under a key of the job's own (ModelKey without a
-// model: "job:<id>") they are the job's figures, and its model's fill the
-// types it leaves out; under a model's name they are hints, shared by the
-// jobs of the model, that fill only what the operator's profile lacks (a
-// job's word never overrides the operator's figures for other jobs).
+// Declared figures: under a key of the job's own (ModelKey: "job:<id>")
+// they are the job's figures, and its model's fill the types it leaves
+// out; under a model's name (only an operator's tool declares there, never
+// a job) they are hints, shared by the jobs of the model, that fill only
+// what the operator's profile lacks.
 //
 // Safe for concurrent use.
 type Profile struct {
@@ -71,10 +71,13 @@ func NewProfile(base speed.Profile) *Profile {
 
 // ModelKey is the model name a job is planned and learned under: its
 // model (hadar.model: a free name, shared by every job of the model
-// across submissions), or, for a job that names no model and declares its
-// figures, a key of its own ("job:<id>").
+// across submissions), or, for a job that declares its figures, a key of
+// its own ("job:<id>", id holding its namespace), with or without a model.
+// A declaration under the model's name would be shared by every job of
+// that name in every namespace: the last one admitted would set another
+// team's figures, and the first to leave would drop them for all.
 func ModelKey(model string, declares bool, id string) string {
-	if model != "" || !declares {
+	if !declares {
 		return model
 	}
 	return jobPrefix + id

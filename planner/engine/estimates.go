@@ -266,6 +266,7 @@ func (e *Estimates) Throughput(model string, sf int, t planner.GPUType, spread b
 	if sf <= 0 {
 		return 0, fmt.Errorf("estimates: model %q on %d GPUs: want a positive number of GPUs", model, sf)
 	}
+	model = e.family(model)
 	c := e.consolidated(estKey{model, sf, t})
 	if spread && sf > 1 {
 		c *= e.spreadRatio(model, sf, t)
@@ -314,7 +315,7 @@ func (e *Estimates) Estimate(model string, sf int, t planner.GPUType) (KeyEstima
 	if ok {
 		return KeyEstimate{Value: v * e.Factor(model, sf, t), Source: "profile"}, nil
 	}
-	k := estKey{model, sf, t}
+	k := estKey{e.family(model), sf, t}
 	if r, ok := e.learned(k); ok {
 		return KeyEstimate{Value: r, Source: "learned"}, nil
 	}
@@ -333,6 +334,27 @@ func (e *Estimates) Estimate(model string, sf int, t planner.GPUType) (KeyEstima
 // figure, a learned rate, or the model's own figures on the type.
 func (k KeyEstimate) firm() bool {
 	return k.Source == "profile" || k.Source == "learned" || k.Source == estimate.Scaled.String()
+}
+
+// family is the model a key without a figure of its own is estimated and
+// learned under: a job's own key (belief.Profile's "job:<id>") keeps its
+// declared figures to itself, and shares what is estimated or measured of
+// the types it declared nothing for with its model's other jobs.
+func (e *Estimates) family(model string) string {
+	if f, ok := e.base.(interface{ Family(string) string }); ok {
+		if m := f.Family(model); m != "" {
+			return m
+		}
+	}
+	return model
+}
+
+// keyOf is the key (model, sf, t) is learned under (family).
+func (e *Estimates) keyOf(model string, sf int, t planner.GPUType) estKey {
+	if _, ok, err := e.baseFigure(model, sf, t, false); err == nil && !ok {
+		return estKey{e.family(model), sf, t}
+	}
+	return estKey{model, sf, t}
 }
 
 // learned is the learned rate of a key the base has no figure for.
@@ -596,6 +618,7 @@ func (e *Estimates) observe(k estKey, job string, observed, exposure, seconds fl
 	if !e.learn.On || !(exposure > 0) || !(seconds > 0) || observed < 0 || math.IsInf(observed, 0) || math.IsInf(exposure, 0) {
 		return
 	}
+	k = e.keyOf(k.Model, k.SF, k.Type)
 	ls := e.corr[k]
 	if ls == nil {
 		ls = map[string]*correction{}
@@ -915,7 +938,7 @@ func (e *Estimates) Explore(jobs []ExploreJob, trial float64) {
 		r0 := 0.0
 		var cands []cand
 		for _, t := range j.Types {
-			k := estKey{j.Model, j.SF, t}
+			k := e.keyOf(j.Model, j.SF, t)
 			ke, err := e.Estimate(j.Model, j.SF, t)
 			if err != nil {
 				continue
@@ -944,7 +967,7 @@ func (e *Estimates) Explore(jobs []ExploreJob, trial float64) {
 				mu = r0
 			}
 			if worthExploring(left, r0, mu, c.sigma, e.learn.RestartCost, trial) {
-				k := estKey{j.Model, j.SF, c.t}
+				k := e.keyOf(j.Model, j.SF, c.t)
 				want[k] = max(want[k], mu*math.Exp(c.sigma), ExploreLead*r0)
 				want[k] = min(want[k], MaxFactor*r0)
 			}
