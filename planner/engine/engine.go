@@ -340,6 +340,7 @@ func (e *Engine) explore() {
 	if e.est == nil {
 		return
 	}
+	e.est.setLive(e.liveByModel())
 	e.est.Refresh()
 	jobs := make([]ExploreJob, 0, len(e.jobs))
 	for _, j := range e.jobs {
@@ -355,6 +356,15 @@ func (e *Engine) explore() {
 	// holds the evidence that replaces the estimate.
 	l := e.est.learn
 	e.est.Explore(jobs, max(e.cfg.Round, l.Warmup+l.FirstEvidence))
+}
+
+// liveByModel lists the active jobs per model key.
+func (e *Engine) liveByModel() map[string][]string {
+	out := map[string][]string{}
+	for _, j := range e.jobs {
+		out[j.view.Model] = append(out[j.view.Model], j.view.ID)
+	}
+	return out
 }
 
 // estimateNotes says, for a job's decision, which GPU types it is tried on
@@ -473,7 +483,9 @@ func (e *Engine) progressLimit(j *job, now float64) (float64, bool) {
 		best = j.firmBest
 	}
 	if !(best > 0) {
-		return 0, false
+		// No estimate to go by: still no step of any GPU is that fast,
+		// and a report claiming all steps at once is not a speed.
+		best = MaxRatePerGPU * float64(max(1, j.view.ScaleFactor)) / (2 * MaxFactor)
 	}
 	units := max(1, len(j.view.Placement.Units))
 	return j.trustedDone + 2*MaxFactor*best*float64(units)*(max(0, now-j.trustedAt)+progressGrace), true

@@ -77,6 +77,10 @@ type Estimates struct {
 	rate   map[estKey]float64
 	// explore holds the optimistic figure of each key being explored.
 	explore map[estKey]float64
+	// live holds, per model key, the jobs of the engine now (setLive):
+	// one job's ledger alone applies only while no other job of its model
+	// is planned with it.
+	live map[string]map[string]bool
 	// gen counts every change of an estimate; learnGen the changes of
 	// what was learned (what the estimator is fitted on); seenBase the
 	// declared profile's generation the factors were computed against.
@@ -101,6 +105,16 @@ const (
 	MaxFactor  = 4.0
 	MaxLedgers = 32
 )
+
+// MaxRatePerGPU bounds, in steps/s per GPU, what a report may claim of a
+// job no firm estimate bounds and what is learned where no figure is: far
+// beyond any training step, so only a lie (or a broken counter) is cut.
+const MaxRatePerGPU = 1e5
+
+// MinJobs is how many jobs' ledgers a key needs before what they measured
+// plans other jobs of the model: a job's progress file is written by the
+// job, and one job alone (lying, or hung) must not move another's plan.
+const MinJobs = 2
 
 // Exploration: ExploreLead is how far ahead of the job's best firm type an
 // explored key is shown; unknownSigma the spread assumed of a type nothing
@@ -694,8 +708,11 @@ func (e *Estimates) refactor(k estKey) {
 	type vote struct{ x, weight float64 }
 	var votes []vote
 	total, seconds := 0.0, 0.0
-	for _, c := range e.corr[k] {
-		if !(c.Exposure > 0) || !(c.Seconds > 0) {
+	jobs, only := 0, ""
+	for id, c := range e.corr[k] {
+		if !(c.Exposure > 0) || !(c.Seconds > 0) || !plausible(k, c) {
+			// A stall (or a rate no GPU makes) is a fact about that
+			// job, not a speed of the model: it never votes.
 			continue
 		}
 		x := c.Observed / c.Exposure
@@ -706,6 +723,13 @@ func (e *Estimates) refactor(k estKey) {
 		votes = append(votes, vote{x, w})
 		total += w
 		seconds += c.Seconds
+		jobs, only = jobs+1, id
+		if id == "" {
+			jobs++ // folded ledgers are several jobs'
+		}
+	}
+	if jobs < MinJobs && !e.alone(k.Model, only) {
+		votes, total = nil, 0
 	}
 	// The weighted median (order is the same in log space); exactly
 	// between two votes, their geometric mean.
@@ -742,23 +766,78 @@ func (e *Estimates) refactor(k estKey) {
 		}
 		changed = f != old
 	} else {
-		need := e.learn.FirstEvidence
-		if med == 0 {
-			need = e.learn.MinEvidence // "cannot run here" needs the full evidence
-		}
 		old, had := e.rate[k]
-		if ok && seconds >= need {
+		switch {
+		case ok && seconds >= e.learn.FirstEvidence:
 			e.rate[k] = med
 			changed = !had || old != med
 			if !had {
 				delete(e.explore, k) // measured: no longer explored
 			}
+		case had:
+			// Its evidence lost its weight (a job left, a ledger
+			// expired): back to the estimate.
+			delete(e.rate, k)
+			changed = true
 		}
 	}
 	if changed {
 		e.gen++
 		e.learnGen++
 	}
+}
+
+// plausible reports whether a ledger may vote: it made progress, at a
+// rate a GPU can make.
+func plausible(k estKey, c *correction) bool {
+	return c.Observed > 0 && c.Observed/c.Seconds <= MaxRatePerGPU*float64(max(1, k.SF))
+}
+
+// alone reports whether job is the only job of model planned now: its
+// own measurement may then plan it, and no other job.
+func (e *Estimates) alone(model, job string) bool {
+	if job == "" {
+		return false
+	}
+	live := e.live[model]
+	return len(live) == 1 && live[job]
+}
+
+// setLive records the jobs the engine plans now, per model key and the
+// model they are learned under, and recomputes what depends on it.
+func (e *Estimates) setLive(jobs map[string][]string) {
+	live := map[string]map[string]bool{}
+	for model, ids := range jobs {
+		for _, m := range []string{model, e.family(model)} {
+			if live[m] == nil {
+				live[m] = map[string]bool{}
+			}
+			for _, id := range ids {
+				live[m][id] = true
+			}
+		}
+	}
+	if maps.EqualFunc(live, e.live, maps.Equal) {
+		return
+	}
+	e.live = live
+	for _, k := range sortedKeys(e.corr) {
+		e.refactor(k)
+	}
+}
+
+// Stalls counts, per key, the jobs whose ledger shows no progress at all:
+// a hung or broken job, which the operator may act on; it is not learned.
+func (e *Estimates) Stalls() map[string]int {
+	out := map[string]int{}
+	for k, ls := range e.corr {
+		for _, c := range ls {
+			if c.Seconds > 0 && !(c.Observed > 0) {
+				out[fmt.Sprintf("%s x%d on %s", k.Model, k.SF, k.Type)]++
+			}
+		}
+	}
+	return out
 }
 
 // setExplore replaces the keys being explored and their optimistic

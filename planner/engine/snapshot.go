@@ -330,6 +330,8 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 	if corr != nil {
 		e.est.corr, e.est.factor, e.est.rate, e.est.explore = corr, map[estKey]float64{}, map[estKey]float64{}, explore
 		e.est.seenBase = e.est.baseGen()
+		e.est.live = nil
+		e.est.setLive(e.liveByModel())
 		for _, k := range sortedKeys(corr) {
 			e.est.refactor(k)
 		}

@@ -166,11 +166,13 @@ func TestABrokenOverlayStopsTheStart(t *testing.T) {
 }
 
 // What jobs of a model taught survives a restart in the saved state, and
-// a resubmitted job of the model starts from it (issue 21).
+// a resubmitted job of the model starts from it (issue 21). Two jobs
+// report: one job alone never plans another (issue 31).
 func TestLearnedFiguresSurviveARestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sidecar.db")
-	snap, rec := noteState(t, []noteCase{{name: "llm", meta: map[string]string{"hadar.model": "my-new-llm", "hadar.steps": "100000000"}}})
-	snap.Nodes["n1"] = gpuNode("n1", "NVIDIA H100 80GB HBM3", 1)
+	snap, rec := noteState(t, []noteCase{{name: "llm", meta: map[string]string{"hadar.model": "my-new-llm", "hadar.steps": "100000000"}},
+		{name: "llm2", meta: map[string]string{"hadar.model": "my-new-llm", "hadar.steps": "100000000"}}})
+	snap.Nodes["n1"] = gpuNode("n1", "NVIDIA H100 80GB HBM3", 2)
 	open := func() *Agent {
 		t.Helper()
 		srv := httptest.NewServer(rec)
@@ -192,19 +194,24 @@ func TestLearnedFiguresSurviveARestart(t *testing.T) {
 	}
 	a := open()
 	key := watch.JobKey{Namespace: "default", ID: "llm"}
-	id := engineID(key)
+	key2 := watch.JobKey{Namespace: "default", ID: "llm2"}
+	ids := []string{engineID(key), engineID(key2)}
 	a.mu.Lock()
 	now := a.now()
 	if err := a.sync(snap, now); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.eng.Adopt(id, planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{{Node: "n1", Type: "h100", Count: 1}}}}}, now); err != nil {
-		t.Fatal(err)
-	}
-	// It makes 10 steps/s there, reported every 30 s for 10 minutes.
-	for s := 30.0; s <= 600; s += 30 {
-		if err := a.eng.Progress(id, 10*s, now+s); err != nil {
+	for _, id := range ids {
+		if err := a.eng.Adopt(id, planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{{Node: "n1", Type: "h100", Count: 1}}}}}, now); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// Each makes 10 steps/s there, reported every 30 s for 10 minutes.
+	for s := 30.0; s <= 600; s += 30 {
+		for _, id := range ids {
+			if err := a.eng.Progress(id, 10*s, now+s); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	ke, err := a.est.Estimate("my-new-llm", 1, "h100")
@@ -223,6 +230,7 @@ func TestLearnedFiguresSurviveARestart(t *testing.T) {
 
 	// Restarted, and the job gone: its model keeps what it taught.
 	delete(snap.Jobs, key)
+	delete(snap.Jobs, key2)
 	b := open()
 	var fig *engine.Learned
 	l := b.Learned("")
@@ -231,7 +239,7 @@ func TestLearnedFiguresSurviveARestart(t *testing.T) {
 			fig = &l.Figures[i]
 		}
 	}
-	if fig == nil || !fig.Applied || fig.Rate < 9 || fig.Rate > 11 || fig.Jobs != 1 {
+	if fig == nil || !fig.Applied || fig.Rate < 9 || fig.Rate > 11 || fig.Jobs != 2 {
 		t.Fatalf("learned after the restart: %+v", l.Figures)
 	}
 	b.mu.Lock()
