@@ -81,6 +81,12 @@ type Estimates struct {
 	// one job's ledger alone applies only while no other job of its model
 	// is planned with it.
 	live map[string]map[string]bool
+	// prior holds, per key without a figure, the estimator's answer
+	// from before anything was learned there: one job's measurement
+	// alone plans other jobs only within MaxFactor of it (not saved: a
+	// restored key with one job's ledger has none, and the measurement
+	// alone, capped by plausible, plans until a second job reports).
+	prior map[estKey]float64
 	// gen counts every change of an estimate; learnGen the changes of
 	// what was learned (what the estimator is fitted on); seenBase the
 	// declared profile's generation the factors were computed against.
@@ -728,7 +734,10 @@ func (e *Estimates) refactor(k estKey) {
 			jobs++ // folded ledgers are several jobs'
 		}
 	}
-	if jobs < MinJobs && !e.alone(k.Model, only) {
+	lone := jobs < MinJobs && !e.alone(k.Model, only)
+	if lone && hasBase {
+		// The figure is a fair guess: one job alone does not move it
+		// for others.
 		votes, total = nil, 0
 	}
 	// The weighted median (order is the same in log space); exactly
@@ -767,6 +776,23 @@ func (e *Estimates) refactor(k estKey) {
 		changed = f != old
 	} else {
 		old, had := e.rate[k]
+		if !had && e.learn.On {
+			// What the key was planned at before it was measured.
+			if ke := e.tableEstimate(k); ke.source != estimate.NoData && ke.value > 0 {
+				if e.prior == nil {
+					e.prior = map[estKey]float64{}
+				}
+				if _, seen := e.prior[k]; !seen {
+					e.prior[k] = ke.value
+				}
+			}
+		}
+		if p, bound := e.prior[k]; ok && lone && bound {
+			// No figure, and one job's measurement the only evidence:
+			// it plans other jobs of the model (any measurement beats
+			// a guess), within MaxFactor of what was estimated.
+			med = min(max(med, p/MaxFactor), p*MaxFactor)
+		}
 		switch {
 		case ok && seconds >= e.learn.FirstEvidence:
 			e.rate[k] = med
