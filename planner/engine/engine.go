@@ -340,6 +340,7 @@ func (e *Engine) explore() {
 	if e.est == nil {
 		return
 	}
+	e.est.prune(e.now)
 	e.est.setLive(e.liveByModel())
 	e.est.Refresh()
 	jobs := make([]ExploreJob, 0, len(e.jobs))
@@ -567,7 +568,7 @@ func (e *Engine) learn(j *job, now float64) {
 	dt := now - j.lastAt
 	steps := j.done - j.lastDone
 	for _, p := range parts {
-		e.est.observe(p.k, j.view.ID, steps*p.rate/total, p.rate/p.cons*dt, dt)
+		e.est.observe(p.k, j.view.ID, steps*p.rate/total, p.rate/p.cons*dt, dt, now)
 	}
 }
 

@@ -122,6 +122,15 @@ const MaxRatePerGPU = 1e5
 // job, and one job alone (lying, or hung) must not move another's plan.
 const MinJobs = 2
 
+// LedgerTTL is how long, in seconds, a job's ledger is kept after its last
+// observation; MaxKeys how many (model, width, type) keys are kept at most,
+// the least recently observed forgotten first (issue 31, item 11: learned
+// entries of every key ever seen were saved and refitted forever).
+const (
+	LedgerTTL = 30 * 24 * 3600.0
+	MaxKeys   = 4096
+)
+
 // Exploration: ExploreLead is how far ahead of the job's best firm type an
 // explored key is shown; unknownSigma the spread assumed of a type nothing
 // is known of.
@@ -203,6 +212,9 @@ type correction struct {
 	Exposure float64
 	Seconds  float64
 	Seq      uint64
+	// Last is the engine time of the ledger's last observation: a key
+	// no job reported on for LedgerTTL is forgotten (prune).
+	Last float64
 }
 
 // NewEstimates returns estimates over the declared profile. The profile
@@ -634,7 +646,7 @@ func (e *Estimates) gap(model string, t planner.GPUType) string { return e.gaps[
 // observe records that job's unit, whose exposure (steps at a
 // consolidated 1 steps/s) was exposure, made observed steps over seconds
 // of running.
-func (e *Estimates) observe(k estKey, job string, observed, exposure, seconds float64) {
+func (e *Estimates) observe(k estKey, job string, observed, exposure, seconds, now float64) {
 	if !e.learn.On || !(exposure > 0) || !(seconds > 0) || observed < 0 || math.IsInf(observed, 0) || math.IsInf(exposure, 0) {
 		return
 	}
@@ -653,7 +665,50 @@ func (e *Estimates) observe(k estKey, job string, observed, exposure, seconds fl
 	c.Observed += observed
 	c.Exposure += exposure
 	c.Seconds += seconds
+	c.Last = max(c.Last, now)
 	e.refactor(k)
+}
+
+// prune forgets the ledgers last observed more than LedgerTTL before now
+// and, past MaxKeys keys, the least recently observed keys; what they
+// taught goes with them.
+func (e *Estimates) prune(now float64) {
+	last := map[estKey]float64{}
+	var touched []estKey
+	for k, ls := range e.corr {
+		n := len(ls)
+		for id, c := range ls {
+			if c.Last < now-LedgerTTL {
+				delete(ls, id)
+			} else {
+				last[k] = max(last[k], c.Last)
+			}
+		}
+		if len(ls) != n {
+			touched = append(touched, k)
+		}
+	}
+	if len(last) > MaxKeys {
+		keys := sortedKeys(last)
+		sort.SliceStable(keys, func(a, b int) bool { return last[keys[a]] > last[keys[b]] })
+		for _, k := range keys[MaxKeys:] {
+			clear(e.corr[k])
+		}
+	}
+	for _, k := range sortedKeys(e.corr) {
+		if len(e.corr[k]) == 0 {
+			delete(e.corr, k)
+			delete(e.prior, k)
+			if _, ok := e.explore[k]; ok {
+				delete(e.explore, k)
+				e.gen++
+			}
+			touched = append(touched, k)
+		}
+	}
+	for _, k := range touched {
+		e.refactor(k)
+	}
 }
 
 // nextSeq is one past the highest ledger sequence.
@@ -687,6 +742,7 @@ func (e *Estimates) fold(ls map[string]*correction) {
 		agg.Observed += c.Observed
 		agg.Exposure += c.Exposure
 		agg.Seconds += c.Seconds
+		agg.Last = max(agg.Last, c.Last)
 	}
 }
 

@@ -139,9 +139,12 @@ type correctionV1 struct {
 	Type  planner.GPUType `json:"type"`
 	// Job is the job whose ledger this is ("" for ledgers folded
 	// together, and in snapshots written before ledgers were per job).
-	Job      string  `json:"job,omitempty"`
-	Seq      uint64  `json:"seq,omitempty"`
-	Observed float64 `json:"observed_steps"`
+	Job string `json:"job,omitempty"`
+	Seq uint64 `json:"seq,omitempty"`
+	// Last is the engine time of the ledger's last observation (absent
+	// in older snapshots: the time of the snapshot).
+	Last     *float64 `json:"last_seen_s,omitempty"`
+	Observed float64  `json:"observed_steps"`
 	// Predicted (version 1) is the steps the profile predicted; Exposure
 	// (version 2) the steps a consolidated 1 steps/s would have made.
 	Predicted *float64 `json:"predicted_steps,omitempty"`
@@ -182,8 +185,8 @@ func (e *Engine) Snapshot() ([]byte, error) {
 			ls := e.est.corr[k]
 			for _, job := range slices.Sorted(maps.Keys(ls)) {
 				c := ls[job]
-				x := c.Exposure
-				es.Corr = append(es.Corr, correctionV1{Model: k.Model, SF: k.SF, Type: k.Type, Job: job, Seq: c.Seq,
+				x, last := c.Exposure, c.Last
+				es.Corr = append(es.Corr, correctionV1{Model: k.Model, SF: k.SF, Type: k.Type, Job: job, Seq: c.Seq, Last: &last,
 					Observed: c.Observed, Exposure: &x, Seconds: c.Seconds})
 			}
 		}
@@ -310,7 +313,7 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		if st.Estimates.Learn.withDefaults() != e.est.learn {
 			return nil, fmt.Errorf("engine snapshot: learning %+v, the estimates here %+v", st.Estimates.Learn.withDefaults(), e.est.learn)
 		}
-		if corr, explore, err = e.est.restoreLedgers(st.Estimates, version); err != nil {
+		if corr, explore, err = e.est.restoreLedgers(st.Estimates, version, st.Now); err != nil {
 			return nil, err
 		}
 	}
@@ -358,7 +361,7 @@ func finite(what string, x float64) error {
 // through the declared profile's consolidated figure (exact: the factor
 // was observed/predicted, and is observed/(exposure x figure) now); a
 // ledger whose key the profile no longer has a figure for is dropped.
-func (e *Estimates) restoreLedgers(es *estimatesV1, version int) (map[estKey]map[string]*correction, map[estKey]float64, error) {
+func (e *Estimates) restoreLedgers(es *estimatesV1, version int, now float64) (map[estKey]map[string]*correction, map[estKey]float64, error) {
 	corr := map[estKey]map[string]*correction{}
 	for _, c := range es.Corr {
 		var exposure float64
@@ -393,7 +396,14 @@ func (e *Estimates) restoreLedgers(es *estimatesV1, version int) (map[estKey]map
 		if _, dup := corr[k][c.Job]; dup {
 			return nil, nil, fmt.Errorf("engine snapshot: estimates: two ledgers of job %q for %s/%d/%s", c.Job, c.Model, c.SF, c.Type)
 		}
-		corr[k][c.Job] = &correction{Observed: c.Observed, Exposure: exposure, Seconds: c.Seconds, Seq: c.Seq}
+		last := now // older snapshots: seen now
+		if c.Last != nil {
+			if err := finite("estimates", *c.Last); err != nil {
+				return nil, nil, err
+			}
+			last = *c.Last
+		}
+		corr[k][c.Job] = &correction{Observed: c.Observed, Exposure: exposure, Seconds: c.Seconds, Seq: c.Seq, Last: last}
 	}
 	explore := map[estKey]float64{}
 	for _, x := range es.Explore {

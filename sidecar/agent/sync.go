@@ -519,14 +519,36 @@ func (a *Agent) usedPorts(snap *watch.Snapshot) map[string][]int {
 	return out
 }
 
-// warnOnce logs a warning the first time key is seen.
+// warnTTL is how long a warning stays silenced; maxWarned how many keys
+// are remembered at most (issue 31, item 11: the map only grew).
+const (
+	warnTTL   = time.Hour
+	maxWarned = 1024
+)
+
+// warnOnce logs a warning the first time key is seen, and again once
+// warnTTL has passed.
 func (a *Agent) warnOnce(key, msg string, args ...any) {
+	now := a.clock()
 	if a.warned == nil {
 		a.warned = map[string]time.Time{}
 	}
-	if _, ok := a.warned[key]; ok {
+	if at, ok := a.warned[key]; ok && now.Sub(at) < warnTTL && !at.After(now) {
 		return
 	}
-	a.warned[key] = a.clock()
+	if len(a.warned) >= maxWarned {
+		oldest := ""
+		for k, at := range a.warned {
+			if now.Sub(at) >= warnTTL {
+				delete(a.warned, k)
+			} else if oldest == "" || at.Before(a.warned[oldest]) {
+				oldest = k
+			}
+		}
+		if len(a.warned) >= maxWarned {
+			delete(a.warned, oldest)
+		}
+	}
+	a.warned[key] = now
 	a.log.Warn(msg, args...)
 }
