@@ -39,9 +39,11 @@ import (
 //     factor, so the profile's network sensitivity is kept.
 //   - The profile has none but jobs ran on it: the weighted median of the
 //     jobs' observed/exposure, once the key holds FirstEvidence seconds
-//     (MinEvidence for a median of 0: a job that makes no progress there
-//     cannot run there). Nothing bounds it but other jobs of the model: a
-//     model no profile names has only its own jobs to go by.
+//     (a stall, MinEvidence seconds without progress, votes 0 only with
+//     another job's, or for the one job of the model planned now). One
+//     job's ledger alone moves other jobs only within MaxFactor of the
+//     estimate from before the key was measured (prior); a model no
+//     profile names has only its own jobs to go by.
 //   - Neither: the estimator (planner/estimate) completes the table from
 //     every figure known and learned — the model's own figures at other
 //     widths and on other types, each type's relative speed across every
@@ -771,10 +773,14 @@ func (e *Estimates) refactor(k estKey) {
 	var votes []vote
 	total, seconds := 0.0, 0.0
 	jobs, only := 0, ""
+	var stalled []string
 	for id, c := range e.corr[k] {
 		if !(c.Exposure > 0) || !(c.Seconds > 0) || !plausible(k, c) {
 			// A stall (or a rate no GPU makes) is a fact about that
-			// job, not a speed of the model: it never votes.
+			// job, not a speed of the model: it votes only as below.
+			if c.Exposure > 0 && c.Observed == 0 && c.Seconds >= e.learn.MinEvidence {
+				stalled = append(stalled, id)
+			}
 			continue
 		}
 		x := c.Observed / c.Exposure
@@ -788,6 +794,21 @@ func (e *Estimates) refactor(k estKey) {
 		jobs, only = jobs+1, id
 		if id == "" {
 			jobs++ // folded ledgers are several jobs'
+		}
+	}
+	// Stalls vote "cannot run here" only where MinJobs jobs stalled
+	// (out of memory, say: a fact of the model), or for the one job of
+	// the model planned now (it alone is moved off the type).
+	if len(stalled) >= MinJobs || slices.Contains(stalled, "") || (len(stalled) == 1 && e.alone(k.Model, stalled[0])) {
+		x := 0.0
+		if hasBase {
+			x = 1 / MaxFactor
+		}
+		for _, id := range stalled {
+			votes = append(votes, vote{x, e.learn.MinEvidence})
+			total += e.learn.MinEvidence
+			seconds += e.learn.MinEvidence
+			jobs, only = jobs+1, id
 		}
 	}
 	lone := jobs < MinJobs && !e.alone(k.Model, only)

@@ -663,3 +663,32 @@ func TestOneJobAloneDoesNotMoveAnothersEstimate(t *testing.T) {
 		t.Fatalf("b after two jobs measured 1.5x: %v (figure %v)", st.Throughput["v100"], fig)
 	}
 }
+
+// Two jobs of a model that both make no progress on a type (out of memory,
+// say) teach that the model cannot run there: what one stall may not do,
+// two agreeing do (without it, hadar sim --seed 2 --known-profile none
+// --learn left a job on a type it cannot run on for 20 h).
+func TestTwoStallsTeachCannotRun(t *testing.T) {
+	nodes := []planner.Node{{ID: "v", Rack: "r", GPUs: map[planner.GPUType]int{"v100": 4}}}
+	e, est := engineOn(t, "fifo", profile.Default(), engine.LearnConfig{On: true, Warmup: 30, MinEvidence: 300}, nodes)
+	for _, id := range []string{"a", "b"} {
+		if err := e.Admit(planner.Job{ID: id, Model: "team-llm", ScaleFactor: 1, TotalSteps: 1e6, Weight: 1}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan(t, e, 0, engine.Boundary)
+	for now := 10.0; now <= 200; now += 10 {
+		_ = e.Progress("a", 0, now)
+		_ = e.Progress("b", 0, now)
+	}
+	if ke, _ := est.Estimate("team-llm", 1, "v100"); ke.Source == "learned" {
+		t.Fatalf("cannot-run learned before MinEvidence: %+v", ke)
+	}
+	for now := 210.0; now <= 500; now += 10 {
+		_ = e.Progress("a", 0, now)
+		_ = e.Progress("b", 0, now)
+	}
+	if ke, _ := est.Estimate("team-llm", 1, "v100"); ke.Source != "learned" || ke.Value != 0 {
+		t.Fatalf("two jobs stalled 470 s: %+v, want cannot run (0) learned", ke)
+	}
+}
