@@ -107,7 +107,7 @@ func (c *sidecarCluster) startSidecar(cfg config.Config) *agent.Agent {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	client, err := api.NewClient(&api.Config{Address: s.Nomad.Address})
+	client, err := api.NewClient(&api.Config{Address: s.Nomad.Address, SecretID: s.Nomad.Token})
 	if err != nil {
 		c.t.Fatal(err)
 	}

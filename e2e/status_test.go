@@ -55,25 +55,32 @@ func (c *sidecarCluster) startStatus(t *testing.T, a *agent.Agent, policy string
 	a.OnCycle(tel.ObserveRound)
 	go func() { tel.Run(ctx); close(done) }()
 	srv := status.New(a, status.Options{Telemetry: tel, Secrets: []string{statusToken}})
+	base := serveStatus(t, ctx, srv, func() { cancel(); <-done })
+	return &statusServer{base: base, tel: tel}
+}
+
+// serveStatus serves srv on a free loopback port until ctx ends and
+// returns its base URL; stop, at cleanup, ends ctx and whatever else runs.
+func serveStatus(t *testing.T, ctx context.Context, srv *status.Server, stop func()) string {
+	t.Helper()
 	bound := make(chan net.Addr, 1)
 	served := make(chan error, 1)
 	go func() {
 		served <- srv.Serve(ctx, status.Listener{Address: "127.0.0.1:0"}, func(ad net.Addr) { bound <- ad })
 	}()
 	t.Cleanup(func() {
-		cancel()
-		<-done
+		stop()
 		if err := <-served; err != nil {
 			t.Errorf("status API: %v", err)
 		}
 	})
 	select {
 	case ad := <-bound:
-		return &statusServer{base: "http://" + ad.String(), tel: tel}
+		return "http://" + ad.String()
 	case err := <-served:
 		t.Fatalf("status API: %v", err)
 	}
-	return nil
+	return ""
 }
 
 func (s *statusServer) get(t *testing.T, path string) (int, string) {

@@ -312,7 +312,12 @@ func writeStatus(b *strings.Builder, base string, st wire.Status, decisions int)
 	if len(st.Running) > 0 {
 		tw := table(b, "JOB\tSTATE\tGPUS\tPROGRESS\tRATE\tETA")
 		for _, j := range st.Running {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%3.0f%% (%.0f/%.0f)\t%.1f steps/s\t%s\n", j.ID, j.State, units(j.Units, names), 100*j.Progress, j.StepsDone, j.Steps, j.Rate, when(j.ETA, j.ETAS))
+			state := j.State
+			if j.StalledS > 0 {
+				// A hang holds GPUs and makes nothing: the operator's to act on.
+				state += ", stalled " + ago(j.StalledS)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%3.0f%% (%.0f/%.0f)\t%.1f steps/s\t%s\n", j.ID, state, units(j.Units, names), 100*j.Progress, j.StepsDone, j.Steps, j.Rate, when(j.ETA, j.ETAS))
 		}
 		tw.Flush()
 	}
@@ -366,6 +371,9 @@ func writeJob(b *strings.Builder, d wire.JobDetail) {
 	if j := d.Job; j != nil {
 		fmt.Fprintf(b, "model %s, %d workers, weight %g\n", j.Model, j.Workers, j.Weight)
 		fmt.Fprintf(b, "progress %.0f%% (%.0f of %.0f steps)", 100*d.Progress, j.StepsDone, j.Steps)
+		if j.StalledS > 0 {
+			fmt.Fprintf(b, ", stalled: no step for %s", ago(j.StalledS))
+		}
 		if len(j.Units) > 0 {
 			fmt.Fprintf(b, " at %.1f steps/s, ETA %s\nruns on %s", j.Rate, when(d.ETA, j.ETA), units(j.Units, d.NodeNames))
 		}

@@ -67,6 +67,11 @@ const DefaultRound = 360.0
 // DefaultOverrun is Config.Overrun's default.
 const DefaultOverrun = 0.05
 
+// DefaultStallAfter is Config.StallAfter's default: five minutes with no
+// step is far beyond a start-up, a checkpoint or a slow step of any job
+// the contract allows (a step is reported at least every round).
+const DefaultStallAfter = 300.0
+
 // Config of an Engine.
 type Config struct {
 	// Round is the round length in seconds (default DefaultRound).
@@ -94,6 +99,12 @@ type Config struct {
 	// at Admit and Restore, so what the schedulers see and the snapshot
 	// keeps is the capped value.
 	MaxMinRunTime float64
+	// StallAfter is how long in seconds a running job may report no step,
+	// from its placement or its last step, before its state says it
+	// stalled (default DefaultStallAfter). A stall is a fact about that
+	// job (a hang, a deadlock, a broken node) shown to the operator; it is
+	// never learned as its model's speed.
+	StallAfter float64
 }
 
 // Engine is the round engine. Build one with New; feed it what happens
@@ -141,8 +152,10 @@ type job struct {
 	// job's admission (the bound on reports grows from there).
 	reportedAt             float64
 	trustedDone, trustedAt float64
-	reason                 round.Reason
-	waitingSince           float64
+	// progressAt is when the job last made a step (0: never).
+	progressAt   float64
+	reason       round.Reason
+	waitingSince float64
 	// ineligible says why the job can run nowhere, when its eligibility
 	// (SetEligible) allows no node.
 	ineligible string
@@ -172,6 +185,12 @@ func New(cfg Config, sched round.Scheduler) (*Engine, error) {
 	}
 	if cfg.Overrun == 0 {
 		cfg.Overrun = DefaultOverrun
+	}
+	if cfg.StallAfter == 0 {
+		cfg.StallAfter = DefaultStallAfter
+	}
+	if !(cfg.StallAfter > 0) || math.IsInf(cfg.StallAfter, 0) {
+		return nil, fmt.Errorf("engine: stall after %v s: want a positive number of seconds", cfg.StallAfter)
 	}
 	if !(cfg.Overrun > 0) || cfg.Overrun > 1 {
 		return nil, fmt.Errorf("engine: overrun %v: want a fraction in (0, 1]", cfg.Overrun)
@@ -512,6 +531,9 @@ func (e *Engine) addProgress(j *job, steps, done, now float64) error {
 	}
 	j.rem -= steps
 	j.done = done
+	if steps > 0 {
+		j.progressAt = now
+	}
 	e.learn(j, now)
 	return nil
 }
@@ -1509,6 +1531,10 @@ type JobState struct {
 	// WaitingSince is when it last started waiting (meaningful when not
 	// running).
 	WaitingSince float64 `json:"waiting_since"`
+	// StalledS is how long a running job has made no step, from its
+	// placement or its last step, once that is Config.StallAfter or more
+	// (0: not stalled).
+	StalledS float64 `json:"stalled_s,omitempty"`
 }
 
 // Jobs returns the active jobs in arrival order.
@@ -1550,6 +1576,9 @@ func (e *Engine) state(j *job) JobState {
 		}
 	}
 	if j.view.Running {
+		if quiet := e.now - max(j.placedAt, j.progressAt); quiet >= e.cfg.StallAfter {
+			s.StalledS = quiet
+		}
 		if r, err := e.cfg.Speed.Rate(j.view.Job, j.view.Placement, e.now); err == nil && r > 0 {
 			s.Rate = r
 			s.ETA = math.Max(0, j.rem) / r

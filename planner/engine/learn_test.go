@@ -692,3 +692,55 @@ func TestTwoStallsTeachCannotRun(t *testing.T) {
 		t.Fatalf("two jobs stalled 470 s: %+v, want cannot run (0) learned", ke)
 	}
 }
+
+// A stall is shown on the job that stalled, from StallAfter without a
+// step, and goes when it steps again; a job that steps never shows one.
+func TestAStallIsShownOnItsJob(t *testing.T) {
+	nodes := []planner.Node{{ID: "v", Rack: "r", GPUs: map[planner.GPUType]int{"v100": 4}}}
+	e, _ := engineOn(t, "fifo", profile.Default(), engine.LearnConfig{On: true, Warmup: 30, MinEvidence: 300}, nodes)
+	for _, id := range []string{"hung", "fine"} {
+		if err := e.Admit(planner.Job{ID: id, Model: "ResNet-50 (batch size 128)", ScaleFactor: 2, TotalSteps: 1e6, Weight: 1}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan(t, e, 0, engine.Boundary)
+	stalled := func(id string) float64 {
+		t.Helper()
+		st, ok := e.Job(id)
+		if !ok || !st.Running {
+			t.Fatalf("%s: not running (%+v)", id, st)
+		}
+		return st.StalledS
+	}
+	for now := 10.0; now <= 290; now += 10 {
+		if err := e.Progress("hung", 5, now); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Progress("fine", now, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := stalled("hung"); s != 0 {
+		t.Fatalf("hung after 280 s without a step: stalled %v s, want none before %v s", s, engine.DefaultStallAfter)
+	}
+	for now := 300.0; now <= 400; now += 10 {
+		if err := e.Progress("hung", 5, now); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Progress("fine", now, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := stalled("hung"); s != 390 {
+		t.Fatalf("hung: stalled %v s, want 390 (its last step at 10 s)", s)
+	}
+	if s := stalled("fine"); s != 0 {
+		t.Fatalf("fine: stalled %v s, want 0", s)
+	}
+	if err := e.Progress("hung", 6, 410); err != nil {
+		t.Fatal(err)
+	}
+	if s := stalled("hung"); s != 0 {
+		t.Fatalf("hung after a step: stalled %v s, want 0", s)
+	}
+}

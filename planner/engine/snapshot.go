@@ -101,22 +101,25 @@ type stateV1 struct {
 }
 
 type jobV1 struct {
-	Job          planner.Job       `json:"job"`
-	Remaining    float64           `json:"remaining"`
-	Done         float64           `json:"done"`
-	Running      bool              `json:"running"`
-	Placement    planner.Placement `json:"placement"`
-	Received     []float64         `json:"received"`
-	PlacedAt     float64           `json:"placed_at"`
-	LastAt       float64           `json:"last_at"`
-	ReportedAt   float64           `json:"reported_at,omitempty"`
-	TrustedDone  float64           `json:"trusted_done,omitempty"`
-	TrustedAt    float64           `json:"trusted_at,omitempty"`
-	LastDone     float64           `json:"last_done"`
-	Reason       round.Reason      `json:"reason"`
-	WaitingSince float64           `json:"waiting_since"`
-	DeferUntil   float64           `json:"defer_until,omitempty"`
-	DeferWhy     string            `json:"defer_why,omitempty"`
+	Job         planner.Job       `json:"job"`
+	Remaining   float64           `json:"remaining"`
+	Done        float64           `json:"done"`
+	Running     bool              `json:"running"`
+	Placement   planner.Placement `json:"placement"`
+	Received    []float64         `json:"received"`
+	PlacedAt    float64           `json:"placed_at"`
+	LastAt      float64           `json:"last_at"`
+	ReportedAt  float64           `json:"reported_at,omitempty"`
+	TrustedDone float64           `json:"trusted_done,omitempty"`
+	TrustedAt   float64           `json:"trusted_at,omitempty"`
+	LastDone    float64           `json:"last_done"`
+	// ProgressAt is when the job last made a step: a stall survives a
+	// restart of the sidecar.
+	ProgressAt   float64      `json:"progress_at,omitempty"`
+	Reason       round.Reason `json:"reason"`
+	WaitingSince float64      `json:"waiting_since"`
+	DeferUntil   float64      `json:"defer_until,omitempty"`
+	DeferWhy     string       `json:"defer_why,omitempty"`
 	// Eligible is SetEligible's restriction (absent: none); Ineligible its
 	// reason when nothing is allowed.
 	Eligible   round.Eligible `json:"eligible,omitempty"`
@@ -176,7 +179,7 @@ func (e *Engine) Snapshot() ([]byte, error) {
 	}
 	for _, j := range e.jobs {
 		st.Jobs = append(st.Jobs, jobV1{Job: j.view.Job, Remaining: j.rem, Done: j.done, Running: j.view.Running, Placement: j.view.Placement,
-			Received: j.view.Received, PlacedAt: j.placedAt, LastAt: j.lastAt, ReportedAt: j.reportedAt, TrustedDone: j.trustedDone, TrustedAt: j.trustedAt, LastDone: j.lastDone, Reason: j.reason, WaitingSince: j.waitingSince,
+			Received: j.view.Received, PlacedAt: j.placedAt, LastAt: j.lastAt, ReportedAt: j.reportedAt, TrustedDone: j.trustedDone, TrustedAt: j.trustedAt, LastDone: j.lastDone, ProgressAt: j.progressAt, Reason: j.reason, WaitingSince: j.waitingSince,
 			DeferUntil: j.deferUntil, DeferWhy: j.deferWhy, Eligible: j.view.Eligible, Ineligible: j.ineligible})
 	}
 	if e.est != nil {
@@ -299,7 +302,7 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		js.Job.MinRunTime = e.capMinRunTime(js.Job.MinRunTime) // a cap set since the snapshot holds too
 		j := &job{view: round.JobView{Job: js.Job, Remaining: js.Remaining, Received: slices.Clone(js.Received), Placement: clonePlacement(js.Placement), Running: js.Running, Eligible: el},
 			ineligible: js.Ineligible,
-			rem:        js.Remaining, done: js.Done, placedAt: js.PlacedAt, lastAt: js.LastAt, reportedAt: js.ReportedAt, trustedDone: js.TrustedDone, trustedAt: js.TrustedAt, lastDone: js.LastDone, reason: js.Reason, waitingSince: js.WaitingSince,
+			rem:        js.Remaining, done: js.Done, placedAt: js.PlacedAt, lastAt: js.LastAt, reportedAt: js.ReportedAt, trustedDone: js.TrustedDone, trustedAt: js.TrustedAt, lastDone: js.LastDone, progressAt: js.ProgressAt, reason: js.Reason, waitingSince: js.WaitingSince,
 			deferUntil: js.DeferUntil, deferWhy: js.DeferWhy}
 		e.jobs = append(e.jobs, j)
 		e.byID[js.Job.ID] = j

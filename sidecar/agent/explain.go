@@ -33,7 +33,7 @@ func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
 	now := a.now()
 	for _, st := range a.eng.Jobs() {
 		jv := wire.JobView{ID: st.Job.ID, Workers: st.Job.ScaleFactor, Weight: st.Job.Weight, Model: st.Job.Model,
-			StepsDone: st.Done, Steps: st.Job.TotalSteps, Rate: st.Rate, ETA: st.ETA, Reason: st.Reason, Position: -1}
+			StepsDone: st.Done, Steps: st.Job.TotalSteps, Rate: st.Rate, ETA: st.ETA, Reason: st.Reason, Position: -1, StalledS: st.StalledS}
 		a.queueView(&jv, st.Job.Queue)
 		var mj *managed
 		for _, m := range a.jobs {

@@ -33,6 +33,8 @@ var Defs = []Def{
 		"Managed jobs waiting for GPUs. status=held: GPUs they can run on are free and hadar's policy holds them (their turn, fairness, delay scheduling, a back-off after Nomad refused a placement); status=no_capacity: every GPU they can run on is taken, or no GPU type of the cluster runs them."},
 	{"hadar_jobs", "gauge", []string{"policy", "state"},
 		"Managed jobs the engine plans, by state: running, starting (new workers written, not all running yet), stopping (workers told to checkpoint and end), waiting."},
+	{"hadar_stalled_jobs", "gauge", []string{"policy"},
+		"Running managed jobs that made no step for 5 minutes or more (from their start or their last step): a hang, a deadlock, a broken node. Each says so in its view (stalled_s); a stall is never learned as its model's speed."},
 	{"hadar_refused_jobs", "gauge", []string{"policy"},
 		"Managed jobs hadar will not plan (a jobspec error, or a profile that cannot plan them); the error is on the job and in /v1/plan."},
 	{"hadar_admission_wait_time_seconds", "histogram", []string{"policy", "gpu_type"},

@@ -310,9 +310,12 @@ func (t *Telemetry) Sample() {
 func (t *Telemetry) sampleJobs(obs wire.Observation) {
 	pending := map[string]int{StatusHeld: 0, StatusNoCapacity: 0}
 	states := map[string]int{"running": 0, "writing": 0, "starting": 0, "stopping": 0, "awaiting-gpus": 0, "waiting": 0}
-	copies := 0
+	copies, stalled := 0, 0
 	for _, j := range obs.Jobs {
 		states[j.State]++
+		if j.StalledS > 0 {
+			stalled++
+		}
 		switch j.Pending {
 		case wire.PendingHeld:
 			pending[StatusHeld]++
@@ -328,6 +331,7 @@ func (t *Telemetry) sampleJobs(obs wire.Observation) {
 		t.gauge("hadar_jobs", float64(n), lbl("state", s))
 	}
 	t.gauge("hadar_refused_jobs", float64(len(obs.Plan.Refused)))
+	t.gauge("hadar_stalled_jobs", float64(stalled))
 	t.gauge("hadar_fork_copies", float64(copies))
 	if !obs.Plan.Time.IsZero() && obs.Plan.Time.Unix() > 0 {
 		t.gauge("hadar_last_plan_timestamp_seconds", float64(obs.Plan.Time.UnixNano())/1e9)

@@ -157,6 +157,7 @@ func histSum(mfs []*dto.MetricFamily, name, label, v string) float64 {
 
 func TestSampleTurnsTheAgentIntoMetrics(t *testing.T) {
 	a := running("default/a", unit("n1", "v100", 2))
+	a.StalledS = 420 // no step for 7 minutes: counted, as a fact about a
 	restored := wire.Event{Time: t0.Add(-time.Hour), Job: "default/old", Action: engine.Start, Why: "restored from the state"}
 	f := &fake{h: wire.Health{Rounds: 7, Writes: map[string]int{}}, hist: []wire.Event{restored},
 		obs: cluster(t0, a, waiting("default/b", wire.PendingHeld, t0.Add(-30*time.Second)), waiting("default/c", wire.PendingNoCapacity, t0.Add(-time.Minute)))}
@@ -171,6 +172,7 @@ func TestSampleTurnsTheAgentIntoMetrics(t *testing.T) {
 		{"hadar_pending_jobs", []string{"status", "no_capacity"}, 1},
 		{"hadar_jobs", []string{"state", "running"}, 1},
 		{"hadar_jobs", []string{"state", "waiting"}, 2},
+		{"hadar_stalled_jobs", nil, 1},
 		{"hadar_gpus_total", []string{"gpu_type", "v100", "rack", "r1"}, 4},
 		{"hadar_gpus_allocated", []string{"gpu_type", "v100", "rack", "r1"}, 2},
 		{"hadar_gpus_unmanaged", []string{"gpu_type", "v100", "rack", "r1"}, 1},

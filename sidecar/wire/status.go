@@ -99,6 +99,8 @@ type RunningEntry struct {
 	ETAS float64    `json:"eta_s"`
 	ETA  *time.Time `json:"eta,omitempty"`
 	Why  string     `json:"why"`
+	// StalledS: no step for this long (JobView.StalledS).
+	StalledS float64 `json:"stalled_s,omitempty"`
 }
 
 // JobDetail is GET /v1/jobs/<id>.

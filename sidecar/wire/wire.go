@@ -65,6 +65,11 @@ type JobView struct {
 	// policy, decided ("" for both without queues).
 	TeamQueue   string `json:"team_queue,omitempty"`
 	QueueReason string `json:"queue_reason,omitempty"`
+	// StalledS is how long a running job has made no step, once that is
+	// past the engine's stall threshold (5 minutes): a hang, a deadlock or
+	// a broken node, for the operator to look at. Never learned as its
+	// model's speed.
+	StalledS float64 `json:"stalled_s,omitempty"`
 }
 
 // UnitView is one unit of a placement.
