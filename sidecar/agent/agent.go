@@ -122,7 +122,13 @@ type managed struct {
 	model    string
 	arrival  time.Time
 	failures int
-	units    int // highest unit number ever seen + 1
+	// lastFailure is the reason of the last failed run, sameFailures how
+	// many runs in a row failed for it, failedVersion the job version of
+	// the last failure counted.
+	lastFailure   string
+	sameFailures  int
+	failedVersion uint64
+	units         int // highest unit number ever seen + 1
 	// refusals counts placements in a row Nomad refused or rolled back.
 	refusals int
 	// feas is where it may run, as last told to the engine.
@@ -130,7 +136,7 @@ type managed struct {
 }
 
 type invalidJob struct {
-	err   *jobspec.FieldError
+	err   error
 	index uint64
 	// noted is the JobModifyIndex at which the error was written onto the
 	// job (or found there).
@@ -138,6 +144,10 @@ type invalidJob struct {
 	// admission: the spec parsed but the engine refused the job (its
 	// profile); such a refusal lasts until an admission succeeds.
 	admission bool
+	// held: a valid job whose workers failed on every start (failedRun),
+	// with the spec it failed on; it stays held until stillHeld says not.
+	held bool
+	spec jobspec.Spec
 }
 
 // maxHistory bounds the decisions kept for the status API.
@@ -434,7 +444,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 		cancel()
 	}
 	for _, o := range stepped {
-		a.outcome(o)
+		a.outcome(o, snap)
 	}
 	// After the outcomes: a failed one defers its job at the current time.
 	now := a.now()
@@ -513,7 +523,7 @@ func (a *Agent) noteRepairs(d engine.Decision, acting bool) {
 }
 
 // outcome records how an operation ended.
-func (a *Agent) outcome(o apply.Outcome) {
+func (a *Agent) outcome(o apply.Outcome, snap *watch.Snapshot) {
 	mj := a.jobs[o.Key]
 	switch o.Phase {
 	case apply.Failed:
@@ -527,6 +537,13 @@ func (a *Agent) outcome(o apply.Outcome) {
 		a.log.Warn("placement change failed", "job", o.Key.String(), "error", o.Err)
 		if mj != nil {
 			a.backOff(mj, o.Err)
+			// A gang rolled back because a worker failed to start (the
+			// driver refused the task): a failed run, as if Nomad had
+			// reported the job dead, which it does not once the rollback
+			// holds it again.
+			if al := newestFailed(snap, o.Key); al != nil {
+				a.failedRun(snap, mj, al.JobVersion, fmt.Sprintf("allocation %s %s (%s)", shortID(al.ID), al.ClientStatus, al.ClientDescription), a.now())
+			}
 		}
 	case apply.Done:
 		if mj != nil {

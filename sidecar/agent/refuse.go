@@ -79,6 +79,9 @@ func (a *Agent) noteRefusals(ctx context.Context, snap *watch.Snapshot) {
 		if j.Raw == nil || j.Spec == nil || j.Stop || !hasNote(j.Raw) || !idle(snap, j) {
 			continue
 		}
+		if _, refused := a.invalid[j.Key()]; refused {
+			continue // held (failed on every start): its note stays
+		}
 		job := *j.Raw
 		job.Constraints = jobform.WithoutNotes(job.Constraints)
 		if _, err := a.writeNote(ctx, j.Key(), &job, j.JobModifyIndex, "unnote"); err != nil {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -223,6 +224,13 @@ func (a *Agent) syncJobs(snap *watch.Snapshot, now float64) {
 		if j.Spec == nil {
 			continue
 		}
+		if iv, ok := a.invalid[k]; ok && iv.held {
+			if a.stillHeld(iv, j) {
+				continue
+			}
+			a.log.Info("held job changed by its owner: planning it again", "job", k.String())
+			delete(a.invalid, k)
+		}
 		if iv, ok := a.invalid[k]; ok && !iv.admission {
 			delete(a.invalid, k) // the spec parses now; an admission refusal stays until admitted
 		}
@@ -259,6 +267,20 @@ func (a *Agent) syncJobs(snap *watch.Snapshot, now float64) {
 			delete(a.invalid, k)
 		}
 	}
+}
+
+// stillHeld says whether a job held for failing on every start stays
+// held: until its owner stops it or changes its spec, or registers it
+// again (a version of the job that neither the hold saw nor hadar wrote).
+func (a *Agent) stillHeld(iv invalidJob, j *watch.Job) bool {
+	if j.Stop || !iv.spec.Same(*j.Spec) {
+		return false
+	}
+	switch j.JobModifyIndex {
+	case iv.index, iv.noted, a.applier.Own(j.Key()):
+		return true
+	}
+	return false
 }
 
 // declare records a job's own figures (hadar.throughput) with the
@@ -326,8 +348,7 @@ func deref(s *string) string {
 }
 
 // finished handles a managed job Nomad reports dead: complete when its
-// workers exited 0, else a failure, retried from its checkpoint a few
-// times before hadar gives up.
+// workers exited 0, else a failure (failedRun).
 func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now float64) {
 	if a.applier.InFlight(watch.JobKey(j.Key())) != nil {
 		return // our own write is in flight: Nomad's status is stale
@@ -353,18 +374,117 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 		a.prof.Forget(mj.model)
 		delete(a.jobs, mj.key)
 	case failed != "":
-		mj.failures++
-		if mj.failures > maxFailures {
-			a.log.Error("managed job failed too often: giving up", "job", mj.key.String(), "last", failed)
-			a.note(wire.Event{Time: a.clock(), Job: mj.id, Result: "failed for good: " + failed})
-			a.forget(mj, now)
-			return
+		a.failedRun(snap, mj, j.Version, failed, now)
+	}
+}
+
+// Failed runs back off before the next try, doubling from
+// failureBackoffBase up to failureBackoffCap: a job that fails at once on
+// every start (the driver refuses its configuration) is not placed again
+// every round.
+const (
+	failureBackoffBase = 30 * time.Second
+	failureBackoffCap  = 10 * time.Minute
+)
+
+// failedRun counts a run of the job (its workers of job version version)
+// that failed, once per version: retried from its checkpoint after a
+// back-off, held after maxFailures in a row failing for the same reason
+// or more than maxFailures in all. A held job leaves the plan and shows
+// as refused with the driver's reason until its owner changes it
+// (heldJob).
+func (a *Agent) failedRun(snap *watch.Snapshot, mj *managed, version uint64, failed string, now float64) {
+	if mj.failedVersion == version && mj.failures > 0 {
+		return // this run's failure is counted (a rolled-back gang, then Nomad's dead)
+	}
+	mj.failedVersion = version
+	reason := failureReason(snap, mj.key, version)
+	if reason == "" {
+		reason = failed
+	}
+	mj.failures++
+	if reason == mj.lastFailure {
+		mj.sameFailures++
+	} else {
+		mj.lastFailure, mj.sameFailures = reason, 1
+	}
+	if mj.sameFailures >= maxFailures || mj.failures > maxFailures {
+		msg := fmt.Sprintf("held: its workers failed %d times (%d in a row the same way): %s; fix the cause, then change or stop and run the job again", mj.failures, mj.sameFailures, reason)
+		a.log.Error("managed job's workers fail on every start: holding it", "job", mj.key.String(), "failures", mj.failures, "reason", reason)
+		a.note(wire.Event{Time: a.clock(), Job: mj.id, Result: "failed for good: " + msg})
+		j := snap.Jobs[mj.key]
+		a.forget(mj, now)
+		if j != nil {
+			a.invalid[mj.key] = invalidJob{err: errors.New(msg), index: j.JobModifyIndex, held: true, spec: mj.spec}
 		}
-		a.log.Warn("managed job's workers failed: restarting it from its checkpoint", "job", mj.key.String(), "failure", mj.failures, "last", failed)
-		if err := a.eng.Interrupt(mj.id, now); err != nil {
-			a.log.Error("interrupt", "job", mj.id, "error", err)
+		return
+	}
+	wait := min(failureBackoffBase<<(mj.failures-1), failureBackoffCap)
+	a.log.Warn("managed job's workers failed: restarting it from its checkpoint after a back-off", "job", mj.key.String(), "failure", mj.failures, "reason", reason, "retry_in", wait)
+	if err := a.eng.Interrupt(mj.id, now); err != nil {
+		a.log.Debug("interrupt", "job", mj.id, "error", err)
+	}
+	why := fmt.Sprintf("its workers failed (%d of %d tries): %s", mj.failures, maxFailures+1, reason)
+	if err := a.eng.Defer(mj.id, now+wait.Seconds(), why, now); err != nil {
+		a.log.Debug("defer", "job", mj.id, "error", err)
+	}
+}
+
+// failureReason is why the job's newest failed worker of job version
+// version failed, as its task driver or Nomad said it: the task's driver
+// failure, else its last event (the exit code), else the allocation's
+// description. "" when none of its allocations failed.
+func failureReason(snap *watch.Snapshot, k watch.JobKey, version uint64) string {
+	var newest *watch.Alloc
+	for _, al := range snap.AllocsOf(k) {
+		if _, _, _, gen := jobform.ParseGroupName(al.TaskGroup); !gen || al.JobVersion != version || !failedAlloc(al) {
+			continue
+		}
+		if newest == nil || al.ModifyTime.After(newest.ModifyTime) {
+			newest = al
 		}
 	}
+	if newest == nil {
+		return ""
+	}
+	var last, driver string
+	for _, name := range slices.Sorted(maps.Keys(newest.TaskStates)) {
+		for _, ev := range newest.TaskStates[name].Events {
+			if ev.Message == "" {
+				continue
+			}
+			if ev.Type == api.TaskDriverFailure || ev.Type == api.TaskSetupFailure || ev.Type == api.TaskFailedValidation {
+				driver = ev.Message
+			}
+			last = ev.Type + ": " + ev.Message
+		}
+	}
+	switch {
+	case driver != "":
+		return driver
+	case last != "":
+		return last
+	}
+	return fmt.Sprintf("allocation %s %s (%s)", shortID(newest.ID), newest.ClientStatus, newest.ClientDescription)
+}
+
+// newestFailed is the job's worker allocation that failed last, nil when
+// none did.
+func newestFailed(snap *watch.Snapshot, k watch.JobKey) *watch.Alloc {
+	var newest *watch.Alloc
+	for _, al := range snap.AllocsOf(k) {
+		if _, _, _, gen := jobform.ParseGroupName(al.TaskGroup); !gen || !failedAlloc(al) {
+			continue
+		}
+		if newest == nil || al.ModifyTime.After(newest.ModifyTime) {
+			newest = al
+		}
+	}
+	return newest
+}
+
+func failedAlloc(al *watch.Alloc) bool {
+	return al.ClientStatus == api.AllocClientStatusFailed || al.ClientStatus == api.AllocClientStatusLost
 }
 
 func shortID(id string) string {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -207,16 +208,22 @@ func TestSyncAdmitsReconcilesAndFinishes(t *testing.T) {
 		t.Fatalf("not adopted where Nomad runs it: %v on %v", st.Running, st.Placement)
 	}
 
-	// Its worker is lost: it waits again, counted as a failure, and is
-	// retried (still planned) until the fourth.
-	for n := 1; n <= maxFailures+1; n++ {
-		snap.Allocs["run/"+jobform.GroupName("train", 0, 0)].ClientStatus = api.AllocClientStatusLost
-		snap.Jobs[run].Status = "dead"
+	// Its worker is lost: it waits again, counted as a failure (once per
+	// run: each is another job version), and is retried (still planned)
+	// until the third loss in a row: then held.
+	for n := 1; n <= maxFailures; n++ {
+		al := snap.Allocs["run/"+jobform.GroupName("train", 0, 0)]
+		al.ClientStatus, al.JobVersion = api.AllocClientStatusLost, uint64(n)
+		snap.Jobs[run].Status, snap.Jobs[run].Version = "dead", uint64(n)
 		sync(now + 1 + float64(n))
-		if n <= maxFailures {
+		if n < maxFailures {
 			st, ok := a.eng.Job(engineID(run))
 			if !ok || st.Running || a.jobs[run].failures != n {
 				t.Fatalf("failure %d: planned %v, running %v, failures %d", n, ok, st.Running, a.jobs[run].failures)
+			}
+			sync(now + 1.5 + float64(n)) // the same run, seen again: not another failure
+			if a.jobs[run].failures != n {
+				t.Fatalf("failure %d counted %d times", n, a.jobs[run].failures)
 			}
 			continue
 		}
@@ -384,5 +391,99 @@ func TestAuthorsMinRunTimeIsCapped(t *testing.T) {
 		if jv.ID == engineID(k) && (jv.MinRunTimeS != 3600 || !strings.Contains(jv.MinRunTimeCap, "max_min_run_time")) {
 			t.Fatalf("the job's view: min run time %v s, cap %q", jv.MinRunTimeS, jv.MinRunTimeCap)
 		}
+	}
+}
+
+// A job whose workers the driver refuses on every start (issue 32, item
+// 6: a checkpoint_root of mode 0777) backs off before each retry, doubling,
+// with the driver's reason as why it waits; after the third refusal for
+// the same reason it is held: out of the plan, shown as refused with that
+// reason, and not admitted again while the job is what it was (it was
+// admitted afresh at once, and placed again every round); its owner
+// registering it again releases it.
+func TestFailingStartsBackOffThenHold(t *testing.T) {
+	good := map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "1000"}
+	snap, rec := noteState(t, []noteCase{{name: "bad-root", meta: good}})
+	snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 1)
+	a := testAgent(t, rec, "gavel-maxmin")
+	k := watch.JobKey{Namespace: "default", ID: "bad-root"}
+	const refusal = `hadar-train: checkpoint_root "/srv/ck" is mode 0777: want it root's and writable by no one else (chmod 0755 /srv/ck)`
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := a.now()
+	sync := func() {
+		t.Helper()
+		now++
+		if err := a.sync(snap, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync()
+	g := jobform.GroupName("train", 0, 0)
+	for n := 1; n <= maxFailures; n++ {
+		// Placed (version n), and the driver refuses the task.
+		placedJob(t, snap, rec, "bad-root", "n1", api.AllocClientStatusRunning)
+		snap.Jobs[k].Version = uint64(n)
+		al := snap.Allocs["bad-root/"+g]
+		al.JobVersion = uint64(n)
+		sync()
+		al.ClientStatus, al.ClientDescription = api.AllocClientStatusFailed, "Failed tasks"
+		al.TaskStates = map[string]watch.TaskState{"t": {State: "dead", Failed: true, Events: []watch.TaskEvent{
+			{Type: api.TaskReceived, Message: "Task received by client"},
+			{Type: api.TaskDriverFailure, Message: refusal},
+			{Type: api.TaskNotRestarting, Message: "Policy allows no restarts"}}}}
+		snap.Jobs[k].Status = "dead"
+		sync()
+		if n == maxFailures {
+			break
+		}
+		st, ok := a.eng.Job(engineID(k))
+		if !ok || st.Running || a.jobs[k].failures != n {
+			t.Fatalf("failure %d: planned %v, running %v", n, ok, st.Running)
+		}
+		// It waits out its back-off, saying why.
+		a.mu.Unlock()
+		err := a.cycleOn(context.Background(), snap, true)
+		a.settleWrites()
+		a.mu.Lock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ = a.eng.Job(engineID(k))
+		wait := failureBackoffBase << (n - 1)
+		if st.Running || !strings.Contains(st.Reason.Why, "deferred for") || !strings.Contains(st.Reason.Why, refusal) {
+			t.Fatalf("failure %d: running %v, why %q: want it deferred with the driver's reason", n, st.Running, st.Reason.Why)
+		}
+		var left float64
+		if _, err := fmt.Sscanf(st.Reason.Why, "deferred for %g s more", &left); err != nil || left > wait.Seconds() || left < wait.Seconds()-5 {
+			t.Fatalf("failure %d: %q: want a back-off of %v", n, st.Reason.Why, wait)
+		}
+	}
+	if _, ok := a.eng.Job(engineID(k)); ok || a.jobs[k] != nil {
+		t.Fatal("after the third refusal for the same reason the job is still planned")
+	}
+	view := a.planView(snap)
+	if len(view.Refused) != 1 || view.Refused[0].Job != k.String() || !strings.Contains(view.Refused[0].Error, refusal) {
+		t.Fatalf("refused %+v: want the held job with the driver's reason", view.Refused)
+	}
+	// The rollback left it held in Nomad (pending, gated): it is not
+	// admitted again, however often the sidecar syncs.
+	held := rec.jobs["bad-root"]
+	snap.Jobs[k].Status = "pending"
+	for range 3 {
+		sync()
+		if _, ok := a.eng.Job(engineID(k)); ok {
+			t.Fatal("the held job was admitted again")
+		}
+	}
+	// Its owner runs it again (the root fixed): planned again.
+	idx := *held.JobModifyIndex + 100
+	held.JobModifyIndex = &idx
+	wj := watch.NewJob(held)
+	wj.SubmitTime, wj.Status = snap.Jobs[k].SubmitTime, "pending"
+	snap.Jobs[k] = wj
+	sync()
+	if _, ok := a.eng.Job(engineID(k)); !ok || len(a.planView(snap).Refused) != 0 {
+		t.Fatal("the job its owner registered again is still held")
 	}
 }

@@ -240,6 +240,14 @@ func (a *Applier) Writes() map[string]int {
 	return out
 }
 
+// Own returns the JobModifyIndex of hadar's last write of the job (0:
+// none since the start).
+func (a *Applier) Own(k watch.JobKey) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.own[k]
+}
+
 // InFlight returns the job's operation, nil when none.
 func (a *Applier) InFlight(k watch.JobKey) *Op {
 	a.mu.Lock()
