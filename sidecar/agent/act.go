@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -104,6 +105,15 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 				w.after = append(w.after, k)
 			}
 		}
+		// Allocations asked to stop earlier that still hold GPUs of the
+		// new units' types (inside their kill_timeout; their operation
+		// ended, or a restarted sidecar never had one): Nomad would refuse
+		// the start, and the job would wait a round.
+		for _, k := range leavingJobs(snap, w.fresh) {
+			if k != w.job.Key && !slices.Contains(w.after, k) {
+				w.after = append(w.after, k)
+			}
+		}
 	}
 	// The journal records the index each write was planned on, whichever
 	// cycle it returns in; each write runs under the lease it was decided
@@ -200,6 +210,10 @@ func (a *Agent) finishWrite(w *pendingWrite) {
 			a.log.Info("job changed by someone else during the round: re-reading it, not overwriting", "job", jd.Job, "error", err)
 		} else if errors.Is(err, apply.ErrNotManaged) {
 			a.log.Info("job taken over (no longer managed): hadar's decision not written", "job", jd.Job)
+		} else if errors.Is(err, apply.ErrNotVisible) {
+			// Just submitted: the job is not refused, only not readable
+			// yet; no back-off, the next cycle plans it again.
+			a.log.Info("job not visible in Nomad yet: decided again next cycle", "job", jd.Job, "error", err)
 		} else if errors.Is(err, apply.ErrFinished) {
 			a.log.Info("job is completing: not rewritten, so no finished worker runs again", "job", jd.Job, "error", err)
 		} else {
@@ -247,6 +261,32 @@ func sortedLeaving(m map[watch.JobKey]map[gpuSlot]int) []watch.JobKey {
 	out := make([]watch.JobKey, 0, len(m))
 	for k := range m {
 		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// leavingJobs lists, in a stable order, the jobs with an allocation asked
+// to stop, not yet ended, that holds GPUs of a model a worker of the new
+// units may take on that worker's node.
+func leavingJobs(snap *watch.Snapshot, fresh []jobform.Unit) []watch.JobKey {
+	var out []watch.JobKey
+	for _, al := range snap.Allocs {
+		if al.DesiredStatus == api.AllocDesiredStatusRun || al.Terminal() || len(al.GPUs) == 0 || slices.Contains(out, al.Job()) {
+			continue
+		}
+		for _, u := range fresh {
+			for _, w := range u.Workers {
+				if w.Node != al.NodeID {
+					continue
+				}
+				for _, m := range w.Models {
+					if al.GPUs[m] > 0 && !slices.Contains(out, al.Job()) {
+						out = append(out, al.Job())
+					}
+				}
+			}
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out
@@ -341,6 +381,15 @@ func (c clusterView) Job(k watch.JobKey) *apply.Job {
 		return nil
 	}
 	return &apply.Job{Key: k, Raw: j.Raw, Spec: *j.Spec, JobModifyIndex: j.JobModifyIndex}
+}
+
+func (c clusterView) Leaving(k watch.JobKey, node string) bool {
+	for _, al := range c.snap.AllocsOf(k) {
+		if al.NodeID == node && al.DesiredStatus != api.AllocDesiredStatusRun && !al.Terminal() && len(al.GPUs) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (c clusterView) Group(k watch.JobKey, group string) apply.Group {

@@ -487,3 +487,41 @@ func TestFailingStartsBackOffThenHold(t *testing.T) {
 		t.Fatal("the job its owner registered again is still held")
 	}
 }
+
+// A job Nomad answers 404 for right after its submission (the read before
+// the write reached it before the registration) is not yet visible, not
+// refused (issue 32, item 7): it is not backed off, and the next cycle
+// starts it, where it waited out a back-off into the next round.
+func TestJustSubmittedJobsNotFoundIsNotBackedOff(t *testing.T) {
+	good := map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "1000"}
+	snap, rec := noteState(t, []noteCase{{name: "fresh", meta: good}})
+	snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 1)
+	a := testAgent(t, rec, "gavel-maxmin")
+	k := watch.JobKey{Namespace: "default", ID: "fresh"}
+	rec.mu.Lock()
+	submitted := rec.jobs["fresh"]
+	delete(rec.jobs, "fresh") // Nomad answers 404
+	rec.mu.Unlock()
+	cycle := func(force bool) {
+		t.Helper()
+		if err := a.cycleOn(context.Background(), snap, force); err != nil {
+			t.Fatal(err)
+		}
+		a.settleWrites()
+	}
+	cycle(true)
+	cycle(false) // records how the write went
+	rec.mu.Lock()
+	rec.jobs["fresh"] = submitted
+	rec.mu.Unlock()
+	cycle(false)
+	a.mu.Lock()
+	st, _ := a.eng.Job(engineID(k))
+	refusals := a.jobs[k].refusals
+	a.mu.Unlock()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if _, gen := groupsOf(rec.jobs["fresh"]); gen == 0 || refusals != 0 {
+		t.Fatalf("after the 404: running %v, why %q, refusals %d, %d writes: want it started at the next cycle, not backed off", st.Running, st.Reason.Why, refusals, rec.registers)
+	}
+}

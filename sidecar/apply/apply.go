@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -81,6 +82,11 @@ type Cluster interface {
 	Job(k watch.JobKey) *Job
 	// Group returns the state of a job's task group.
 	Group(k watch.JobKey, group string) Group
+	// Leaving reports whether job k has an allocation on node that was
+	// asked to stop and still holds its GPUs (its workers checkpoint within
+	// their kill_timeout): Nomad places nothing new on those GPUs until it
+	// ends ("no devices match request").
+	Leaving(k watch.JobKey, node string) bool
 }
 
 // Config of an Applier.
@@ -222,6 +228,12 @@ var ErrConflict = errors.New("the job changed since it was read")
 // write: its hadar.* meta was removed (a person took it over) or it became
 // a launcher. The write is not made.
 var ErrNotManaged = errors.New("the job is no longer managed by hadar")
+
+// ErrNotVisible is returned (wrapped) when Nomad answers 404 for a job
+// the watcher saw: just submitted, the read reached a server that has not
+// applied the registration yet (or it was purged meanwhile). Nothing was
+// written; the next cycle decides on the view then.
+var ErrNotVisible = errors.New("the job is not visible in Nomad yet")
 
 func (a *Applier) count(kind string) {
 	a.mu.Lock()
@@ -421,6 +433,9 @@ func (a *Applier) fresh(ctx context.Context, j *Job, spec jobspec.Spec, want ...
 		return j, nil
 	}
 	raw, _, err := a.jobs.Info(j.Key.ID, (&api.QueryOptions{Namespace: j.Key.Namespace}).WithContext(ctx))
+	if isNotFound(err) {
+		return nil, fmt.Errorf("job %s: reading it before writing: %w: not written (%v)", j.Key, ErrNotVisible, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("job %s: reading it before writing: %w", j.Key, err)
 	}
@@ -554,6 +569,11 @@ func (a *Applier) writeRead(ctx context.Context, j *Job, units []jobform.Unit, k
 	return nil
 }
 
+func isNotFound(err error) bool {
+	var e api.UnexpectedResponseError
+	return errors.As(err, &e) && e.StatusCode() == http.StatusNotFound
+}
+
 // IsIndexConflict reports a registration Nomad refused by check-and-set:
 // the job's modify index was not the one given (its message is the only
 // mark: Nomad answers 500).
@@ -641,7 +661,7 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 			a.mu.Lock()
 			op.stopped = true
 			a.mu.Unlock()
-			if a.waits(op, now) {
+			if a.waits(op, c, now) {
 				return Outcome{}, false
 			}
 		}
@@ -651,7 +671,7 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 		op.Phase, op.Deadline, op.written = Starting, now.Add(a.cfg.GangTimeout), now
 		return Outcome{}, false
 	case Waiting:
-		if a.waits(op, now) {
+		if a.waits(op, c, now) {
 			return Outcome{}, false
 		}
 		if err := a.write(ctx, j, op.Target, "start", op); err != nil {
@@ -712,13 +732,21 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 }
 
 // waits says whether op's new units must wait on: one of the jobs it
-// comes after is still stopping (or its first write still going out),
-// and op's deadline has not passed.
-func (a *Applier) waits(op *Op, now time.Time) bool {
+// comes after is still stopping (or its first write still going out), or
+// still has an allocation asked to stop on a node the new units take (its
+// operation ended, or was another sidecar's), and op's deadline has not
+// passed.
+func (a *Applier) waits(op *Op, c Cluster, now time.Time) bool {
+	nodes := addedNodes(op)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, k := range op.After {
-		if o := a.ops[k]; o != nil && (o.Phase == Stopping && !o.stopped || o.Phase == Writing) {
+		o := a.ops[k]
+		busy := o != nil && (o.Phase == Stopping && !o.stopped || o.Phase == Writing)
+		for _, n := range nodes {
+			busy = busy || c.Leaving(k, n)
+		}
+		if busy {
 			if now.Before(op.Deadline) {
 				return true
 			}
@@ -727,6 +755,22 @@ func (a *Applier) waits(op *Op, now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// addedNodes are the nodes of op's new units' workers.
+func addedNodes(op *Op) []string {
+	var out []string
+	for _, u := range op.Target {
+		if find(op.Keep, u.ID) != nil {
+			continue
+		}
+		for _, w := range u.Workers {
+			if !slices.Contains(out, w.Node) {
+				out = append(out, w.Node)
+			}
+		}
+	}
+	return out
 }
 
 // CancelAll forgets every operation in flight (the leader lost its lease:

@@ -68,6 +68,8 @@ func (c *fakeCluster) Job(k watch.JobKey) *Job {
 	return &Job{Key: k, Raw: c.f.job, Spec: spec(c.f.job), JobModifyIndex: c.f.index}
 }
 
+func (c *fakeCluster) Leaving(watch.JobKey, string) bool { return false }
+
 func (c *fakeCluster) Group(_ watch.JobKey, g string) Group {
 	if st, ok := c.groups[g]; ok {
 		return st
@@ -415,7 +417,11 @@ func (t twoJobs) RegisterOpts(job *api.Job, o *api.RegisterOptions, w *api.Write
 type twoCluster struct {
 	js     twoJobs
 	groups map[string]Group
+	// leaving: "<job>/<node>" has an allocation asked to stop, not ended.
+	leaving map[string]bool
 }
+
+func (c *twoCluster) Leaving(k watch.JobKey, node string) bool { return c.leaving[k.ID+"/"+node] }
 
 func (c *twoCluster) Job(k watch.JobKey) *Job {
 	f := c.js[k.ID]
@@ -439,7 +445,7 @@ func setupTwo(t *testing.T) (*Applier, twoJobs, *twoCluster, *clock) {
 	}
 	c := &clock{t: time.Unix(1000, 0)}
 	a := New(js, Config{GangTimeout: time.Minute, StopTimeout: 30 * time.Second, Now: c.now})
-	return a, js, &twoCluster{js: js, groups: map[string]Group{}}, c
+	return a, js, &twoCluster{js: js, groups: map[string]Group{}, leaving: map[string]bool{}}, c
 }
 
 // A round that swaps job y onto the GPU job x leaves (time-slicing) writes
@@ -490,6 +496,37 @@ func TestStartWaitsForTheJobLeavingItsGPUs(t *testing.T) {
 	cl.groups["y/train-hadar-u0-w0"] = Group{Running: true}
 	if out := a.Step(ctx, cl); len(out) != 1 || out[0].Key != y || out[0].Phase != Done {
 		t.Fatalf("outcomes %+v, want y done", out)
+	}
+}
+
+// A start on GPUs that an allocation asked to stop earlier still holds
+// (issue 32, item 7: its job's operation had ended, yet its workers were
+// inside their kill_timeout) waits for that allocation to end, as it
+// waits for a job stopping in the same round: written at once, Nomad
+// refused it ("no devices match request") and the job lost a round.
+func TestStartWaitsForAllocationsStillLeaving(t *testing.T) {
+	a, js, cl, c := setupTwo(t)
+	ctx := context.Background()
+	x, y := watch.JobKey{Namespace: "default", ID: "x"}, watch.JobKey{Namespace: "default", ID: "y"}
+	cl.leaving["x/n1"] = true // no operation of x in flight
+	op, err := a.BeginAfter(ctx, cl.Job(y), []jobform.Unit{unit(0, 29501, "n1")}, []watch.JobKey{x})
+	if err != nil || op.Phase != Waiting {
+		t.Fatalf("y's start: %+v, %v", op, err)
+	}
+	c.t = c.t.Add(5 * time.Second)
+	if a.Step(ctx, cl); len(js["y"].registers) != 0 {
+		t.Fatal("y written while x's allocation still held the GPU")
+	}
+	cl.leaving["x/n1"] = false
+	if a.Step(ctx, cl); len(js["y"].registers) != 1 {
+		t.Fatalf("%d writes of y once x's allocation ended, want its start", len(js["y"].registers))
+	}
+	// An allocation leaving another node does not hold a start.
+	cl.leaving["y/n2"] = true
+	if op, err := a.BeginAfter(ctx, cl.Job(x), []jobform.Unit{unit(0, 29502, "n1")}, []watch.JobKey{y}); err != nil {
+		t.Fatal(err)
+	} else if a.Step(ctx, cl); a.InFlight(x) == nil || a.InFlight(x).Phase != Starting {
+		t.Fatalf("x's start: %+v then %+v, want written", op, a.InFlight(x))
 	}
 }
 
