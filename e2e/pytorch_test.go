@@ -62,6 +62,20 @@ func startTorchCluster(t *testing.T, nodes []torchNode) (*sidecarCluster, torchP
 // on the daemon at dockerSock too (none when it is empty).
 func startTorchClusterDocker(t *testing.T, nodes []torchNode, dockerSock string) (*sidecarCluster, torchPaths) {
 	t.Helper()
+	return startTorch(t, nodes, dockerSock, "")
+}
+
+// startTorchDev is startTorchCluster on one dev agent (server and client)
+// named name, with the GPUs of every entry of gpus (their names unused).
+func startTorchDev(t *testing.T, name string, gpus []torchNode) (*sidecarCluster, torchPaths) {
+	t.Helper()
+	return startTorch(t, gpus, "", name)
+}
+
+// startTorch starts the cluster: a server and a client per node, or, with
+// dev set, one dev agent of that name with all the nodes' GPUs.
+func startTorch(t *testing.T, nodes []torchNode, dockerSock, dev string) (*sidecarCluster, torchPaths) {
+	t.Helper()
 	skipShort(t)
 	if err := exec.Command(debianPython, "-c", "import torch, sklearn").Run(); err != nil {
 		t.Skipf("%s cannot import torch and sklearn (%v): apt-get install python3-torch python3-sklearn, as make test does", debianPython, err)
@@ -78,8 +92,10 @@ func startTorchClusterDocker(t *testing.T, nodes []torchNode, dockerSock string)
 	}
 	c := &sidecarCluster{t: t, nodes: map[string]string{}, ids: map[string]string{}}
 	c.ckpt, c.merge, c.stateDir = harness.SharedDir(t), harness.SharedDir(t), t.TempDir()
-	c.server = harness.StartAgent(t, harness.Options{Name: "pt-srv", Mode: harness.ModeServer})
-	c.api = c.server.Client
+	if dev == "" {
+		c.server = harness.StartAgent(t, harness.Options{Name: "pt-srv", Mode: harness.ModeServer})
+		c.api = c.server.Client
+	}
 	train := fmt.Sprintf("checkpoint_root = %q\nmerge_root = %q\nprogress_poll_interval = \"500ms\"", c.ckpt, c.merge)
 	// Debian keeps some of torch's libraries (libgloo) in /usr/lib itself;
 	// the chroot takes those files, not the whole of /usr/lib (90,000 files).
@@ -121,11 +137,29 @@ func startTorchClusterDocker(t *testing.T, nodes []torchNode, dockerSock string)
 		plugins["docker"] = fmt.Sprintf("endpoint = %q\nnvidia_runtime = \"runc\"\nvolumes {\n  enabled = true\n}\ngc {\n  image = false\n}", "unix://"+dockerSock)
 		drivers = append(drivers, "docker")
 	}
+	meta := map[string]string{"rack": "r1", jobform.DefaultCheckpointMeta: p.hostCkpt, jobform.DefaultMergeMeta: p.hostMerge}
+	if dev != "" {
+		var gpus strings.Builder
+		for i, n := range nodes {
+			d := declare(n.prefix, n.model, n.mem, n.gpus)
+			if i > 0 {
+				d = strings.TrimPrefix(d, "fingerprint_period = \"1s\"\n")
+			}
+			gpus.WriteString(d)
+		}
+		plugins["hadar-gpu"] = gpus.String()
+		a := harness.StartAgent(t, harness.Options{Name: dev, Mode: harness.ModeDev, Meta: meta, Plugins: plugins, Drivers: drivers, ExtraConfig: extra})
+		c.server, c.api = a, a.Client
+		c.nodes[a.NodeID], c.ids[dev] = dev, a.NodeID
+	}
 	for _, n := range nodes {
+		if dev != "" {
+			break
+		}
 		pl := maps.Clone(plugins)
 		pl["hadar-gpu"] = declare(n.prefix, n.model, n.mem, n.gpus)
 		a := harness.StartAgent(t, harness.Options{Name: n.name, Mode: harness.ModeClient, Servers: []string{c.server.RPCAddr},
-			Meta:        map[string]string{"rack": "r1", jobform.DefaultCheckpointMeta: p.hostCkpt, jobform.DefaultMergeMeta: p.hostMerge},
+			Meta:        meta,
 			Plugins:     pl,
 			Drivers:     drivers,
 			ExtraConfig: extra})
