@@ -41,6 +41,7 @@ type simFlags struct {
 	synthetic   int
 	rate        float64
 	cluster     string
+	typeAs      string
 	policies    string
 	throughputs string
 	round       time.Duration
@@ -107,6 +108,7 @@ func parseSimFlags(args []string, stderr io.Writer) (simFlags, error) {
 	fs.IntVar(&f.synthetic, "synthetic", 0, "generate this many Gavel-style jobs instead of reading --trace")
 	fs.Float64Var(&f.rate, "rate", 0, "with --synthetic: Poisson arrivals per hour (0 = all jobs at t=0)")
 	fs.StringVar(&f.cluster, "cluster", "v100=36,p100=36,k80=36", "GPUs per type, TYPE=COUNT,...")
+	fs.StringVar(&f.typeAs, "type-as", "", "NEW=TYPE,...: GPU type NEW has TYPE's throughputs and price (say v100b=v100 with --cluster v100=18,v100b=18,...: one type split in two identical ones)")
 	fs.StringVar(&f.policies, "policies", "fifo,gavel-maxmin,gavel-makespan", "comma-separated policies (hadar policies lists them)")
 	fs.StringVar(&f.throughputs, "throughputs", "", "throughput profile (Gavel JSON or hadar's format); default: Gavel's simulation throughputs")
 	fs.DurationVar(&f.round, "round", 360*time.Second, "round length")
@@ -216,6 +218,9 @@ func (s *simSetup) loadJobs(stderr io.Writer) (*profile.Profile, error) {
 			return nil, fmt.Errorf("--throughputs: %w", err)
 		}
 	}
+	if prof, err = withTypesAs(prof, f.typeAs); err != nil {
+		return nil, fmt.Errorf("--type-as: %w", err)
+	}
 	mode, err := profile.ParseUnprofiled(f.unprofiled)
 	if err != nil {
 		return nil, fmt.Errorf("--unprofiled: %w", err)
@@ -314,6 +319,9 @@ func (s *simSetup) buildModels(prof *profile.Profile) error {
 		if err != nil {
 			return fmt.Errorf("--known-profile: %w", err)
 		}
+		if known, err = withTypesAs(known, f.typeAs); err != nil {
+			return fmt.Errorf("--known-profile with --type-as: %w", err)
+		}
 		est.Known = known
 	}
 	if _, _, err := sim.EstimatedModel(s.model, est); err != nil {
@@ -334,6 +342,9 @@ func (s *simSetup) buildSchedulers(prof *profile.Profile) error {
 	f := s.f
 	prices, err := parsePrices(f.prices)
 	if err != nil {
+		return err
+	}
+	if prices, err = pricesAs(prices, f.typeAs); err != nil {
 		return err
 	}
 	names := splitList(f.policies)
@@ -535,6 +546,54 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// typeAsPairs reads --type-as: NEW=TYPE pairs.
+func typeAsPairs(s string) ([][2]planner.GPUType, error) {
+	var out [][2]planner.GPUType
+	for _, p := range splitList(s) {
+		t, as, ok := strings.Cut(p, "=")
+		t, as = strings.ToLower(strings.TrimSpace(t)), strings.ToLower(strings.TrimSpace(as))
+		if !ok || t == "" || as == "" {
+			return nil, fmt.Errorf("entry %q: want NEW=TYPE, e.g. v100b=v100", p)
+		}
+		out = append(out, [2]planner.GPUType{planner.GPUType(t), planner.GPUType(as)})
+	}
+	return out, nil
+}
+
+// withTypesAs gives each new type of --type-as its model type's figures.
+func withTypesAs(p *profile.Profile, s string) (*profile.Profile, error) {
+	pairs, err := typeAsPairs(s)
+	if err != nil {
+		return nil, err
+	}
+	for _, pr := range pairs {
+		if p, err = p.WithTypeAs(pr[0], pr[1]); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// pricesAs gives each new type of --type-as its model type's price unless
+// --prices names it.
+func pricesAs(prices map[planner.GPUType]float64, s string) (map[planner.GPUType]float64, error) {
+	pairs, err := typeAsPairs(s)
+	if err != nil || len(pairs) == 0 {
+		return prices, err
+	}
+	if prices == nil {
+		prices = registry.DefaultPrices()
+	}
+	for _, pr := range pairs {
+		if _, ok := prices[pr[0]]; !ok {
+			if v, ok := prices[pr[1]]; ok {
+				prices[pr[0]] = v
+			}
+		}
+	}
+	return prices, nil
 }
 
 func parsePrices(s string) (map[planner.GPUType]float64, error) {

@@ -469,3 +469,29 @@ func quoteAll(ss []string) string {
 	sort.Strings(q)
 	return strings.Join(q, ", ")
 }
+
+// WithTypeAs returns p with type t given as's figures everywhere as has
+// one (consolidated and spread): a cluster can then declare two types of
+// identical GPUs (say v100 split over two node pools as v100 and v100b).
+// t must be a new type; p is unchanged.
+func (p *Profile) WithTypeAs(t, as planner.GPUType) (*Profile, error) {
+	switch {
+	case !t.ValidName():
+		return nil, fmt.Errorf("GPU type %q: want a lowercase name of letters, digits, '-' or '_'", t)
+	case p.HasType(t):
+		return nil, fmt.Errorf("GPU type %q is already in the profile: want a new type", t)
+	case !p.HasType(as):
+		return nil, fmt.Errorf("GPU type %q has no figures in the profile (it has %s)", as, joinTypes(p.types))
+	}
+	entries := p.Entries()
+	for i := range entries {
+		e := &entries[i]
+		if v, ok := e.Consolidated[as]; ok {
+			e.Consolidated[t] = v
+		}
+		if v, ok := e.Spread[as]; ok {
+			e.Spread[t] = v
+		}
+	}
+	return Build(p.source+fmt.Sprintf(" (%s as %s)", t, as), entries, p.RelativeSpeeds())
+}

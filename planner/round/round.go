@@ -32,6 +32,11 @@ type JobView struct {
 	Placement planner.Placement
 	// Running is true mid-round for jobs that hold GPUs now.
 	Running bool
+	// Pinned is true at a round boundary for a running job within its
+	// minimum run time: the engine keeps it on Placement whatever the
+	// answer, so a scheduler plans the others around it (a plan that
+	// gave its GPUs away would be repaired, and the receiver wait).
+	Pinned bool
 	// Eligible restricts the job to some GPU types of some nodes (Nomad's
 	// own placement rules: node pools, constraints, resources, pinned
 	// device models); nil allows every node and type. Throughput is 0 for
@@ -226,17 +231,32 @@ func (s *PolicyScheduler) Schedule(v *View) ([]planner.Placement, error) {
 	// Rows cached for another set of GPU types cannot be read: recompute
 	// whatever the reset interval says.
 	stale := !slices.Equal(s.types, v.Types)
+	pinned := pins(v)
+	key += "\x00" + pinKey(v, pinned)
 	if key != s.jobSet && due || stale {
-		a, err := s.Policy.Allocate(PolicyInput(v, s.PricePerHour))
-		if err != nil {
-			return nil, fmt.Errorf("round at t=%.0fs: %w", v.Now, err)
+		// The pinned jobs hold their GPUs this round: the others share
+		// what is left (pinned.go).
+		in, keep := withoutPinned(v, PolicyInput(v, s.PricePerHour), pinned)
+		var a policy.Allocation
+		if len(in.Jobs) > 0 {
+			var err error
+			if a, err = s.Policy.Allocate(in); err != nil {
+				return nil, fmt.Errorf("round at t=%.0fs: %w", v.Now, err)
+			}
 		}
 		if s.Gavel {
 			s.resetBook(v)
 		}
 		s.alloc = make(map[string][]float64, len(v.Jobs))
-		for i, j := range v.Jobs {
-			s.alloc[j.ID] = a.X[i]
+		for k, i := range keep {
+			s.alloc[v.Jobs[i].ID] = a.X[k]
+		}
+		for i, jb := range v.Jobs {
+			if pinned[i] {
+				row := make([]float64, len(v.Types))
+				row[pinnedType(v, jb)] = 1
+				s.alloc[jb.ID] = row
+			}
 		}
 		s.lastReset, s.jobSet, s.started = v.Now, key, true
 		s.types = slices.Clone(v.Types)
@@ -328,6 +348,9 @@ type GavelChoice struct {
 func Assign(v *View, x [][]float64, opt AssignOptions) []planner.Placement {
 	out := make([]planner.Placement, len(v.Jobs))
 	choice := make([]int, len(v.Jobs)) // chosen type index, -1 = none
+	// Pinned jobs first, where they are: nothing else may be chosen onto
+	// their GPUs.
+	fixed := settlePinned(v, pins(v), out)
 	free := make([]int, len(v.Types))
 	for j, t := range v.Types {
 		free[j] = v.Pool.FreeOfType(t)
@@ -335,36 +358,46 @@ func Assign(v *View, x [][]float64, opt AssignOptions) []planner.Placement {
 	rank := make([]int, len(v.Jobs)) // order in which jobs were chosen
 	next := 0
 	if opt.Gavel != nil {
-		gavelChoose(v, x, opt.Gavel, choice, free, rank)
+		gavelChoose(v, x, opt.Gavel, fixed, choice, free, rank)
 	} else {
-		next = chooseByPriority(v, x, choice, free, rank)
+		next = chooseByPriority(v, x, fixed, choice, free, rank)
 	}
 	if opt.Backfill {
-		backfill(v, choice, free, rank, &next, opt.Agnostic)
+		backfill(v, fixed, choice, free, rank, &next, opt.Agnostic)
 	}
-	return place(v, opt, choice, free, rank, next, out)
+	return place(v, opt, fixed, choice, free, rank, next, out)
 }
 
 // chooseByPriority is Assign's choice pass: (job, type) pairs in decreasing
 // priority x_ij / (received_ij / age_i), a job on at most one type, while
-// the type has GPUs left. It returns how many jobs it chose.
-func chooseByPriority(v *View, x [][]float64, choice, free, rank []int) int {
+// the type has GPUs left. Types identical for every job count as one
+// (typeClasses): shares and time received on them are summed, and a job
+// chosen for them stays on the one it runs on when it has room. It
+// returns how many jobs it chose.
+func chooseByPriority(v *View, x [][]float64, fixed []bool, choice, free, rank []int) int {
 	type pair struct {
 		i, j int
 		prio float64
 	}
+	class := typeClasses(v)
 	var pairs []pair
 	for i, jb := range v.Jobs {
 		choice[i] = -1
-		if v.MidRound && jb.Running {
+		if fixed[i] {
 			continue
 		}
 		age := math.Max(v.Age(jb), 1e-9)
+		xc := make([]float64, len(v.Types))
+		rc := make([]float64, len(v.Types))
 		for j, xij := range x[i] {
-			if xij <= 1e-9 {
+			xc[class[j]] += xij
+			rc[class[j]] += jb.Received[j]
+		}
+		for j, xij := range xc {
+			if class[j] != j || xij <= 1e-9 {
 				continue
 			}
-			share := jb.Received[j] / age
+			share := rc[j] / age
 			prio := math.Inf(1)
 			if share > 0 {
 				prio = xij / share
@@ -385,18 +418,55 @@ func chooseByPriority(v *View, x [][]float64, choice, free, rank []int) int {
 	next := 0
 	for _, p := range pairs {
 		sf := v.Jobs[p.i].ScaleFactor
-		if choice[p.i] >= 0 || free[p.j] < sf {
+		if choice[p.i] >= 0 {
 			continue
 		}
-		choice[p.i], free[p.j] = p.j, free[p.j]-sf
+		t := pickInClass(v, class, p.i, p.j, free)
+		if t < 0 {
+			continue
+		}
+		choice[p.i], free[t] = t, free[t]-sf
 		rank[p.i], next = next, next+1
 	}
+	stayInClass(v, class, choice, free)
 	return next
+}
+
+// pickInClass is the type of class c job i is chosen for: the one it
+// runs on when it has room, else the one with the most room; -1 if none
+// has room for it.
+func pickInClass(v *View, class []int, i, c int, free []int) int {
+	jb := v.Jobs[i]
+	if prev := pinnedType(v, jb); prev >= 0 && class[prev] == c && free[prev] >= jb.ScaleFactor {
+		return prev
+	}
+	best := -1
+	for k := range v.Types {
+		if class[k] == c && free[k] >= jb.ScaleFactor && (best < 0 || free[k] > free[best]) {
+			best = k
+		}
+	}
+	return best
+}
+
+// stayInClass puts a chosen job that was given another type of the class
+// it runs on back on its own type where room is left now (a job chosen
+// later took another type's GPUs): no move between identical types.
+func stayInClass(v *View, class, choice, free []int) {
+	for i, t := range choice {
+		if t < 0 {
+			continue
+		}
+		sf := v.Jobs[i].ScaleFactor
+		if prev := pinnedType(v, v.Jobs[i]); prev >= 0 && prev != t && class[prev] == class[t] && free[prev] >= sf {
+			choice[i], free[t], free[prev] = prev, free[t]+sf, free[prev]-sf
+		}
+	}
 }
 
 // place puts the chosen jobs on GPUs, per type: through opt.Placer, or by
 // lease extension and Pool.Pack.
-func place(v *View, opt AssignOptions, choice, free, rank []int, next int, out []planner.Placement) []planner.Placement {
+func place(v *View, opt AssignOptions, fixed []bool, choice, free, rank []int, next int, out []planner.Placement) []planner.Placement {
 	if opt.Placer != nil {
 		placeWith(v, opt.Placer, choice, rank, out)
 		if opt.Backfill {
@@ -406,7 +476,7 @@ func place(v *View, opt AssignOptions, choice, free, rank []int, next int, out [
 				free[j] = v.Pool.FreeOfType(t)
 			}
 			second := slices.Clone(choice)
-			backfill(v, second, free, rank, &next, opt.Agnostic)
+			backfill(v, fixed, second, free, rank, &next, opt.Agnostic)
 			for i := range second {
 				if choice[i] >= 0 {
 					second[i] = -1 // already placed or held back
@@ -505,13 +575,14 @@ func placeWith(v *View, pl Placer, choice, rank []int, out []planner.Placement) 
 // backfill gives the GPUs the allocation left idle to jobs it did not
 // choose, least served first, on the best type with room (the type with the
 // most room when agnostic).
-func backfill(v *View, choice, free, rank []int, next *int, agnostic bool) {
+func backfill(v *View, fixed []bool, choice, free, rank []int, next *int, agnostic bool) {
 	var rest []int
-	for i, jb := range v.Jobs {
-		if choice[i] < 0 && !(v.MidRound && jb.Running) {
+	for i := range v.Jobs {
+		if choice[i] < 0 && !fixed[i] {
 			rest = append(rest, i)
 		}
 	}
+	class := typeClasses(v)
 	served := make([]float64, len(v.Jobs))
 	for _, i := range rest {
 		s := 0.0
@@ -523,12 +594,24 @@ func backfill(v *View, choice, free, rank []int, next *int, agnostic bool) {
 	slices.SortFunc(rest, func(a, b int) int { return cmp.Or(cmp.Compare(served[a], served[b]), cmp.Compare(a, b)) })
 	for _, i := range rest {
 		jb := v.Jobs[i]
-		best := -1
+		best, prev := -1, pinnedType(v, jb)
 		for j, tp := range jb.Throughput {
 			if tp <= 0 || free[j] < jb.ScaleFactor {
 				continue
 			}
-			if best < 0 || (agnostic && free[j] > free[best]) || (!agnostic && tp > jb.Throughput[best]) {
+			var better bool
+			switch {
+			case best < 0:
+				better = true
+			case class[j] == class[best] && (j == prev) != (best == prev):
+				// Identical types: stay on the one it runs on.
+				better = j == prev
+			case agnostic:
+				better = free[j] > free[best]
+			default:
+				better = tp > jb.Throughput[best]
+			}
+			if better {
 				best = j
 			}
 		}
@@ -558,7 +641,7 @@ func keep(pool *Pool, jb *JobView, t planner.GPUType) (planner.Unit, bool) {
 }
 
 // gavelChoose is the choice pass of GavelChoice.
-func gavelChoose(v *View, x [][]float64, g *GavelChoice, choice, free, rank []int) {
+func gavelChoose(v *View, x [][]float64, g *GavelChoice, fixed []bool, choice, free, rank []int) {
 	type entry struct {
 		i             int
 		prio, deficit float64
@@ -572,7 +655,7 @@ func gavelChoose(v *View, x [][]float64, g *GavelChoice, choice, free, rank []in
 	for _, j := range g.Order {
 		var entries []entry
 		for i, jb := range v.Jobs {
-			if v.MidRound && jb.Running || jb.Throughput[j] <= 0 {
+			if fixed[i] || jb.Throughput[j] <= 0 {
 				continue
 			}
 			e := entry{i: i, deficit: g.Deficit[i][j]}
