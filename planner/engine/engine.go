@@ -1011,7 +1011,8 @@ func (e *Engine) Plan(ctx context.Context, now float64, kind Kind) (Decision, er
 	v.Jobs = make([]*round.JobView, len(planned))
 	for i, j := range planned {
 		j.view.Remaining = j.rem
-		j.view.Pinned = !mid && j.view.Running && len(j.view.Placement.Units) > 0 && now-j.placedAt < e.minRunTime(j)-1e-6
+		j.view.Hold = e.minRunTime(j)
+		j.view.Pinned = !mid && j.view.Running && len(j.view.Placement.Units) > 0 && now-j.placedAt < j.view.Hold-1e-6
 		if !(j.rem > 0) {
 			j.view.Remaining = e.cfg.Overrun * j.view.TotalSteps
 		}

@@ -118,3 +118,38 @@ func samePlacement(p, q planner.Placement) bool {
 	}
 	return true
 }
+
+// A running job past its minimum run time moves to another type only when
+// it is owed at least a round there: the move holds it there for its
+// minimum run time, so a smaller debt would be repaid many times over
+// (the rotation that doubled gavel-maxmin's restarts once pins were
+// planned around). a runs on the k80 and has never run on the v100, which
+// makes its v100 pair come first.
+func TestMoveOnlyWhenOwedARound(t *testing.T) {
+	c := planner.Cluster{Nodes: []planner.Node{
+		{ID: "k0", GPUs: map[planner.GPUType]int{"k80": 1}},
+		{ID: "v0", GPUs: map[planner.GPUType]int{"v100": 1}},
+	}}
+	for _, tc := range []struct {
+		name  string
+		hold  float64
+		x     []float64 // a's share on k80, v100; age 1000 s, 900 s run on the k80
+		moves bool
+	}{
+		{"owed 300 s on the v100, less than a round", 1800, []float64{0.2, 0.3}, false},
+		{"owed 500 s on the v100, more than a round", 1800, []float64{0.5, 0.5}, true},
+		{"no minimum run time: any debt moves it", 0, []float64{0.2, 0.3}, true},
+	} {
+		a := job("a", 1)
+		a.Placement, a.Running, a.Hold = unitOn("k0", "k80", 1), true, tc.hold
+		a.Received = []float64{900, 0}
+		out := Assign(view(c, a), [][]float64{tc.x}, AssignOptions{Backfill: true})
+		want := a.Placement
+		if tc.moves {
+			want = unitOn("v0", "v100", 1)
+		}
+		if !samePlacement(out[0], want) {
+			t.Errorf("%s: a placed on %v; want %v", tc.name, out[0], want)
+		}
+	}
+}

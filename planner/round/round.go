@@ -37,6 +37,9 @@ type JobView struct {
 	// answer, so a scheduler plans the others around it (a plan that
 	// gave its GPUs away would be repaired, and the receiver wait).
 	Pinned bool
+	// Hold is how long a start on new GPUs keeps the job there, in
+	// seconds: its minimum run time as the engine holds it (0: none).
+	Hold float64
 	// Eligible restricts the job to some GPU types of some nodes (Nomad's
 	// own placement rules: node pools, constraints, resources, pinned
 	// device models); nil allows every node and type. Throughput is 0 for
@@ -381,6 +384,9 @@ func chooseByPriority(v *View, x [][]float64, fixed []bool, choice, free, rank [
 	}
 	class := typeClasses(v)
 	var pairs []pair
+	// owed[i][c] is the time job i is owed on class c: its share of the
+	// job's age less the time it ran there.
+	owed := make([][]float64, len(v.Jobs))
 	for i, jb := range v.Jobs {
 		choice[i] = -1
 		if fixed[i] {
@@ -392,6 +398,10 @@ func chooseByPriority(v *View, x [][]float64, fixed []bool, choice, free, rank [
 		for j, xij := range x[i] {
 			xc[class[j]] += xij
 			rc[class[j]] += jb.Received[j]
+		}
+		owed[i] = make([]float64, len(v.Types))
+		for c := range xc {
+			owed[i][c] = xc[c]*age - rc[c]
 		}
 		for j, xij := range xc {
 			if class[j] != j || xij <= 1e-9 {
@@ -421,7 +431,19 @@ func chooseByPriority(v *View, x [][]float64, fixed []bool, choice, free, rank [
 		if choice[p.i] >= 0 {
 			continue
 		}
-		t := pickInClass(v, class, p.i, p.j, free)
+		t := -1
+		if cur := pinnedType(v, v.Jobs[p.i]); cur >= 0 && class[cur] != p.j && owed[p.i][p.j] < moveOwed(v, v.Jobs[p.i]) {
+			// A move holds the job on the new type for its minimum run
+			// time, where Gavel's priorities assume a round, and the
+			// allocation, solved again around each round's pins, may
+			// give it no share where it runs only because others hold
+			// those GPUs now: owed less than a round there, it stays
+			// where it runs when there is room.
+			t = pickInClass(v, class, p.i, class[cur], free)
+		}
+		if t < 0 {
+			t = pickInClass(v, class, p.i, p.j, free)
+		}
 		if t < 0 {
 			continue
 		}
@@ -430,6 +452,17 @@ func chooseByPriority(v *View, x [][]float64, fixed []bool, choice, free, rank [
 	}
 	stayInClass(v, class, choice, free)
 	return next
+}
+
+// moveOwed is the least time a running job must be owed on another type
+// for the choice pass to move it there: a round (the unit Gavel's
+// priorities count in), or its minimum run time when shorter; no bound for
+// a job without one, which the next round may move back.
+func moveOwed(v *View, jb *JobView) float64 {
+	if jb.Hold <= 0 {
+		return math.Inf(-1)
+	}
+	return math.Min(jb.Hold, v.Round)
 }
 
 // pickInClass is the type of class c job i is chosen for: the one it
