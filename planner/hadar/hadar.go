@@ -356,9 +356,10 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 	s.setPins(v)
 	s.replay(v, g, infos)
 	s.tenants = map[string]*tenancy{}
-	if s.restartAware() {
-		s.reserveTenants(v, g, infos)
-	}
+	// Tenancy is reserved once the jobs critical for the makespan have
+	// planned (they come first in the dual order): a tenant only avoids a
+	// restart, while any delay of a critical job is the makespan's.
+	tenantsDue := s.restartAware()
 	if len(infos) == 0 || s.bounds.Jobs == 0 {
 		return out, nil
 	}
@@ -379,6 +380,10 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 	}
 	ahead := 0
 	for _, ji := range infos {
+		if tenantsDue && !ji.critical {
+			tenantsDue = false
+			s.reserveTenants(v, g, infos)
+		}
 		if v.MidRound && ji.view.Running {
 			continue
 		}
