@@ -1618,6 +1618,11 @@ func TestProgressEvents(t *testing.T) {
 			{p(320, old, 4), true, false, nil},
 			{p(330, "/c/ckpt-330", 4), true, false, []string{"checkpoint saved at step 330"}},
 		}},
+		// The first read after the reattach came after the stop's
+		// checkpoint (a loaded node): it is saved, not where it resumed.
+		{"reattached, first read after the stop", true, []step{
+			{p(172, "/c/ckpt-172", 0), true, true, []string{"checkpoint saved at step 172", "final progress: step 172/1000"}},
+		}},
 		{"no progress file", false, []step{
 			{nil, false, false, nil},
 			{nil, true, true, nil},
@@ -1625,7 +1630,7 @@ func TestProgressEvents(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := progressEvents{started: start, primed: tc.primed, olderThan: olderThan}
+			e := progressEvents{started: start, primed: tc.primed, reattached: start, olderThan: olderThan}
 			for i, s := range tc.steps {
 				got := e.next(s.p, s.stopping, s.done)
 				if len(got) != len(s.want) {

@@ -171,7 +171,7 @@ func (h *taskHandle) shutdown(ctx context.Context, sig syscall.Signal, timeout t
 func (h *taskHandle) watchProgress(ctx context.Context) {
 	t := time.NewTicker(h.pollEvery)
 	defer t.Stop()
-	ev := progressEvents{started: h.state.StartedAt, primed: h.recovered, olderThan: h.checkpointOlderThan}
+	ev := progressEvents{started: h.state.StartedAt, primed: h.recovered, reattached: time.Now(), olderThan: h.checkpointOlderThan}
 	check := func(final bool) {
 		p, err := h.readProgress()
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -44,9 +44,12 @@ type event struct {
 // With "training process started" (StartTask) a run has at most five.
 type progressEvents struct {
 	started time.Time
-	// primed: the driver reattached to a running process, so the progress
-	// seen first was published before the restart.
-	primed bool
+	// primed: the driver reattached to a running process (at
+	// reattached), so a checkpoint seen first that is older than that was
+	// published before the restart. One written since (the stop's, when
+	// the first read after a reattach comes late on a loaded node) is new.
+	primed     bool
+	reattached time.Time
 	// olderThan tells whether a checkpoint was written before a time
 	// (one the process found when it started); nil: never.
 	olderThan func(path string, t time.Time) bool
@@ -71,7 +74,11 @@ func (e *progressEvents) next(p *contract.Progress, stopping, final bool) []even
 			e.seen = true
 			e.lastCkpt = p.Checkpoint
 			e.merged = e.primed && p.Merges > 0
-			if p.Checkpoint != "" && (e.primed || e.olderThan != nil && e.olderThan(p.Checkpoint, e.started)) {
+			known := e.olderThan != nil && e.olderThan(p.Checkpoint, e.started)
+			if e.primed {
+				known = e.olderThan == nil || e.olderThan(p.Checkpoint, e.reattached)
+			}
+			if p.Checkpoint != "" && known {
 				e.resumed = p.Checkpoint
 				if !e.primed {
 					out = append(out, event{fmt.Sprintf("resumed from checkpoint %s at step %d", bounded(p.Checkpoint), p.StepsDone), annotations(p)})

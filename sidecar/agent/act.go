@@ -417,12 +417,21 @@ func (c clusterView) Group(k watch.JobKey, group string) apply.Group {
 	return g
 }
 
+// transientBackOff is the pause after a transient API error.
+const transientBackOff = 5 * time.Second
+
 // backOff keeps a job whose placement could not be carried out out of the
 // next plans for a while, doubling with each failure in a row (10 s up to
 // 5 min), so a placement Nomad refuses is not proposed again every second.
+// A transient API error (a 5xx, no answer) says nothing of the placement:
+// a short pause, not counted, or a few unlucky requests in a row kept a
+// job waiting minutes on a flaky link.
 func (a *Agent) backOff(mj *managed, why error) {
-	wait := min(10*time.Second<<min(mj.refusals, 5), 5*time.Minute)
-	mj.refusals++
+	wait := transientBackOff
+	if !apply.IsTransient(why) {
+		wait = min(10*time.Second<<min(mj.refusals, 5), 5*time.Minute)
+		mj.refusals++
+	}
 	if err := a.eng.Defer(mj.id, a.now()+wait.Seconds(), why.Error(), a.now()); err != nil {
 		a.log.Debug("defer", "job", mj.id, "error", err)
 	}

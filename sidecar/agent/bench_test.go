@@ -31,6 +31,8 @@ type recordedNomad struct {
 	mu        sync.Mutex
 	jobs      map[string]*api.Job
 	registers int
+	// failRegisters: the next registrations answered 500 (a flaky link).
+	failRegisters int
 	// locks: the variables locked through ?lock-acquire (always granted,
 	// renewed and released), for a sidecar with an election.
 	locks map[string]*api.Variable
@@ -71,6 +73,11 @@ func (n *recordedNomad) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var req api.JobRegisterRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if n.failRegisters > 0 {
+			n.failRegisters--
+			http.Error(w, "injected fault", http.StatusInternalServerError)
 			return
 		}
 		old := n.jobs[*req.Job.ID]

@@ -525,3 +525,33 @@ func TestJustSubmittedJobsNotFoundIsNotBackedOff(t *testing.T) {
 		t.Fatalf("after the 404: running %v, why %q, refusals %d, %d writes: want it started at the next cycle, not backed off", st.Running, st.Reason.Why, refusals, rec.registers)
 	}
 }
+
+// A start Nomad answers 500 for (a transient fault, nothing said of the
+// placement) pauses the job a few seconds without counting a refusal: a
+// few unlucky requests in a row used to back it off for minutes
+// (TestSidecarUnderAPIFaults waited 5 min for a job backed off 88 s).
+func TestTransientWriteErrorIsNotARefusal(t *testing.T) {
+	good := map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "1000"}
+	snap, rec := noteState(t, []noteCase{{name: "flaky", meta: good}})
+	snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 1)
+	a := testAgent(t, rec, "gavel-maxmin")
+	k := watch.JobKey{Namespace: "default", ID: "flaky"}
+	rec.mu.Lock()
+	rec.failRegisters = 3
+	rec.mu.Unlock()
+	for i := range 3 {
+		if err := a.cycleOn(context.Background(), snap, i == 0); err != nil {
+			t.Fatal(err)
+		}
+		a.settleWrites()
+	}
+	a.mu.Lock()
+	refusals := a.jobs[k].refusals
+	a.mu.Unlock()
+	rec.mu.Lock()
+	failed := 3 - rec.failRegisters
+	rec.mu.Unlock()
+	if failed == 0 || refusals != 0 {
+		t.Fatalf("after %d registrations answered 500: %d refusals counted, want 0 (a transient error is not Nomad refusing the placement)", failed, refusals)
+	}
+}

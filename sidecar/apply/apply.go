@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"sort"
@@ -572,6 +573,28 @@ func (a *Applier) writeRead(ctx context.Context, j *Job, units []jobform.Unit, k
 func isNotFound(err error) bool {
 	var e api.UnexpectedResponseError
 	return errors.As(err, &e) && e.StatusCode() == http.StatusNotFound
+}
+
+// IsTransient reports an error of the Nomad API that says nothing of the
+// write itself: a 5xx answer (but a check-and-set conflict), a 429, or no
+// answer at all. The same write may well pass a moment later.
+func IsTransient(err error) bool {
+	if err == nil || IsIndexConflict(err) {
+		return false
+	}
+	code := 0
+	var e api.UnexpectedResponseError
+	var ep *api.UnexpectedResponseError
+	switch {
+	case errors.As(err, &e) && e.HasStatusCode():
+		code = e.StatusCode()
+	case errors.As(err, &ep) && ep != nil && ep.HasStatusCode():
+		code = ep.StatusCode()
+	default:
+		var ne net.Error
+		return errors.As(err, &ne)
+	}
+	return code >= 500 || code == http.StatusTooManyRequests
 }
 
 // IsIndexConflict reports a registration Nomad refused by check-and-set:

@@ -119,10 +119,11 @@ func TestUnitRunsAtItsSlowestWorkersPace(t *testing.T) {
 			rate := steps / ws[0].out.TrainTime.Seconds()
 			t.Logf("unit of %d: predicted %g steps/s, measured %.1f steps/s (%.0f%%)", len(ws), tt.want, rate, 100*rate/tt.want)
 			// The barrier can only slow a unit down, and so can scheduling
-			// on a loaded machine: the bound above is tight, the one below
-			// is loose.
-			if rate > tt.want*1.03 || rate < tt.want*0.85 {
-				t.Fatalf("the unit ran at %.1f steps/s; want %g (-15%%, +3%%)", rate, tt.want)
+			// on a loaded machine (77 % of the pace at load 20 on 2 cores):
+			// the bound above is tight, the one below only catches workers
+			// that wait for each other's steps in turn.
+			if rate > tt.want*1.03 || rate < tt.want*0.5 {
+				t.Fatalf("the unit ran at %.1f steps/s; want %g (-50%%, +3%%)", rate, tt.want)
 			}
 			prog, err := ReadProgress(ws[1].o.ProgressFile)
 			if err != nil {
@@ -313,7 +314,10 @@ func TestUnitPeerLost(t *testing.T) {
 func TestRendezvous(t *testing.T) {
 	port := freePort(t)
 	dir := t.TempDir()
-	ws := unitWorkers(t, dir, port, 1, []map[string]string{{}, {}}, "--steps", "50", "--rendezvous-timeout", "1500ms")
+	// Rank 0 gathers longer than the stranger keeps dialling: a stranger
+	// that retries a refusal must see only refusals, not rank 0 giving up
+	// (on a loaded machine the two timeouts, when equal, raced).
+	ws := unitWorkers(t, dir, port, 1, []map[string]string{{}, {}}, "--steps", "50", "--rendezvous-timeout", "6s")
 	stranger := unitWorkers(t, t.TempDir(), port, 2, []map[string]string{{}, {}}, "--steps", "50", "--rendezvous-timeout", "1500ms")[1]
 	var wg sync.WaitGroup
 	wg.Go(func() { ws[0].out, ws[0].err = Run(context.Background(), ws[0].o, discardLog(), io.Discard) })

@@ -280,20 +280,23 @@ func TestMissingCopyIsSkipped(t *testing.T) {
 	}
 }
 
-// TestPaceIsHonoured runs at an emulated 150 steps/s for 2 s.
+// TestPaceIsHonoured runs at an emulated 150 steps/s for 2 s: never
+// faster. A loaded machine slows any run (87 steps/s at load 20 on 2
+// cores), so the bound below is loose: it catches a pause per step added
+// to the step's own time instead of pacing to the clock.
 func TestPaceIsHonoured(t *testing.T) {
 	o := testOptions(t, t.TempDir(), map[string]string{"HADAR_STEPS_PER_SEC": "150"}, "--steps", "300", "--model", "softmax")
 	start := time.Now()
 	runToEnd(t, context.Background(), o)
 	rate := 300 / time.Since(start).Seconds()
-	if rate < 150*0.6 || rate > 150*1.4 {
-		t.Fatalf("ran at %.1f steps/s, want 150 ± 40%%", rate)
+	if rate < 150*0.4 || rate > 150*1.1 {
+		t.Fatalf("ran at %.1f steps/s, want 150 (-60%%, +10%%)", rate)
 	}
 	prog, err := ReadProgress(o.ProgressFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if prog.StepsPerSec < 150*0.6 || prog.StepsPerSec > 150*1.4 || prog.State != contract.StateDone {
+	if prog.StepsPerSec < 150*0.4 || prog.StepsPerSec > 150*1.4 || prog.State != contract.StateDone {
 		t.Fatalf("progress %+v: want about 150 steps/s and state done", prog)
 	}
 }
