@@ -181,7 +181,7 @@ func TestSampleTurnsTheAgentIntoMetrics(t *testing.T) {
 		{"hadar_gpus_idle", []string{"gpu_type", "k80", "rack", "r2"}, 0},    // draining: not idle
 		{"hadar_gpus_total", []string{"gpu_type", "v100", "rack", "r2"}, -1}, // n3 is down: not planned
 		{"hadar_leader", nil, 1},
-		{"hadar_rounds_total", nil, 0}, // the 7 restored rounds are not this process's
+		{"hadar_rounds_total", nil, 0},                                                 // the 7 restored rounds are not this process's
 		{"hadar_decisions_total", []string{"action", "start", "result", "applied"}, 0}, // the restored start is not counted
 		{"hadar_evictions_total", []string{"reason", "node_lost"}, 0},
 		{"hadar_last_plan_timestamp_seconds", nil, float64(t0.Add(-time.Second).Unix())},
