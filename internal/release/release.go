@@ -29,8 +29,13 @@ import (
 	"time"
 )
 
-// StampVar is the variable -ldflags -X sets (internal/version).
-const StampVar = "github.com/hadar-sched/hadar/internal/version.stamp"
+// StampVar and CommitVar are the variables -ldflags -X sets
+// (internal/version): the release version and the commit it was built
+// from.
+const (
+	StampVar  = "github.com/hadar-sched/hadar/internal/version.stamp"
+	CommitVar = "github.com/hadar-sched/hadar/internal/version.commit"
+)
 
 // Binary is one program of the release.
 type Binary struct {
@@ -55,7 +60,7 @@ func Binaries() []Binary {
 // binaries.
 func Files() []string {
 	return []string{"README.md", "CHANGELOG.md", "docs/deploy.md", "docs/upgrade.md", "docs/driver.md", "docs/sidecar.md",
-		"docs/status.md", "docs/observability.md",
+		"docs/status.md", "docs/observability.md", "docs/jobspec.md", "docs/trainer.md", "docs/results.md",
 		"deploy/hadar-sidecar.nomad.hcl", "deploy/hadar-auth-method.json", "docs/acl/hadar-sidecar.nomad.hcl", "docs/acl/hadar-sidecar.consul.hcl",
 		"deploy/systemd/nomad-client.service", "deploy/systemd/nomad-client-hadar.hcl", "deploy/systemd/hadar-sidecar.service", "deploy/systemd/sidecar.hcl",
 		"deploy/grafana/hadar.json", "deploy/prometheus/hadar-alerts.yml",
@@ -84,15 +89,20 @@ func ArchiveName(version string, p Platform) string {
 }
 
 // Build compiles every binary for p into dir/<Dir>/<Name>, stamped with
-// version; root is the repository.
-func Build(ctx context.Context, root, version string, p Platform, dir string) error {
+// version and commit (empty: none stamped, Go's own record of the commit
+// is then all `-version` can name); root is the repository.
+func Build(ctx context.Context, root, version, commit string, p Platform, dir string) error {
+	ldflags := "-s -w -X " + StampVar + "=" + version
+	if commit != "" {
+		ldflags += " -X " + CommitVar + "=" + commit
+	}
 	for _, b := range Binaries() {
 		out := filepath.Join(dir, b.Dir, b.Name)
 		cgo := "0"
 		if p.CGO {
 			cgo = "1"
 		}
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w -X "+StampVar+"="+version, "-o", out, b.Package)
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, b.Package)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "GOOS="+p.OS, "GOARCH="+p.Arch, "CGO_ENABLED="+cgo)
 		if o, err := cmd.CombinedOutput(); err != nil {
@@ -352,6 +362,11 @@ func checkBinary(bin, version string, p Platform) (Checked, error) {
 		c.Ran = strings.TrimSpace(string(out))
 		if f := strings.Fields(c.Ran); len(f) < 2 || f[1] != version {
 			return c, fmt.Errorf("-version says %q, want version %s", c.Ran, version)
+		}
+		// docs/deploy.md shows the commit beside the version: a release
+		// that cannot name its commit is not the one the docs describe.
+		if !strings.Contains(c.Ran, "(commit ") {
+			return c, fmt.Errorf("-version says %q: no commit", c.Ran)
 		}
 	}
 	return c, nil

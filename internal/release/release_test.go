@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +151,98 @@ func TestCheckBinary(t *testing.T) {
 				t.Fatalf("-version said %q", c.Ran)
 			}
 		})
+	}
+}
+
+// linkedDocs are the repository files docs/deploy.md links to or names
+// as the archive's: its relative Markdown links and the paths in its
+// table of the archive's contents.
+func linkedDocs(t *testing.T, root string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "docs", "deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\]\(([^)#:\s]+)(#[^)]*)?\)`).FindAllStringSubmatch(string(b), -1) {
+		seen[path.Clean(path.Join("docs", m[1]))] = true
+	}
+	for _, m := range regexp.MustCompile("`((?:docs|deploy)/[^`*\\s]+|README\\.md|CHANGELOG\\.md)`").FindAllStringSubmatch(string(b), -1) {
+		if _, err := os.Stat(filepath.Join(root, m[1])); err == nil {
+			seen[m[1]] = true
+		}
+	}
+	var out []string
+	for f := range seen {
+		out = append(out, f)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// The archive is all an operator installs from: every document
+// docs/deploy.md links to is in it, with the jobspecs and the Pack.
+func TestArchiveHoldsEveryLinkedDoc(t *testing.T) {
+	root := repoRoot(t)
+	in := map[string]bool{}
+	for _, f := range Files() {
+		in[f] = true
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			t.Errorf("Files names %s: %v", f, err)
+		}
+	}
+	docs := linkedDocs(t, root)
+	if len(docs) < 8 {
+		t.Fatalf("found only %v in docs/deploy.md", docs)
+	}
+	for _, f := range docs {
+		if !in[f] {
+			t.Errorf("docs/deploy.md links to %s, which the archive lacks", f)
+		}
+	}
+}
+
+// What make dist stamps and what the docs show agree: before the first
+// tag, the version is the CHANGELOG's unreleased one with -dev-<n>-g<commit>
+// (not v0.0.0-<n>-g<commit>), the docs' examples name that release, and
+// the commit is stamped beside it.
+func TestMakeVersionAgreesWithDocs(t *testing.T) {
+	root := repoRoot(t)
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	out, err := exec.Command("make", "-s", "-C", root, "print-version").Output()
+	if err != nil {
+		t.Fatalf("make print-version: %v", err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) != 2 {
+		t.Fatalf("make print-version said %q", out)
+	}
+	version, commit := f[0], f[1]
+	head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("no git checkout: %v", err)
+	}
+	if !strings.HasPrefix(commit, strings.TrimSpace(string(head))) {
+		t.Errorf("COMMIT %s, HEAD %s", commit, head)
+	}
+	cl, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^## (v[0-9]+\.[0-9]+\.[0-9]+)`).FindSubmatch(cl)
+	if m == nil {
+		t.Fatal("CHANGELOG.md names no release")
+	}
+	release := string(m[1])
+	if version != release && !strings.HasPrefix(version, release+"-") {
+		t.Errorf("make dist stamps %s, CHANGELOG.md's release is %s", version, release)
+	}
+	deploy, _ := os.ReadFile(filepath.Join(root, "docs", "deploy.md"))
+	for _, v := range regexp.MustCompile(`hadar_(v[0-9][^_]*)_linux`).FindAllSubmatch(deploy, -1) {
+		if string(v[1]) != release {
+			t.Errorf("docs/deploy.md shows %s, the release is %s", v[1], release)
+		}
 	}
 }

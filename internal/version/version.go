@@ -14,8 +14,12 @@ import (
 	"strings"
 )
 
-// stamp is set at link time (-X); never written at run time.
-var stamp string
+// stamp and commit are set at link time (-X); never written at run
+// time. commit is stamped beside the version because the Go build
+// information's vcs.revision is missing wherever the build could not ask
+// git (a source tree without .git, -buildvcs=false, some CI checkouts),
+// and the release's `hadar version` must name its commit all the same.
+var stamp, commit string
 
 // Fallback is reported when neither the link stamp nor the Go build
 // information names a version (go run, go test, a build outside a git
@@ -92,11 +96,20 @@ func pluginOf(v string) string {
 	return Fallback + "+" + meta
 }
 
-// Commit is the git commit the binary was built from, as Go recorded it
-// ("" when unknown), with "-dirty" when the tree had changes.
+// Commit is the git commit the binary was built from: the link stamp,
+// else what Go recorded, with "-dirty" when the tree had changes ("" when
+// unknown).
 func Commit() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
+	info, _ := debug.ReadBuildInfo()
+	return commitOf(commit, info)
+}
+
+// commitOf is Commit on explicit inputs (tests).
+func commitOf(stamped string, info *debug.BuildInfo) string {
+	if s := strings.TrimSpace(stamped); s != "" {
+		return s
+	}
+	if info == nil {
 		return ""
 	}
 	var rev string

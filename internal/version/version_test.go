@@ -95,3 +95,28 @@ func TestStampThroughLdflags(t *testing.T) {
 		t.Fatalf("the stamped binary says %q", out)
 	}
 }
+
+// The commit stamped at link time is what `hadar version` names, even
+// where Go recorded none (a build without git); without a stamp, Go's
+// record.
+func TestCommitOf(t *testing.T) {
+	vcs := []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef"}, {Key: "vcs.modified", Value: "true"}}
+	for name, tc := range map[string]struct {
+		stamp string
+		info  *debug.BuildInfo
+		want  string
+	}{
+		"stamp, no vcs":  {"abc123\n", &debug.BuildInfo{}, "abc123"},
+		"stamp wins":     {"abc123", &debug.BuildInfo{Settings: vcs}, "abc123"},
+		"vcs alone":      {"", &debug.BuildInfo{Settings: vcs}, "0123456789abcdef-dirty"},
+		"nothing":        {"", &debug.BuildInfo{}, ""},
+		"no build info":  {"", nil, ""},
+		"stamp, no info": {"abc123", nil, "abc123"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := commitOf(tc.stamp, tc.info); got != tc.want {
+				t.Fatalf("commitOf = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -2,7 +2,7 @@
 // platform, their SHA256SUMS, and the check of what was built (package
 // internal/release).
 //
-//	go run ./internal/release/dist -version v0.3.0 -out out/dist
+//	go run ./internal/release/dist -version v0.3.0 -commit $(git rev-parse HEAD) -out out/dist
 package main
 
 import (
@@ -22,14 +22,15 @@ import (
 func main() {
 	version := flag.String("version", "", "the release version, as git describe gives it (make dist passes it)")
 	out := flag.String("out", "out/dist", "where the archives and SHA256SUMS go (emptied first)")
+	commit := flag.String("commit", "", "the commit the release is built from, as `git rev-parse HEAD` gives it (make dist passes it)")
 	flag.Parse()
-	if err := run(*version, *out); err != nil {
+	if err := run(*version, *commit, *out); err != nil {
 		fmt.Fprintf(os.Stderr, "dist: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(version, out string) error {
+func run(version, commit, out string) error {
 	if version == "" {
 		return fmt.Errorf("-version is empty: give the release version (make dist takes it from git describe)")
 	}
@@ -64,7 +65,7 @@ func run(version, out string) error {
 	for _, p := range release.Platforms() {
 		dir := filepath.Join(stage, "build", p.OS+"-"+p.Arch)
 		fmt.Printf("building %s for %s (cgo %v)\n", version, p, p.CGO)
-		if err := release.Build(ctx, root, version, p, dir); err != nil {
+		if err := release.Build(ctx, root, version, commit, p, dir); err != nil {
 			return err
 		}
 		name := release.ArchiveName(version, p)
