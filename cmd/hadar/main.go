@@ -21,6 +21,7 @@ commands:
   plan     dry run against a live Nomad cluster: what the next round would do, and why
   status   what a running sidecar shows: GPUs, running jobs, the queue and why (docs/status.md)
   policies list the policies hadar sim knows
+  auth-method check (-fix: set) the sidecar's auth method's JWKS URL against this cluster (docs/deploy.md)
   profile  export what a running sidecar learned of throughputs as a profile file (docs/formats.md)
   netmodel calibrate: print the network model's fit to Gavel's throughputs
   version  print hadar's release (also -version)
@@ -49,6 +50,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runPlan(ctx, args[1:], stdout, stderr)
 	case "status":
 		err = runStatus(ctx, args[1:], stdout, stderr)
+	case "auth-method":
+		err = runAuthMethod(ctx, args[1:], stdout, stderr)
 	case "profile":
 		err = runProfile(ctx, args[1:], stdout, stderr)
 	case "policies":

@@ -87,7 +87,7 @@ func (l *Login) login(ctx context.Context, jwt string) (*api.ACLToken, error) {
 	// socket lets no request through without one.
 	tok, _, err := c.ACLAuth().Login(&api.ACLLoginRequest{AuthMethodName: l.Method, LoginToken: jwt}, (&api.WriteOptions{AuthToken: jwt}).WithContext(ctx))
 	if err != nil {
-		return nil, fmt.Errorf("nomad: logging in to auth method %q with the workload identity of %s: %w (the auth method and its binding rule: docs/deploy.md)", l.Method, l.File.Path, err)
+		return nil, fmt.Errorf("nomad: logging in to auth method %q with the workload identity of %s: %w (the auth method and its binding rule: docs/deploy.md%s)", l.Method, l.File.Path, err, loginHint(err))
 	}
 	if tok == nil || tok.SecretID == "" {
 		return nil, fmt.Errorf("nomad: auth method %q answered the login without a token", l.Method)
