@@ -64,6 +64,8 @@ func Files() []string {
 		"deploy/hadar-sidecar.nomad.hcl", "deploy/hadar-auth-method.json", "docs/acl/hadar-sidecar.nomad.hcl", "docs/acl/hadar-sidecar.consul.hcl",
 		"deploy/systemd/nomad-client.service", "deploy/systemd/nomad-client-hadar.hcl", "deploy/systemd/hadar-sidecar.service", "deploy/systemd/sidecar.hcl",
 		"deploy/grafana/hadar.json", "deploy/prometheus/hadar-alerts.yml",
+		"deploy/pack/hadar/metadata.hcl", "deploy/pack/hadar/variables.hcl", "deploy/pack/hadar/README.md",
+		"deploy/pack/hadar/templates/_helpers.tpl", "deploy/pack/hadar/templates/hadar-sidecar.nomad.tpl", "deploy/pack/hadar/templates/hadar-auth-method.json.tpl", "docs/queues.md",
 		"planner/profile/data/LICENSE.gavel"}
 }
 

@@ -196,6 +196,19 @@ func TestArchiveHoldsEveryLinkedDoc(t *testing.T) {
 		t.Fatalf("found only %v in docs/deploy.md", docs)
 	}
 	for _, f := range docs {
+		if st, err := os.Stat(filepath.Join(root, f)); err == nil && st.IsDir() {
+			// A folder (the Pack): every file in it.
+			filepath.WalkDir(filepath.Join(root, f), func(p string, d os.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					rel, _ := filepath.Rel(root, p)
+					if !in[filepath.ToSlash(rel)] {
+						t.Errorf("docs/deploy.md names %s, whose %s the archive lacks", f, rel)
+					}
+				}
+				return nil
+			})
+			continue
+		}
 		if !in[f] {
 			t.Errorf("docs/deploy.md links to %s, which the archive lacks", f)
 		}
