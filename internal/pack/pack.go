@@ -118,7 +118,6 @@ func goValue(v cty.Value) (any, error) {
 	return nil, fmt.Errorf("a default of type %s: not supported here", v.Type().FriendlyName())
 }
 
-
 // context is what the templates see as "." (Pack passes its own).
 type context struct {
 	vars map[string]any
