@@ -8,6 +8,7 @@
 #     -description "hadar sidecar" hadar-sidecar docs/acl/hadar-sidecar.nomad.hcl
 #   nomad acl auth-method create -name hadar-workload -type JWT -max-token-ttl 1h \
 #     -token-locality local -config @deploy/hadar-auth-method.json
+#   hadar auth-method -fix    # the JWKS URL: this cluster's ($NOMAD_ADDR), not 127.0.0.1:4646
 #   nomad acl binding-rule create -auth-method hadar-workload -bind-type policy -bind-name hadar-sidecar \
 #     -selector 'value.nomad_namespace == "default" and value.nomad_job_id == "hadar-sidecar"'
 #   nomad job run -var hadar_binary=/usr/local/bin/hadar deploy/hadar-sidecar.nomad.hcl
