@@ -22,13 +22,13 @@ import (
 // TestPackInstallFromArchive: docs/deploy.md from the release archive
 // alone, on an ACL cluster whose HTTP API is not on port 4646 (the
 // harness picks free ports): `hadar version` names the release and its
-// commit; the auth method created from the shipped
-// deploy/hadar-auth-method.json (JWKS at 127.0.0.1:4646) is reported in
-// one line by `hadar auth-method` and set right by -fix, to the JWKS URL
-// the pack renders from cluster_address; the sidecar job rendered from
-// the archive's deploy/pack/hadar runs the archive's hadar and reaches a
-// healthy leader, Nomad's check on /v1/health passing. No file is edited
-// by hand.
+// commit; the sidecar job rendered from the archive's deploy/pack/hadar,
+// run with the auth method created from the shipped
+// deploy/hadar-auth-method.json (JWKS at 127.0.0.1:4646), cannot log in
+// and its log says to run `hadar auth-method -fix`; `hadar auth-method`
+// reports it in one line and -fix sets the JWKS URL the pack renders from
+// cluster_address; the sidecar then reaches a healthy leader, Nomad's
+// check on /v1/health passing. No file is edited by hand.
 func TestPackInstallFromArchive(t *testing.T) {
 	skipShort(t)
 	root, err := harness.RepoRoot()
@@ -68,9 +68,10 @@ func TestPackInstallFromArchive(t *testing.T) {
 	if u.Port() == "4646" {
 		t.Skip("the harness gave the server port 4646: the point is another port")
 	}
+	var clients []*harness.Agent
 	for i := range 2 {
-		harness.StartAgent(t, harness.Options{Name: fmt.Sprintf("pack-c%d", i), Mode: harness.ModeClient, Servers: []string{srv.RPCAddr}, ACL: true, Token: srv.Token,
-			Plugins: map[string]string{"raw_exec": "enabled = true"}})
+		clients = append(clients, harness.StartAgent(t, harness.Options{Name: fmt.Sprintf("pack-c%d", i), Mode: harness.ModeClient, Servers: []string{srv.RPCAddr}, ACL: true, Token: srv.Token,
+			Plugins: map[string]string{"raw_exec": "enabled = true"}}))
 	}
 	env := []string{"NOMAD_ADDR=" + srv.Addr, "NOMAD_TOKEN=" + srv.Token}
 	cli := func(name string, args ...string) (string, error) {
@@ -94,20 +95,8 @@ func TestPackInstallFromArchive(t *testing.T) {
 	nomad("acl", "auth-method", "create", "-name", "hadar-workload", "-type", "JWT", "-max-token-ttl", "1h", "-token-locality", "local", "-config", "@deploy/hadar-auth-method.json")
 	nomad("acl", "binding-rule", "create", "-auth-method", "hadar-workload", "-bind-type", "policy", "-bind-name", "hadar-sidecar",
 		"-selector", `value.nomad_namespace == "default" and value.nomad_job_id == "hadar-sidecar"`)
-	want := srv.Addr + "/.well-known/jwks.json"
-	out, err := cli(hadar, "auth-method")
-	t.Logf("hadar auth-method, with the shipped JWKS URL: %s", strings.TrimSpace(out))
-	if err == nil || strings.Count(strings.TrimSpace(out), "\n") != 0 || !strings.Contains(out, "is not this cluster's") || !strings.Contains(out, "set it to "+want) {
-		t.Fatalf("hadar auth-method on the shipped auth method: %v, %q", err, out)
-	}
-	if out, err := cli(hadar, "auth-method", "-fix"); err != nil {
-		t.Fatalf("hadar auth-method -fix: %v\n%s", err, out)
-	}
-	if out, err := cli(hadar, "auth-method"); err != nil || !strings.Contains(out, "serves this cluster's keys") {
-		t.Fatalf("hadar auth-method after -fix: %v, %q", err, out)
-	}
-
-	// Step 5 with the pack from the archive.
+	// Step 5 with the pack from the archive, before the auth method is
+	// right: the sidecar cannot log in, and says what to run.
 	pk, err := pack.Load(filepath.Join(dist, "deploy", "pack", "hadar"))
 	if err != nil {
 		t.Fatal(err)
@@ -115,9 +104,6 @@ func TestPackInstallFromArchive(t *testing.T) {
 	rendered, err := pk.Render(map[string]any{"cluster_address": srv.Addr, "hadar_binary": hadar, "round": "4s", "lock_ttl": "10s", "lock_delay": "1s"})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if m, _, err := srv.Client.ACLAuthMethods().Get("hadar-workload", nil); err != nil || !strings.Contains(rendered["hadar-auth-method.json"], fmt.Sprintf("%q", m.Config.JWKSURL)) || m.Config.JWKSURL != want {
-		t.Fatalf("the pack's auth method and the one -fix set differ (%v):\n%s", err, rendered["hadar-auth-method.json"])
 	}
 	jobFile := filepath.Join(t.TempDir(), "hadar-sidecar.nomad.hcl")
 	if err := os.WriteFile(jobFile, []byte(rendered["hadar-sidecar.nomad"]), 0o644); err != nil {
@@ -142,10 +128,53 @@ func TestPackInstallFromArchive(t *testing.T) {
 			return nil
 		})
 	})
+	logs := func() string {
+		var b strings.Builder
+		for _, a := range clients {
+			files, _ := filepath.Glob(filepath.Join(a.Dir, "data", "alloc", "*", "alloc", "logs", "hadar.std*"))
+			for _, f := range files {
+				l, _ := os.ReadFile(f)
+				b.Write(l)
+			}
+		}
+		return b.String()
+	}
+	harness.Eventually(context.Background(), 2*time.Minute, time.Second, func() error {
+		if !strings.Contains(logs(), "hadar auth-method -fix") {
+			return fmt.Errorf("no hint yet")
+		}
+		return nil
+	})
+	for _, l := range strings.Split(logs(), "\n") {
+		if strings.Contains(l, "hadar auth-method -fix") {
+			t.Logf("the sidecar, its auth method's JWKS URL wrong: %s", l)
+			break
+		}
+	}
+	if !strings.Contains(logs(), "hadar auth-method -fix") {
+		t.Fatalf("the sidecar's log never says to run hadar auth-method:\n%s", tail([]byte(logs()), 4000))
+	}
+	want := srv.Addr + "/.well-known/jwks.json"
+	out, err := cli(hadar, "auth-method")
+	t.Logf("hadar auth-method, with the shipped JWKS URL: %s", strings.TrimSpace(out))
+	if err == nil || strings.Count(strings.TrimSpace(out), "\n") != 0 || !strings.Contains(out, "is not this cluster's") || !strings.Contains(out, "set it to "+want) {
+		t.Fatalf("hadar auth-method on the shipped auth method: %v, %q", err, out)
+	}
+	if out, err := cli(hadar, "auth-method", "-fix"); err != nil {
+		t.Fatalf("hadar auth-method -fix: %v\n%s", err, out)
+	}
+	if out, err := cli(hadar, "auth-method"); err != nil || !strings.Contains(out, "serves this cluster's keys") {
+		t.Fatalf("hadar auth-method after -fix: %v, %q", err, out)
+	}
+
+	if m, _, err := srv.Client.ACLAuthMethods().Get("hadar-workload", nil); err != nil || !strings.Contains(rendered["hadar-auth-method.json"], fmt.Sprintf("%q", m.Config.JWKSURL)) || m.Config.JWKSURL != want {
+		t.Fatalf("the pack's auth method and the one -fix set differ (%v):\n%s", err, rendered["hadar-auth-method.json"])
+	}
+
 	c := &sidecarCluster{t: t, api: srv.Client}
 	d := &deployed{c: c, t: t, mgmt: srv.Client}
 	start := time.Now()
-	c.waitFor("two replicas of the pack's job, one leading, Nomad's checks on /v1/health passing", 3*time.Minute, func() error {
+	c.waitFor("after -fix, two replicas of the pack's job, one leading, Nomad's checks on /v1/health passing", 3*time.Minute, func() error {
 		if _, err := d.leader(); err != nil {
 			return err
 		}
@@ -166,7 +195,7 @@ func TestPackInstallFromArchive(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("a healthy leader %v after nomad job run, on a server at %s", time.Since(start).Round(time.Second), srv.Addr)
+	t.Logf("a healthy leader %v after hadar auth-method -fix, on a server at %s", time.Since(start).Round(time.Second), srv.Addr)
 }
 
 // runIn runs a command in dir and returns its output, failing the test on

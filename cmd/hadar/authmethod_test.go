@@ -17,8 +17,7 @@ import (
 func TestAuthMethodCommand(t *testing.T) {
 	var mu sync.Mutex
 	jwksURL := "http://127.0.0.1:1/.well-known/jwks.json" // nothing listens on port 1
-	var srv *httptest.Server
-	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
