@@ -114,9 +114,15 @@ func TestCheckBinary(t *testing.T) {
 		t.Skip("builds binaries")
 	}
 	dir := t.TempDir()
-	build := func(arch, cgo, version string) string {
-		out := filepath.Join(dir, arch+"-"+cgo+"-"+version)
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-X "+StampVar+"="+version, "-o", out, "../version/testdata/probe")
+	build := func(arch, cgo, version string, commit ...string) string {
+		out := filepath.Join(dir, arch+"-"+cgo+"-"+version+strings.Join(commit, ""))
+		ldflags := "-X " + StampVar + "=" + version
+		for _, c := range commit {
+			ldflags += " -X " + CommitVar + "=" + c
+		}
+		// -buildvcs=false: the commit must come from the stamp, as where
+		// the build cannot ask git.
+		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, "../version/testdata/probe")
 		cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CGO_ENABLED="+cgo)
 		if o, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build: %v\n%s", err, o)
@@ -124,8 +130,9 @@ func TestCheckBinary(t *testing.T) {
 		return out
 	}
 	host := runtime.GOARCH
-	native := build(host, "0", "v1.2.3")
-	arm := build("arm64", "0", "v1.2.3")
+	native := build(host, "0", "v1.2.3", "abc123")
+	unstamped := build(host, "0", "v1.2.3")
+	arm := build("arm64", "0", "v1.2.3", "abc123")
 	for name, tc := range map[string]struct {
 		bin     string
 		version string
@@ -134,6 +141,7 @@ func TestCheckBinary(t *testing.T) {
 		ran     bool
 	}{
 		"native, runs":     {native, "v1.2.3", Platform{OS: "linux", Arch: host}, "", host == runtime.GOARCH},
+		"no commit":        {unstamped, "v1.2.3", Platform{OS: "linux", Arch: host}, "no commit", false},
 		"arm64, read only": {arm, "v1.2.3", Platform{OS: "linux", Arch: "arm64"}, "", host == "arm64"},
 		"wrong version":    {arm, "v9.9.9", Platform{OS: "linux", Arch: "arm64"}, "not stamped with it", false},
 		"wrong platform":   {arm, "v1.2.3", Platform{OS: "linux", Arch: "amd64"}, "built for linux/arm64", false},
@@ -147,7 +155,7 @@ func TestCheckBinary(t *testing.T) {
 			if tc.want == "" && (c.Ran != "") != tc.ran {
 				t.Fatalf("ran %q, want ran %v", c.Ran, tc.ran)
 			}
-			if c.Ran != "" && !strings.HasPrefix(c.Ran, "probe v1.2.3 ") {
+			if tc.want == "" && c.Ran != "" && !strings.HasPrefix(c.Ran, "probe v1.2.3 (commit abc123) ") {
 				t.Fatalf("-version said %q", c.Ran)
 			}
 		})
