@@ -594,6 +594,27 @@ func (e *Engine) learn(j *job, now float64) {
 	}
 }
 
+// Started records that every worker of job id's current placement runs
+// at now (the sidecar saw all its allocations running): its minimum run
+// time, the learning warm-up and the stall clock count from here, not
+// from the decision. Task setup (an exec chroot, an image pull, a
+// worker still waiting for its GPUs' previous holder) is not run time:
+// a job preempted before it ever ran loses a round and makes nothing.
+// A job not running changes nothing.
+func (e *Engine) Started(id string, now float64) error {
+	j, err := e.job(id)
+	if err != nil {
+		return err
+	}
+	if err := e.advance(now); err != nil {
+		return err
+	}
+	if j.view.Running {
+		j.placedAt, j.lastAt = now, -1
+	}
+	return nil
+}
+
 // Adopt records that job id runs on p, as observed outside a decision: a
 // restarted sidecar that finds the job running in Nomad. The placement must
 // be valid for the job and its GPUs free of every other running job.

@@ -711,6 +711,44 @@ func TestMinRunTimeHoldsForEveryPreemption(t *testing.T) {
 	}
 }
 
+// The minimum run time counts from when every worker runs (Started), not
+// from the decision: a job still in task setup is not preempted as if it
+// had run (issue 32, item 5).
+func TestMinRunTimeCountsFromTheStart(t *testing.T) {
+	ctx := context.Background()
+	s := &scripted{}
+	e := newEngine(t, s, engine.Config{MinRunTime: 300})
+	for _, jb := range []planner.Job{job("x", 1, 1e9), job("y", 4, 1e9)} {
+		if err := e.Admit(jb, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.next = map[string]planner.Placement{"x": place(unit(slot("a", "v100", 1)))}
+	if _, err := e.Plan(ctx, 0, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	// Its workers ran only 200 s after the decision (a slow task setup).
+	if err := e.Started("x", 200); err != nil {
+		t.Fatal(err)
+	}
+	s.next = map[string]planner.Placement{"x": {}, "y": place(unit(slot("a", "v100", 4)))}
+	for _, tc := range []struct {
+		at   float64
+		want engine.Action
+	}{{360, engine.Keep}, {499, engine.Keep}, {500, engine.Stop}} {
+		d, err := e.Plan(ctx, tc.at, engine.Boundary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := actions(d)["x"]; a != tc.want {
+			t.Fatalf("x at %v s, running since 200 s with a 300 s minimum: %s, want %s", tc.at, a, tc.want)
+		}
+	}
+	if err := e.Started("nope", 600); err == nil {
+		t.Fatal("Started of an unknown job: no error")
+	}
+}
+
 type scaled struct {
 	p speed.Profile
 	f float64

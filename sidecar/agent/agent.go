@@ -548,6 +548,12 @@ func (a *Agent) outcome(o apply.Outcome, snap *watch.Snapshot) {
 	case apply.Done:
 		if mj != nil {
 			mj.refusals = 0
+			if o.Started {
+				// Run time counts from here: task setup is not run time.
+				if err := a.eng.Started(mj.id, a.now()); err != nil {
+					a.log.Debug("started", "job", mj.id, "error", err)
+				}
+			}
 		}
 	}
 }

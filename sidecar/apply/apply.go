@@ -213,6 +213,9 @@ type Outcome struct {
 	// Target is what runs now: the target when Done, the kept units (or
 	// nothing) when Failed.
 	Running []jobform.Unit
+	// Started: Done because every worker the operation added runs (not a
+	// stop, nor a start that left workers for Nomad to place).
+	Started bool
 }
 
 // ErrFinished is returned (wrapped) when a worker the write keeps has
@@ -715,7 +718,7 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 			}
 		}
 		if running {
-			return Outcome{Key: op.Key, Phase: Done, Running: op.Target}, true
+			return Outcome{Key: op.Key, Phase: Done, Running: op.Target, Started: len(op.Added) > 0}, true
 		}
 		if placed && op.placed.IsZero() {
 			// The gang clock starts when Nomad placed every worker.
