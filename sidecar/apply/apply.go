@@ -52,6 +52,12 @@ type Jobs interface {
 	RegisterOpts(job *api.Job, opts *api.RegisterOptions, q *api.WriteOptions) (*api.JobRegisterResponse, *api.WriteMeta, error)
 }
 
+// Evaluator is the optional part of Jobs that asks Nomad to evaluate a
+// job again (the Nomad API client has it).
+type Evaluator interface {
+	EvaluateWithOpts(jobID string, opts api.EvalOptions, q *api.WriteOptions) (string, *api.WriteMeta, error)
+}
+
 // Job is what apply needs of a managed job as last read from Nomad.
 type Job struct {
 	Key  watch.JobKey
@@ -569,8 +575,51 @@ func (a *Applier) writeRead(ctx context.Context, j *Job, units []jobform.Unit, k
 		}
 	}
 	j.JobModifyIndex = resp.JobModifyIndex
+	if len(units) > 0 && heldTemplate(j.Raw, j.Spec) {
+		a.requeue(ctx, j.Key)
+	}
 	a.cfg.Logger.Debug("job written", "job", j.Key.String(), "kind", kind, "units", len(units), "eval", resp.EvalID, "index", resp.JobModifyIndex)
 	return nil
+}
+
+// heldTemplate tells whether job, as read before a write, is in the held
+// form: its template group counts 1.
+func heldTemplate(job *api.Job, spec jobspec.Spec) bool {
+	if job == nil {
+		return false
+	}
+	t, err := template(job, spec)
+	return err == nil && (t.Count == nil || *t.Count > 0)
+}
+
+// template returns the job's template group.
+func template(job *api.Job, spec jobspec.Spec) (*api.TaskGroup, error) {
+	for _, g := range job.TaskGroups {
+		if g != nil && g.Name != nil && *g.Name == spec.Group {
+			return g, nil
+		}
+	}
+	return nil, fmt.Errorf("job %q: template group %q is missing", spec.JobID, spec.Group)
+}
+
+// requeue asks Nomad to evaluate a job just placed from its held form once
+// more. Nomad sets a group's Queued count in the job summary only from an
+// evaluation that lists the group: the held form's blocked evaluation left
+// the template at Queued 1, and the placing evaluation lists only the
+// groups it places, so `nomad job status` would show the template queued
+// for the job's whole life (issue 33). An evaluation that has nothing to
+// place sets every group's count to 0; Nomad runs a job's evaluations in
+// order, so this one runs after the placing one. Best effort: a failure
+// leaves only the count wrong.
+func (a *Applier) requeue(ctx context.Context, k watch.JobKey) {
+	ev, ok := a.jobs.(Evaluator)
+	if !ok {
+		return
+	}
+	wo := (&api.WriteOptions{Namespace: k.Namespace}).WithContext(ctx)
+	if _, _, err := ev.EvaluateWithOpts(k.ID, api.EvalOptions{}, wo); err != nil {
+		a.cfg.Logger.Warn("could not evaluate a placed job again: nomad job status may show its template group queued", "job", k.String(), "error", err)
+	}
 }
 
 func isNotFound(err error) bool {

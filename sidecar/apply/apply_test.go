@@ -25,6 +25,12 @@ type fakeJobs struct {
 	placeAgain map[string]bool // PlanOpts reports these groups to place (a finished batch worker)
 	registers  []*api.Job
 	reads      int
+	evals      int // EvaluateWithOpts calls
+}
+
+func (f *fakeJobs) EvaluateWithOpts(string, api.EvalOptions, *api.WriteOptions) (string, *api.WriteMeta, error) {
+	f.evals++
+	return "e2", &api.WriteMeta{}, nil
 }
 
 func (f *fakeJobs) Info(id string, q *api.QueryOptions) (*api.Job, *api.QueryMeta, error) {
@@ -871,5 +877,29 @@ func TestWritesUseTheConfiguredStorage(t *testing.T) {
 	}
 	if !strings.HasPrefix(task.Env["HADAR_CHECKPOINT_DIR"], "/mnt/hadar/checkpoints/") {
 		t.Fatalf("HADAR_CHECKPOINT_DIR %q: want it on the configured mount", task.Env["HADAR_CHECKPOINT_DIR"])
+	}
+}
+
+// TestPlacingAHeldJobEvaluatesItAgain: Nomad leaves the template group of a
+// job placed from its held form at Queued 1 in the job summary until an
+// evaluation with nothing to place (issue 33, item 9): the first placement
+// asks for one, later rewrites of a placed job do not.
+func TestPlacingAHeldJobEvaluatesItAgain(t *testing.T) {
+	a, f, cl, _ := setup(t)
+	ctx := context.Background()
+	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")}); err != nil {
+		t.Fatal(err)
+	}
+	if f.evals != 1 {
+		t.Fatalf("placing the held job asked for %d evaluations, want 1", f.evals)
+	}
+	cl.groups["train-hadar-u0-w0"] = Group{Running: true, Placed: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Running: true, Placed: true}
+	a.Step(ctx, cl)
+	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2"), unit(1, 29501, "n3")}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.registers) != 2 || f.evals != 1 {
+		t.Fatalf("%d writes, %d evaluations; want 2 and 1 (the placed job's template is at count 0 already)", len(f.registers), f.evals)
 	}
 }
