@@ -72,7 +72,16 @@ const (
 	// EnvPlacementID is the placement's ID: the workers of one start share
 	// it.
 	EnvPlacementID = "HADAR_PLACEMENT_ID"
+	// EnvJobRun identifies the run of the job: the Nomad job's create
+	// index, new when a purged job is registered again. A task whose
+	// checkpoint directory was written by another run, or by a run that
+	// finished, starts fresh unless the job asks to resume (MetaResume).
+	EnvJobRun = "HADAR_JOB_RUN"
 )
+
+// MetaResume is the job meta key with which a job's author asks a new run
+// to resume from the checkpoints of the job's previous run ("true").
+const MetaResume = "hadar.resume"
 
 // ManagedBySidecar is EnvManagedBy's value on the workers the sidecar
 // placed.

@@ -666,3 +666,33 @@ func (d *Dir) Lstat(field, value string) (unix.Stat_t, error) {
 	}
 	return st, nil
 }
+
+// Names lists the entries of d itself (not below it).
+func (d *Dir) Names() ([]string, error) {
+	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.where(), err)
+	}
+	f := os.NewFile(uintptr(fd), d.path)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.where(), err)
+	}
+	return names, nil
+}
+
+// Rename renames the entry from of d itself to to, both single names:
+// whatever from is (a link included) is renamed, never followed, and
+// to, if it exists, is replaced (a directory only by an empty one).
+func (d *Dir) Rename(from, to string) error {
+	for _, n := range []string{from, to} {
+		if n == "" || n == "." || n == ".." || strings.ContainsRune(n, '/') || strings.ContainsRune(n, 0) {
+			return fmt.Errorf("%s: %q is not a name in it", d.where(), n)
+		}
+	}
+	if err := unix.Renameat(d.fd, from, d.fd, to); err != nil {
+		return fmt.Errorf("%s: rename %q to %q: %w", d.where(), from, to, err)
+	}
+	return nil
+}

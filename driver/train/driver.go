@@ -253,11 +253,14 @@ func (d *Driver) StartTask(ctx context.Context, cfg *plugin.TaskConfig) (*plugin
 	if err := removeStaleProgress(l); err != nil {
 		return nil, fmt.Errorf("task %s: %w", cfg.Name, err)
 	}
+	logger := d.logger.With("alloc_id", cfg.AllocID, "task", cfg.Name)
+	if err := startRun(l, logger); err != nil {
+		return nil, fmt.Errorf("task %s: %w", cfg.Name, err)
+	}
 	cg, err := taskCgroup(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("task %s: %w", cfg.Name, err)
 	}
-	logger := d.logger.With("alloc_id", cfg.AllocID, "task", cfg.Name)
 	sup, err := supervise.Start(ctx, supervise.Spec{
 		Command: l.command,
 		Args:    l.args,
@@ -281,7 +284,7 @@ func (d *Driver) StartTask(ctx context.Context, cfg *plugin.TaskConfig) (*plugin
 		state: driverState{
 			Supervise: st, TaskDir: l.taskDir, Progress: l.progress, Mirror: l.mirror,
 			Checkpoint: l.checkpoint, CheckpointBase: l.ckptBase, UID: l.user.uid,
-			StartedAt: st.StartedAt,
+			StartedAt: st.StartedAt, Run: l.env[contract.EnvJobRun],
 		},
 		sup:       sup,
 		pollEvery: s.pollEvery,

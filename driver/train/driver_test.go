@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/user"
@@ -1774,5 +1775,57 @@ func TestRecoverForeignStateDir(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "state_dir") {
 		t.Errorf("RecoverTask of a handle naming %s: %v, want a refusal naming state_dir", victim, err)
+	}
+}
+
+// TestRerunStartsFreshThroughTheDriver: issue 33 item 7 through
+// StartTask. A task that ends done records its run as finished; the
+// job's next run (same Nomad job, run again) does not see its
+// checkpoints, and one that asks to resume with fewer steps than they
+// hold is refused with the reason.
+func TestRerunStartsFreshThroughTheDriver(t *testing.T) {
+	needRoot(t)
+	ckRoot := rootDir(t, 0o755)
+	r := newRig(t, fmt.Sprintf("checkpoint_root = %q", ckRoot))
+	const done = `ls "$HADAR_CHECKPOINT_DIR" | grep '^ckpt-' | tr '\n' ' '; echo "<- found"
+echo x > "$HADAR_CHECKPOINT_DIR/ckpt-4000.json"
+printf '{"steps_done":4000,"total_steps":4000,"state":"done","updated":"2026-11-22T00:00:00Z"}' > "$HADAR_PROGRESS_FILE"
+sleep 1`
+	task := func(steps string, env map[string]string) *plugin.TaskConfig {
+		cfg := r.task(done, "Tesla K80", nil)
+		cfg.JobID = "again"
+		cfg.Env["HADAR_TOTAL_STEPS"] = steps
+		cfg.Env["HADAR_JOB_RUN"] = "17"
+		maps.Copy(cfg.Env, env)
+		return cfg
+	}
+	first := task("4000", nil)
+	r.start(first)
+	if res := r.wait(first.ID, 10*time.Second); res.ExitCode != 0 {
+		t.Fatalf("first run exit %+v", res)
+	}
+	dir := filepath.Join(ckRoot, "default", "again", "g", first.Name)
+	if err := eventually(5*time.Second, func() error {
+		b, err := os.ReadFile(filepath.Join(dir, runRecordName))
+		if err != nil || !strings.Contains(string(b), `"finished":true`) {
+			return fmt.Errorf("run record %q, %v", b, err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Run again with fewer steps: fresh, not "done" at once.
+	again := task("2000", nil)
+	r.start(again)
+	if res := r.wait(again.ID, 10*time.Second); res.ExitCode != 0 {
+		t.Fatalf("rerun exit %+v", res)
+	}
+	if out := readLog(t, again, "stdout", "<- found"); !strings.HasPrefix(out, "<- found") {
+		t.Fatalf("the rerun found the finished run's checkpoints: %q", out)
+	}
+	// Asked to resume, with fewer steps than the checkpoint holds.
+	_, err := r.startErr(task("2000", map[string]string{"NOMAD_META_hadar.resume": "true"}))
+	if err == nil || !strings.Contains(err.Error(), "holds 4000 steps, more than the 2000") {
+		t.Fatalf("a resumed rerun asking for fewer steps: err %v", err)
 	}
 }

@@ -195,6 +195,7 @@ func (h *taskHandle) watchProgress(ctx context.Context) {
 			return
 		case <-h.doneCh:
 			check(true)
+			h.endRun()
 			return
 		case <-t.C:
 			check(false)

@@ -30,6 +30,9 @@ type driverState struct {
 	CheckpointBase string    `json:"checkpoint_base"`
 	UID            int       `json:"uid"`
 	StartedAt      time.Time `json:"started_at"`
+	// Run is the task's contract.EnvJobRun, recorded as finished in the
+	// checkpoint directory when the task ends done.
+	Run string `json:"run,omitempty"`
 }
 
 func (s *driverState) encode() ([]byte, error) { return json.Marshal(s) }

@@ -312,7 +312,7 @@ func PlacedWith(job *api.Job, spec jobspec.Spec, units []Unit, o Options) (*api.
 				out.TaskGroups = append(out.TaskGroups, g)
 				continue
 			}
-			g, err := worker(t, spec, u, rank, o)
+			g, err := worker(t, spec, u, rank, o, run(job))
 			if err != nil {
 				return nil, err
 			}
@@ -335,8 +335,17 @@ func sameWorkers(a, b Unit) bool {
 	return true
 }
 
+// run is contract.EnvJobRun of job: its create index, which a purged
+// job registered again gets anew ("" when unknown).
+func run(job *api.Job) string {
+	if job.CreateIndex == nil || *job.CreateIndex == 0 {
+		return ""
+	}
+	return strconv.FormatUint(*job.CreateIndex, 10)
+}
+
 // worker builds the generated group of one worker from the template.
-func worker(t *api.TaskGroup, spec jobspec.Spec, u Unit, rank int, o Options) (*api.TaskGroup, error) {
+func worker(t *api.TaskGroup, spec jobspec.Spec, u Unit, rank int, o Options, run string) (*api.TaskGroup, error) {
 	g, err := clone(t)
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", spec.JobID, err)
@@ -364,6 +373,9 @@ func worker(t *api.TaskGroup, spec jobspec.Spec, u Unit, rank int, o Options) (*
 	})
 	if len(w.Models) == 1 {
 		env[contract.EnvGPUModel] = w.Models[0]
+	}
+	if run != "" {
+		env[contract.EnvJobRun] = run
 	}
 	found := false
 	for _, task := range g.Tasks {

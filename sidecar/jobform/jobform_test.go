@@ -447,3 +447,21 @@ func TestPathElementsAreTheDrivers(t *testing.T) {
 		t.Errorf("%q keeps a $", got)
 	}
 }
+
+// TestWorkersCarryTheJobsRun: every worker gets the Nomad job's create
+// index as HADAR_JOB_RUN, which a purged job registered again gets anew:
+// the driver starts a new run fresh from it (issue 33 item 7).
+func TestWorkersCarryTheJobsRun(t *testing.T) {
+	j, spec := submitted(t)
+	idx := uint64(4242)
+	j.CreateIndex = &idx
+	placed, err := Placed(j, spec, []Unit{unit0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range placed.TaskGroups {
+		if _, _, _, gen := ParseGroupName(*g.Name); gen && g.Tasks[0].Env[contract.EnvJobRun] != "4242" {
+			t.Fatalf("%s: %s = %q, want the job's create index", *g.Name, contract.EnvJobRun, g.Tasks[0].Env[contract.EnvJobRun])
+		}
+	}
+}
