@@ -38,11 +38,14 @@ const (
 	KeyGang        = "hadar.gang"
 	KeyMinRunTime  = "hadar.min_run_time"
 	KeyQueue       = "hadar.queue"
+	// KeyResume asks a new run of the job to resume from its previous
+	// run's checkpoints (contract.MetaResume; the task driver reads it).
+	KeyResume = "hadar.resume"
 )
 
 // knownKeys lists the keys in the order docs/jobspec.md describes them;
 // error messages list them in this order too.
-var knownKeys = []string{KeyModel, KeyThroughput, KeySteps, KeyWorkers, KeyWeight, KeyForkable, KeySensitivity, KeyGang, KeyMinRunTime, KeyQueue}
+var knownKeys = []string{KeyModel, KeyThroughput, KeySteps, KeyWorkers, KeyWeight, KeyForkable, KeySensitivity, KeyGang, KeyMinRunTime, KeyQueue, KeyResume}
 
 // KnownKeys returns the meta keys of the contract.
 func KnownKeys() []string { return append([]string(nil), knownKeys...) }
@@ -462,6 +465,9 @@ func (p *parser) meta(m map[string]string) error {
 		s.Weight = w
 	}
 	if s.Forkable, err = p.boolean(m, KeyForkable, false); err != nil {
+		return err
+	}
+	if _, err = p.boolean(m, KeyResume, false); err != nil {
 		return err
 	}
 	if s.Gang, err = p.boolean(m, KeyGang, s.Workers > 1); err != nil {
