@@ -235,6 +235,18 @@ func waits(w string) string {
 	return w
 }
 
+// asOf says how old progress reported at is, at ref: a view read between
+// reports shows the last one, and the reader must know how old it is.
+func asOf(at *time.Time, ref time.Time) string {
+	if at == nil {
+		return " no report yet"
+	}
+	if ref.IsZero() {
+		ref = time.Now()
+	}
+	return fmt.Sprintf(" as of %s ago", (max(0, ref.Sub(*at))).Round(time.Second))
+}
+
 func when(t *time.Time, s float64) string {
 	if t == nil {
 		return "-"
@@ -317,7 +329,7 @@ func writeStatus(b *strings.Builder, base string, st wire.Status, decisions int)
 				// A hang holds GPUs and makes nothing: the operator's to act on.
 				state += ", stalled " + ago(j.StalledS)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%3.0f%% (%.0f/%.0f)\t%.1f steps/s\t%s\n", j.ID, state, units(j.Units, names), 100*j.Progress, j.StepsDone, j.Steps, j.Rate, when(j.ETA, j.ETAS))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%3.0f%% (%.0f/%.0f)%s\t%.1f steps/s\t%s\n", j.ID, state, units(j.Units, names), 100*j.Progress, j.StepsDone, j.Steps, asOf(j.ProgressAt, st.Time), j.Rate, when(j.ETA, j.ETAS))
 		}
 		tw.Flush()
 	}
@@ -370,7 +382,7 @@ func writeJob(b *strings.Builder, d wire.JobDetail) {
 	fmt.Fprintf(b, "job %s: %s\n", d.ID, d.State)
 	if j := d.Job; j != nil {
 		fmt.Fprintf(b, "model %s, %d workers, weight %g\n", j.Model, j.Workers, j.Weight)
-		fmt.Fprintf(b, "progress %.0f%% (%.0f of %.0f steps)", 100*d.Progress, j.StepsDone, j.Steps)
+		fmt.Fprintf(b, "progress %.0f%% (%.0f of %.0f steps)%s", 100*d.Progress, j.StepsDone, j.Steps, asOf(d.ProgressAt, time.Now()))
 		if j.StalledS > 0 {
 			fmt.Fprintf(b, ", stalled: no step for %s", ago(j.StalledS))
 		}

@@ -19,12 +19,13 @@ import (
 func statusAPI(t *testing.T) *httptest.Server {
 	now := time.Now()
 	eta := now.Add(90 * time.Second)
+	reported := now.Add(-3 * time.Second)
 	st := wire.Status{Time: now, Sidecar: wire.SidecarStatus{Policy: "hadar", Placement: "delay", Leader: true, Round: 4, NextRound: now.Add(time.Minute), OK: true},
 		GPUs: []wire.TypeSummary{{Type: "v100", GPUUse: wire.GPUUse{Total: 4, Allocated: 2, Unmanaged: 1, Idle: 1}}},
 		Racks: []wire.Rack{{Rack: "r1", Nodes: []wire.NodeObservation{{ID: "n1", Name: "v100-a", Rack: "r1", Status: "ready", Schedulable: true, Planned: true,
 			GPUs: []wire.GPUObservation{{Type: "v100", Total: 4, Healthy: 4, Holders: []wire.Holder{{Job: "default/a", Count: 2, Managed: true}, {Job: "default/plain", Count: 1}}}}}}}},
 		Running: []wire.RunningEntry{{ID: "default/a", State: "running", Units: []wire.UnitView{{Slots: []wire.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}},
-			Progress: 0.5, StepsDone: 500, Steps: 1000, Rate: 5.5, ETAS: 90, ETA: &eta}},
+			Progress: 0.5, StepsDone: 500, Steps: 1000, Rate: 5.5, ETAS: 90, ETA: &eta, ProgressAt: &reported}},
 		Queue:     []wire.QueueEntry{{ID: "default/b", Position: 1, Waits: "no_capacity", Why: "every v100 is taken", Nomad: "train: exhausted", WaitingS: 65, Workers: 4, RunsOn: []string{"v100"}}},
 		Decisions: []wire.Event{{Time: now, Job: "default/a", Action: engine.Start, Why: "its turn"}}}
 	job := wire.JobDetail{ID: "default/b", State: "waiting", Waits: "no_capacity", QueuePosition: 1, QueueLength: 1, Why: "every v100 is taken",
@@ -57,7 +58,7 @@ func TestHadarStatus(t *testing.T) {
 		want []string
 	}{
 		{[]string{"status", "-addr", addr}, 0, []string{"healthy; policy hadar, placement delay; leader; round 4, next in", "v100      4      2      1      1",
-			"default/a x2, default/plain x1 (not hadar's), 1 idle", "RUNNING (1)", "2xv100@v100-a/r1", " 50% (500/1000)", "5.5 steps/s", "QUEUE (1)",
+			"default/a x2, default/plain x1 (not hadar's), 1 idle", "RUNNING (1)", "2xv100@v100-a/r1", " 50% (500/1000) as of 3s ago", "5.5 steps/s", "QUEUE (1)",
 			"1  default/b  no capacity  1m5s", "every v100 is taken (Nomad: train: exhausted)", "RECENT DECISIONS", "default/a  start   its turn"}},
 		{[]string{"status", "-addr", srv.URL, "default/b"}, 0, []string{"job default/b: waiting", "model ResNet-50, 4 workers", "waits: #1 of 1 in the queue, no capacity, for 1m5s",
 			"runs on: v100 30.0 steps/s", "why: every v100 is taken", "PLACEMENTS", "stop"}},

@@ -1558,6 +1558,9 @@ type JobState struct {
 	// placement or its last step, once that is Config.StallAfter or more
 	// (0: not stalled).
 	StalledS float64 `json:"stalled_s,omitempty"`
+	// ReportedAt is when a progress report was last taken (engine time,
+	// 0: never): what a view says Done is as of.
+	ReportedAt float64 `json:"reported_at,omitempty"`
 }
 
 // Jobs returns the active jobs in arrival order.
@@ -1581,7 +1584,7 @@ func (e *Engine) Job(id string) (JobState, bool) {
 func (e *Engine) state(j *job) JobState {
 	s := JobState{Job: j.view.Job, Done: j.done, Remaining: math.Max(0, j.rem), Running: j.view.Running,
 		Placement: clonePlacement(j.view.Placement), Received: map[string]float64{}, Throughput: map[string]float64{},
-		Reason: j.reason, WaitingSince: j.waitingSince}
+		Reason: j.reason, WaitingSince: j.waitingSince, ReportedAt: j.reportedAt}
 	for k, t := range e.types {
 		if k < len(j.view.Received) {
 			s.Received[string(t)] = j.view.Received[k]

@@ -83,6 +83,9 @@ type Agent struct {
 	onCycle  func(engine.Kind, time.Duration) // see OnCycle; under mu
 	// progress reads a job's training progress (the watcher's reader).
 	progress func(context.Context, *watch.Alloc) (*contract.Progress, error)
+	// progressEvery is ReadAhead's period between boundaries (tests
+	// shorten it).
+	progressEvery time.Duration
 	// ahead is set while ReadAhead runs: boundaries then use the progress
 	// it read instead of reading themselves; boundary wakes it after each.
 	ahead    atomic.Bool
@@ -181,6 +184,7 @@ func New(cfg config.Settings, client *api.Client, logger hclog.Logger) (*Agent, 
 	}
 	a.mono = newMonoClock(a.clock())
 	a.progress = w.Progress
+	a.progressEvery = progressEvery
 	a.feas = feasible.NewEvaluator(a.types.Type)
 	a.prof = belief.NewProfile(base)
 	if err := a.loadOverlay(); err != nil {

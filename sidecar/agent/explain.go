@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"maps"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -34,6 +35,10 @@ func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
 	for _, st := range a.eng.Jobs() {
 		jv := wire.JobView{ID: st.Job.ID, Workers: st.Job.ScaleFactor, Weight: st.Job.Weight, Model: st.Job.Model,
 			StepsDone: st.Done, Steps: st.Job.TotalSteps, Rate: st.Rate, ETA: st.ETA, Reason: st.Reason, Position: -1, StalledS: st.StalledS}
+		if st.ReportedAt > 0 {
+			age := math.Max(0, now-st.ReportedAt)
+			jv.ProgressAgeS = &age
+		}
 		a.queueView(&jv, st.Job.Queue)
 		var mj *managed
 		for _, m := range a.jobs {

@@ -96,24 +96,38 @@ func (a *Agent) applyProgress(best map[string]float64) {
 	}
 }
 
-// ReadAhead reads every running job's progress shortly before each round
-// boundary, until ctx ends, so that no boundary waits on one read per
-// running job through the Nomad server (at 500 nodes, some 550 reads: the
-// larger part of a round's time). It starts as far ahead of the boundary
-// as the previous sweep took, and half as long again; a sweep not done
-// when the boundary comes is used at the next one, and the engine plans
-// on its estimates meanwhile. Run starts it; a caller driving Cycle
-// itself may run it beside.
+// progressEvery is how often ReadAhead reads every running job's progress
+// between round boundaries, so that views show progress a few seconds old
+// rather than as of the last boundary (a round can outlast a job: issue 33
+// showed 0% for a job's whole life). Never more often than every other
+// sweep's duration: at 500 nodes a sweep is some 550 reads through the
+// Nomad server, which must not spend more than half its time on them.
+const progressEvery = 5 * time.Second
+
+// ReadAhead reads every running job's progress every progressEvery (or
+// twice as long as the last sweep took, if longer), and shortly before
+// each round boundary, until ctx ends, so that no boundary waits on one
+// read per running job through the Nomad server (at 500 nodes, some 550
+// reads: the larger part of a round's time). The boundary's sweep starts
+// as far ahead of the boundary as the previous sweep took, and half as
+// long again; a sweep not done when the boundary comes is used at the
+// next one, and the engine plans on its estimates meanwhile. Run starts
+// it; a caller driving Cycle itself may run it beside.
 func (a *Agent) ReadAhead(ctx context.Context) {
 	a.ahead.Store(true)
 	defer a.ahead.Store(false)
 	took := time.Second
+	last := a.clock()
 	for {
 		a.mu.Lock()
 		next := a.next
 		a.mu.Unlock()
 		lead := min(took*3/2+time.Second, a.cfg.RoundD/2)
-		if wait := next.Add(-lead).Sub(a.clock()); wait > 0 {
+		at, between := next.Add(-lead), false
+		if every := max(a.progressEvery, 2*took); last.Add(every).Before(at) {
+			at, between = last.Add(every), true
+		}
+		if wait := at.Sub(a.clock()); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -139,7 +153,11 @@ func (a *Agent) ReadAhead(ctx context.Context) {
 		a.applyProgress(best)
 		swept := a.next
 		a.mu.Unlock()
-		took = a.clock().Sub(start)
+		last = a.clock()
+		took = last.Sub(start)
+		if between {
+			continue
+		}
 		// Wait for the boundary this sweep was for (none when it passed
 		// during the sweep) before reading for the one after; a signal
 		// left from an earlier boundary is not it.

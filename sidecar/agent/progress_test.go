@@ -149,3 +149,71 @@ func TestBoundaryPlansOnProgressReadAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressReadBetweenBoundaries: issue 33 item 8. With a round longer
+// than a job's life, progress read only before boundaries left views at
+// 0% for the job's whole life; ReadAhead reads it every progressEvery
+// between boundaries too, and the plan view says how old it is.
+func TestProgressReadBetweenBoundaries(t *testing.T) {
+	snap, rec := benchState(t, 4)
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	client, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "1h", State: config.StateConfig{Store: "none"}}.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(s, client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.progressEvery = 100 * time.Millisecond
+	var mu sync.Mutex
+	steps := int64(0)
+	a.progress = func(context.Context, *watch.Alloc) (*contract.Progress, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return &contract.Progress{StepsDone: steps}, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := a.cycleOn(ctx, snap, true); err != nil {
+		t.Fatal(err)
+	}
+	a.settleWrites()
+	snap = observed(snap, rec)
+	if err := a.cycleOn(ctx, snap, false); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Add(1)
+	go func() { defer wg.Done(); a.ReadAhead(ctx) }()
+	// The next boundary is an hour away: only the reads between
+	// boundaries can bring the new steps.
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	steps = 77
+	mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fresh := 0
+		jobs := a.Plan().Jobs
+		for _, jv := range jobs {
+			if len(jv.Units) > 0 && jv.StepsDone == 77 && jv.ProgressAgeS != nil && *jv.ProgressAgeS < 5 {
+				fresh++
+			}
+		}
+		if fresh > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no running job shows the steps read between boundaries with their age: %+v", jobs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -27,6 +27,15 @@ func eta(obs time.Time, s float64) *time.Time {
 	return &t
 }
 
+// progressAt is when progress age seconds old at obs was reported.
+func progressAt(obs time.Time, age *float64) *time.Time {
+	if age == nil {
+		return nil
+	}
+	t := obs.Add(-time.Duration(*age * float64(time.Second))).Truncate(time.Second)
+	return &t
+}
+
 // buildStatus assembles /v1/status from one observation.
 func buildStatus(o wire.Observation, h wire.Health, hist []wire.Event, util []wire.UtilPoint) wire.Status {
 	s := wire.Status{Time: o.Time, Sidecar: wire.SidecarStatus{Policy: o.Plan.Policy, Placement: o.Plan.Placement, DryRun: o.Plan.DryRun, Leader: o.Leader,
@@ -60,7 +69,8 @@ func buildStatus(o wire.Observation, h wire.Health, hist []wire.Event, util []wi
 	for _, j := range o.Jobs {
 		if len(j.Units) > 0 {
 			s.Running = append(s.Running, wire.RunningEntry{ID: j.ID, State: j.State, Action: string(j.Action), Units: j.Units, Workers: j.Workers, Model: j.Model,
-				Progress: progress(j.StepsDone, j.Steps), StepsDone: j.StepsDone, Steps: j.Steps, Rate: j.Rate, ETAS: j.ETA, ETA: eta(o.Time, j.ETA), Why: j.Reason.Why, StalledS: j.StalledS})
+				Progress: progress(j.StepsDone, j.Steps), StepsDone: j.StepsDone, Steps: j.Steps, Rate: j.Rate, ETAS: j.ETA, ETA: eta(o.Time, j.ETA), Why: j.Reason.Why, StalledS: j.StalledS,
+				ProgressAt: progressAt(o.Time, j.ProgressAgeS)})
 			continue
 		}
 		q := wire.QueueEntry{ID: j.ID, Position: j.Position, Waits: j.Pending, Why: j.Reason.Why, Nomad: j.Nomad, State: j.State, WaitingS: j.WaitingS,
@@ -109,6 +119,7 @@ func buildJob(o wire.Observation, st wire.Status, hist []wire.Event, id string) 
 	if inPlan {
 		d.ID, d.Job, d.State, d.Why, d.Nomad = j.ID, &j, j.State, j.Reason.Why, j.Nomad
 		d.Progress = progress(j.StepsDone, j.Steps)
+		d.ProgressAt = progressAt(o.Time, j.ProgressAgeS)
 		if len(j.Units) > 0 {
 			d.ETA = eta(o.Time, j.ETA)
 		} else {

@@ -93,6 +93,9 @@ type RunningEntry struct {
 	Progress  float64 `json:"progress"`
 	StepsDone float64 `json:"steps_done"`
 	Steps     float64 `json:"steps"`
+	// ProgressAt is when the job last reported the progress shown
+	// (absent: not yet): views say how old it is.
+	ProgressAt *time.Time `json:"progress_at,omitempty"`
 	// Rate is the engine's estimate of steps/s where it runs; ETA when it
 	// completes at that rate (absent when unknown).
 	Rate float64    `json:"rate"`
@@ -119,6 +122,9 @@ type JobDetail struct {
 	// Progress, and the engine's ETA, for a running job.
 	Progress float64    `json:"progress"`
 	ETA      *time.Time `json:"eta,omitempty"`
+	// ProgressAt is when the job last reported the progress shown
+	// (absent: not yet): views say how old it is.
+	ProgressAt *time.Time `json:"progress_at,omitempty"`
 	// Placements are where it ran, oldest first: each decision that
 	// placed, moved, forked or stopped it, with racks.
 	Placements []Placement `json:"placements"`

@@ -51,9 +51,12 @@ type JobView struct {
 	Nomad     string  `json:"nomad,omitempty"`
 	StepsDone float64 `json:"steps_done"`
 	Steps     float64 `json:"steps"`
-	Rate      float64 `json:"rate"`
-	ETA       float64 `json:"eta_s"`
-	WaitingS  float64 `json:"waiting_s,omitempty"`
+	// ProgressAgeS is how old StepsDone's last report from the job is
+	// (absent: none yet).
+	ProgressAgeS *float64 `json:"progress_age_s,omitempty"`
+	Rate         float64  `json:"rate"`
+	ETA          float64  `json:"eta_s"`
+	WaitingS     float64  `json:"waiting_s,omitempty"`
 	// MinRunTimeS is the minimum run time the job is held to (its own
 	// hadar.min_run_time within the operator's caps, or the sidecar's
 	// min_run_time); MinRunTimeCap says which cap cut the job's own ("":

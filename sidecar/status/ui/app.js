@@ -159,13 +159,17 @@
   function drawRunning(st) {
     const rows = st.running.map(j => {
       const pct = Math.round(100 * j.progress);
-      const bar = el("div", { class: "bar", title: Math.round(j.steps_done) + " of " + Math.round(j.steps) + " steps" }, el("div"), el("span", {}, pct + "%"));
+      // How old the progress is: it is the job's last report, read every
+      // few seconds (issue 33), against the view's own time.
+      const age = j.progress_at ? Math.max(0, Math.round((Date.parse(st.time) - Date.parse(j.progress_at)) / 1000)) : null;
+      const asOf = age === null ? "no report yet" : "as of " + (age > 0 ? duration(age) : "0s") + " ago";
+      const bar = el("div", { class: "bar", title: Math.round(j.steps_done) + " of " + Math.round(j.steps) + " steps, " + asOf }, el("div"), el("span", {}, pct + "%"));
       bar.firstChild.style.width = pct + "%";
       return el("tr", { "data-job": j.id },
         jobCell(j.id),
         el("td", {}, j.state),
         el("td", {}, gpusText(j.units)),
-        el("td", {}, bar),
+        el("td", {}, bar, el("span", { class: "muted" }, " " + asOf)),
         el("td", {}, j.rate > 0 ? j.rate.toFixed(1) + " steps/s" : "-"),
         el("td", { title: j.eta || "" }, j.eta ? duration(j.eta_s) + " (" + clock(j.eta) + ")" : "-"));
     });
