@@ -129,9 +129,9 @@ func beginRun(ck *confine.Dir, run string, resume bool, total int64) ([]string, 
 		// run may be setting it aside right now).
 		for _, n := range names {
 			if strings.HasPrefix(n, setAsidePrefix) && !strings.HasPrefix(n, prefix) {
-				if err := ck.Remove("checkpoint", n); err != nil {
-					return nil, err
-				}
+				// Best effort: what cannot go (a directory the job
+				// made) only takes room.
+				_ = ck.Remove("checkpoint", n)
 			}
 		}
 		for _, n := range names {
