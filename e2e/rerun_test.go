@@ -162,4 +162,35 @@ func TestSidecarRerunStartsFresh(t *testing.T) {
 		b, _ := json.Marshal(msgs)
 		return fmt.Errorf("events %s", b)
 	})
+	refused := c.lastAlloc("re")
+
+	// Purged and registered again (a new Nomad job: a new create index),
+	// with more steps than the checkpoint holds and no hadar.resume: it
+	// starts fresh rather than resume from the purged job's checkpoint.
+	if _, _, err := c.api.Jobs().Deregister("re", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.submit(scJob{id: "re", steps: 400, gated: true})
+	c.waitFor("the job registered again after a purge completes", 3*time.Minute, func() error {
+		last := c.lastAlloc("re")
+		if last == nil || last.ID == refused.ID || last.ClientStatus != api.AllocClientStatusComplete {
+			return errNotYet
+		}
+		return nil
+	})
+	last := c.lastAlloc("re")
+	al, _, err := c.api.Allocations().Info(last.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range al.TaskStates {
+		for _, ev := range ts.Events {
+			if strings.Contains(ev.DisplayMessage, "resumed from checkpoint") {
+				t.Fatalf("the job run again after a purge resumed the purged job's checkpoint: %q", ev.DisplayMessage)
+			}
+		}
+	}
+	if p, err := c.finalProgress(last); err != nil || p.StepsDone != 400 {
+		t.Fatalf("after the purge the job ended with %+v (%v), want 400 steps", p, err)
+	}
 }
