@@ -133,6 +133,17 @@ const (
 	MaxKeys   = 4096
 )
 
+// UnknownSpread is the spread/consolidated ratio assumed of a job on
+// several servers when no profile has a spread figure at all: spreading
+// a synchronous job is never free (Gavel's profile: median 0.73 at 2, 4
+// and 8 GPUs). Assumed free (1, until now), placement spread
+// wide jobs where a server had room for them, and what they measured
+// there was learned as their consolidated rate: told nothing, hadar's
+// average JCT was 6 to 8 % above full knowledge on 1,000 jobs, all of it
+// on jobs of 2 to 8 GPUs (docs/results.md, "Learning after issue 31's
+// safety changes").
+const UnknownSpread = 0.75
+
 // Exploration: ExploreLead is how far ahead of the job's best firm type an
 // explored key is shown; unknownSigma the spread assumed of a type nothing
 // is known of.
@@ -584,8 +595,8 @@ func median(xs []float64) float64 {
 // the estimator completes (a wide job of an unprofiled model pays what
 // the models like it pay to spread: Gavel's LMs lose far more on V100
 // than on P100); with no estimate, the profile's median at that width
-// over every type, else 1 (no penalty known: the network model, where
-// there is one, prices spreading).
+// over every type, else UnknownSpread. (With a network model the speed
+// model prices spreading itself and never asks for spread figures.)
 func (e *Estimates) spreadRatio(model string, sf int, t planner.GPUType) float64 {
 	if g := e.baseGen(); e.spreadTab == nil || e.spreadGen != g {
 		var cells []estimate.Cell
@@ -614,7 +625,7 @@ func (e *Estimates) spreadRatio(model string, sf int, t planner.GPUType) float64
 	if r, ok := e.spreadBy[sf]; ok {
 		return r
 	}
-	return 1
+	return UnknownSpread
 }
 
 // Gap is a GPU type a model has no estimate on: no figure of the type is
