@@ -159,6 +159,20 @@ type job struct {
 	// ineligible says why the job can run nowhere, when its eligibility
 	// (SetEligible) allows no node.
 	ineligible string
+	// eligible is what SetEligible set (nil: everywhere); view.Eligible
+	// is it less the types the job stalled on, so that neither the
+	// sidecar's rules nor the engine's exclusion overwrites the other.
+	eligible round.Eligible
+	// stalledOn holds the GPU types the job's own ledger showed a stall
+	// on (MinEvidence seconds running there past its warm-up without a
+	// step) and when that was seen. The job is not planned there again
+	// for its life: the schedulers price a type through the model's
+	// estimates, which one job's stall may not move while other jobs of
+	// its model run, and a retry costs a restart and MinEvidence of
+	// nothing each time (a rerun is a new job and starts fresh).
+	stalledOn map[planner.GPUType]float64
+	// stallNote says, for its reasons, where its stalls keep it off.
+	stallNote string
 	// deferUntil keeps a waiting job out of plans until then (Defer);
 	// deferWhy says why.
 	deferUntil float64
@@ -336,7 +350,7 @@ func (e *Engine) throughputs(j *job) error {
 		if err != nil {
 			return fmt.Errorf("engine: job %s: %w", j.view.ID, err)
 		}
-		if !j.view.Eligible.AnyOf(t) {
+		if !j.eligible.AnyOf(t) {
 			v = 0 // no node may run it on this type
 		}
 		tp[k] = v
@@ -349,8 +363,91 @@ func (e *Engine) throughputs(j *job) error {
 			j.firmBest = max(j.firmBest, v)
 		}
 	}
+	e.excludeStalled(j, tp)
 	j.view.Throughput = tp
 	return nil
+}
+
+// excludeStalled sets the job's effective eligibility: the sidecar's,
+// less the types it stalled on (their throughput in tp set to 0). When
+// it stalled on every type it could run on, the fastest of them stays
+// (a job that hangs everywhere still runs somewhere; its stall is
+// shown), and the note says so.
+func (e *Engine) excludeStalled(j *job, tp []float64) {
+	j.view.Eligible, j.stallNote = j.eligible, ""
+	if len(j.stalledOn) == 0 {
+		return
+	}
+	keep := -1
+	for k, t := range e.types {
+		if _, s := j.stalledOn[t]; tp[k] > 0 && !s {
+			keep = -2 // a type it did not stall on: exclude every stall
+			break
+		}
+		if tp[k] > 0 && (keep < 0 || tp[k] > tp[keep]) {
+			keep = k
+		}
+	}
+	excluded := map[planner.GPUType]bool{}
+	var off []string
+	for k, t := range e.types {
+		if _, s := j.stalledOn[t]; s && k != keep {
+			excluded[t] = true
+			off = append(off, string(t))
+			tp[k] = 0
+		}
+	}
+	var notes []string
+	if len(off) > 0 {
+		notes = append(notes, fmt.Sprintf("stalled on %s: not planned there", strings.Join(off, ", ")))
+	}
+	if keep >= 0 {
+		notes = append(notes, fmt.Sprintf("stalled on %s too, the last type it can run on: still planned there", e.types[keep]))
+	}
+	j.stallNote = strings.Join(notes, "; ")
+	if len(excluded) == 0 {
+		return
+	}
+	el := round.Eligible{}
+	for _, n := range e.nodes {
+		for t, c := range n.GPUs {
+			if c > 0 && !excluded[t] && j.eligible.Allows(n.ID, t) {
+				if el[n.ID] == nil {
+					el[n.ID] = map[planner.GPUType]bool{}
+				}
+				el[n.ID][t] = true
+			}
+		}
+	}
+	j.view.Eligible = el
+}
+
+// noteStalls records, for every active job, the types of the cluster its
+// own ledgers (at any width up to its own, for HadarE's copies) show a
+// stall on since it was submitted; it reports whether any is new.
+func (e *Engine) noteStalls() bool {
+	if e.est == nil || !e.est.learn.On {
+		return false
+	}
+	added := false
+	for _, j := range e.jobs {
+		for _, t := range e.types {
+			if _, ok := j.stalledOn[t]; ok {
+				continue
+			}
+			for w := 1; w <= j.view.ScaleFactor; w++ {
+				if e.est.stalledSince(estKey{j.view.Model, w, t}, j.view.ID, j.view.Arrival) {
+					if j.stalledOn == nil {
+						j.stalledOn = map[planner.GPUType]float64{}
+					}
+					j.stalledOn[t] = e.now
+					added = true
+					break
+				}
+			}
+		}
+	}
+	return added
 }
 
 // explore lets the estimates decide which uncertain keys to try, for the
@@ -863,10 +960,10 @@ func (e *Engine) SetEligible(id string, el round.Eligible, why string, now float
 	if el != nil {
 		el = cloneEligible(el)
 	}
-	if maps.EqualFunc(j.view.Eligible, el, maps.Equal) && (j.view.Eligible == nil) == (el == nil) && j.ineligible == why {
+	if maps.EqualFunc(j.eligible, el, maps.Equal) && (j.eligible == nil) == (el == nil) && j.ineligible == why {
 		return nil
 	}
-	j.view.Eligible, j.ineligible = el, why
+	j.eligible, j.ineligible = el, why
 	e.dirty = true
 	return e.throughputs(j)
 }
@@ -1015,6 +1112,10 @@ func (e *Engine) Plan(ctx context.Context, now float64, kind Kind) (Decision, er
 		return Decision{Time: now, Kind: None}, nil
 	}
 	e.explore()
+	if e.noteStalls() {
+		// A job's own stall changes its eligibility, not the estimates.
+		e.tputGen = math.MaxUint64
+	}
 	if err := e.refreshThroughputs(); err != nil {
 		return Decision{}, err
 	}
@@ -1033,7 +1134,10 @@ func (e *Engine) Plan(ctx context.Context, now float64, kind Kind) (Decision, er
 	for i, j := range planned {
 		j.view.Remaining = j.rem
 		j.view.Hold = e.minRunTime(j)
-		j.view.Pinned = !mid && j.view.Running && len(j.view.Placement.Units) > 0 && now-j.placedAt < j.view.Hold-1e-6
+		// A job on GPUs it may no longer use (its rules changed, or it
+		// stalled there) is not held there by its minimum run time.
+		j.view.Pinned = !mid && j.view.Running && len(j.view.Placement.Units) > 0 && now-j.placedAt < j.view.Hold-1e-6 &&
+			!slices.ContainsFunc(j.view.Placement.Units, func(u planner.Unit) bool { return !j.view.Eligible.AllowsUnit(u) })
 		if !(j.rem > 0) {
 			j.view.Remaining = e.cfg.Overrun * j.view.TotalSteps
 		}
@@ -1402,6 +1506,9 @@ func (e *Engine) apply(v *round.View, planned []*job, ps []planner.Placement, ki
 		if notes := e.estimateNotes(j, p); notes != "" {
 			jd.Reason.Why += "; " + notes
 		}
+		if j.stallNote != "" {
+			jd.Reason.Why += "; " + j.stallNote
+		}
 		if len(p.Units) == 0 {
 			jd.Position = waiting
 			waiting++
@@ -1434,7 +1541,7 @@ func unrunnable(j *job, v *round.View) string {
 	if j.ineligible != "" {
 		return "no node can run it: " + j.ineligible
 	}
-	if j.view.Eligible != nil {
+	if j.eligible != nil {
 		return "no node both has a GPU type it runs on and satisfies its placement rules (constraints, node pool, datacenters, resources, device model)"
 	}
 	return fmt.Sprintf("no GPU type of the cluster can run it (%d workers of %s)", j.view.ScaleFactor, j.view.Model)
@@ -1561,6 +1668,9 @@ type JobState struct {
 	// ReportedAt is when a progress report was last taken (engine time,
 	// 0: never): what a view says Done is as of.
 	ReportedAt float64 `json:"reported_at,omitempty"`
+	// StalledOn lists the GPU types its own stall keeps it off (absent:
+	// none), with its reason saying so.
+	StalledOn []planner.GPUType `json:"stalled_on,omitempty"`
 }
 
 // Jobs returns the active jobs in arrival order.
@@ -1591,6 +1701,11 @@ func (e *Engine) state(j *job) JobState {
 		}
 		if k < len(j.view.Throughput) {
 			s.Throughput[string(t)] = j.view.Throughput[k]
+		}
+	}
+	for _, t := range e.types {
+		if _, stalled := j.stalledOn[t]; stalled && !j.view.Eligible.AnyOf(t) {
+			s.StalledOn = append(s.StalledOn, t)
 		}
 	}
 	if e.est != nil {

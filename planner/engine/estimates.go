@@ -940,6 +940,15 @@ func (e *Estimates) setLive(jobs map[string][]string) {
 	}
 }
 
+// stalledSince reports whether job's own ledger on k shows a stall seen
+// at or after since: MinEvidence seconds running there, past its
+// warm-up, without a step. A ledger of an earlier job of the same ID (a
+// rerun) is older than the rerun's submission and does not count.
+func (e *Estimates) stalledSince(k estKey, job string, since float64) bool {
+	c := e.corr[k][job]
+	return c != nil && c.Exposure > 0 && c.Observed == 0 && c.Seconds >= e.learn.MinEvidence && c.Last >= since
+}
+
 // Stalls counts, per key, the jobs whose ledger shows no progress at all:
 // a hung or broken job, which the operator may act on; it is not learned.
 func (e *Estimates) Stalls() map[string]int {

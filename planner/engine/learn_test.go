@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -573,7 +574,8 @@ func TestNoProgressIsAStallNotASpeed(t *testing.T) {
 	plan(t, e, 400, engine.Boundary)
 	for _, id := range []string{"x", "y"} {
 		st, _ := e.Job(id)
-		if ke := st.Estimates["k80"]; ke.Source == "learned" || !(st.Throughput["k80"] > 0) {
+		// x's own stall keeps x (only) off k80.
+		if ke := st.Estimates["k80"]; ke.Source == "learned" || (st.Throughput["k80"] > 0) != (id == "y") {
 			t.Fatalf("%s on k80 after a stall of 370 s: %+v, throughput %v", id, ke, st.Throughput)
 		}
 	}
@@ -774,5 +776,122 @@ func TestSpreadingIsNotFreeWhenNothingIsKnown(t *testing.T) {
 		if !(s < c) || math.Abs(s/c-engine.UnknownSpread) > 1e-9 {
 			t.Fatalf("x%d: spread %v, consolidated %v: want spread %v of consolidated", sf, s, c, engine.UnknownSpread)
 		}
+	}
+}
+
+// A job's own stall on a type keeps that job off the type while other
+// jobs of its model run (and so the model's estimate there stands): the
+// schedulers price a type through the model's estimates, so only its
+// eligibility moves it. Before, b stayed on k80 making nothing (hadar
+// sim --synthetic 1000 --seed 3 --known-profile none --learn: 20 h).
+func TestAJobsOwnStallKeepsItOffTheType(t *testing.T) {
+	const m = "ResNet-50 (batch size 128)"
+	// Known: the model runs on k80 at 2 GPUs; truly it cannot.
+	var es []profile.Entry
+	for _, x := range profile.Default().Entries() {
+		if x.Model == m && x.ScaleFactor == 2 {
+			x.Consolidated["k80"] = x.Consolidated["v100"] / 4
+		}
+		es = append(es, x)
+	}
+	known, err := profile.New("k80 runs it", es)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []planner.Node{
+		{ID: "v", Rack: "r", GPUs: map[planner.GPUType]int{"v100": 2}},
+		{ID: "k", Rack: "r", GPUs: map[planner.GPUType]int{"k80": 2}},
+	}
+	learn := engine.LearnConfig{On: true, Warmup: 30, MinEvidence: 300}
+	e, est := engineOn(t, "fifo", known, learn, nodes)
+	for _, id := range []string{"a", "b"} {
+		if err := e.Admit(planner.Job{ID: id, Model: m, ScaleFactor: 2, TotalSteps: 1e9, Weight: 1}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan(t, e, 0, engine.Boundary)
+	if st, _ := e.Job("b"); typeOf(st) != "k80" {
+		t.Fatalf("b starts on %q, want k80 (the test's premise)", typeOf(st))
+	}
+	w := newWorld(profile.Default())
+	w.run(t, e, 0, 360, 10)
+	d := plan(t, e, 360, engine.Boundary)
+	st, _ := e.Job("b")
+	if typeOf(st) == "k80" || !slices.Equal(st.StalledOn, []planner.GPUType{"k80"}) {
+		t.Fatalf("b after stalling 300 s on k80: on %q, stalled on %v (%s)", typeOf(st), st.StalledOn, st.Reason.Why)
+	}
+	for _, jd := range d.Jobs {
+		if jd.Job == "b" && !strings.Contains(jd.Reason.Why, "stalled on k80: not planned there") {
+			t.Fatalf("b's reason: %q", jd.Reason.Why)
+		}
+	}
+	if st, _ := e.Job("a"); !(st.Throughput["k80"] > 0) || st.StalledOn != nil {
+		t.Fatalf("a, which never stalled: throughput %v, stalled on %v", st.Throughput, st.StalledOn)
+	}
+	if ke, _ := est.Estimate(m, 2, "k80"); !(ke.Value > 0) {
+		t.Fatalf("one job's stall moved the model's estimate: %+v", ke)
+	}
+	// Kept off for good, across a restart of the engine.
+	b, err := e.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	est2, _ := engine.NewEstimates(known, learn)
+	model := speed.Model{Profile: est2}
+	sched, err := registry.New("fifo", registry.Options{Types: planner.Cluster{Nodes: nodes}.Types(), Speed: model})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err = engine.Restore(b, engine.Config{Round: 360, Speed: model}, sched); err != nil {
+		t.Fatal(err)
+	}
+	for now := 720.0; now <= 3600; now += 360 {
+		w.run(t, e, now-360, now, 10)
+		plan(t, e, now, engine.Boundary)
+		if st, _ := e.Job("b"); typeOf(st) == "k80" {
+			t.Fatalf("t=%v: b placed on k80 again (%s)", now, st.Reason.Why)
+		}
+	}
+}
+
+// A job that stalls on every type it can run on still runs on one, and
+// its reason says why; the sidecar's eligibility and the exclusion do
+// not overwrite each other.
+func TestStallsOnEveryTypeKeepTheLast(t *testing.T) {
+	nodes := []planner.Node{
+		{ID: "v", Rack: "r", GPUs: map[planner.GPUType]int{"v100": 1}},
+		{ID: "p", Rack: "r", GPUs: map[planner.GPUType]int{"p100": 1}},
+		{ID: "k", Rack: "r", GPUs: map[planner.GPUType]int{"k80": 1}},
+	}
+	e, _ := engineOn(t, "fifo", profile.Default(), engine.LearnConfig{On: true, Warmup: 30, MinEvidence: 300}, nodes)
+	for _, id := range []string{"hung", "other"} {
+		if err := e.Admit(planner.Job{ID: id, Model: model, ScaleFactor: 1, TotalSteps: 1e9, Weight: 1}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The sidecar's rules keep hung off p100.
+	if err := e.SetEligible("hung", round.Eligible{"v": {"v100": true}, "k": {"k80": true}}, "", 0); err != nil {
+		t.Fatal(err)
+	}
+	steps := 0.0
+	seen := map[planner.GPUType]bool{}
+	for now := 0.0; now <= 3600; now += 360 {
+		plan(t, e, now, engine.Boundary)
+		st, _ := e.Job("hung")
+		if typ := typeOf(st); typ != "" {
+			seen[typ] = true
+		}
+		for at := now + 10; at <= now+360; at += 10 {
+			_ = e.Progress("hung", 0, at)
+			steps += 10
+			_ = e.Progress("other", steps, at)
+		}
+	}
+	st, _ := e.Job("hung")
+	if seen["p100"] || !seen["v100"] || !seen["k80"] {
+		t.Fatalf("hung ran on %v, want v100 and k80 only", seen)
+	}
+	if !st.Running || len(st.StalledOn) != 1 || !strings.Contains(st.Reason.Why, "still planned there") {
+		t.Fatalf("hung stalled everywhere it may run: running %v, stalled on %v, reason %q", st.Running, st.StalledOn, st.Reason.Why)
 	}
 }
