@@ -845,6 +845,11 @@ func TestAJobsOwnStallKeepsItOffTheType(t *testing.T) {
 	if e, err = engine.Restore(b, engine.Config{Round: 360, Speed: model}, sched); err != nil {
 		t.Fatal(err)
 	}
+	// Kept by the snapshot itself, not found again in the ledgers at the
+	// next plan (they may have been folded or expired by then).
+	if st, _ := e.Job("b"); !slices.Equal(st.StalledOn, []planner.GPUType{"k80"}) || st.Throughput["k80"] != 0 {
+		t.Fatalf("b restored: stalled on %v, throughput %v", st.StalledOn, st.Throughput)
+	}
 	for now := 720.0; now <= 3600; now += 360 {
 		w.run(t, e, now-360, now, 10)
 		plan(t, e, now, engine.Boundary)
