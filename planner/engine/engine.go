@@ -948,7 +948,8 @@ func sameHeld(a, b map[string]map[planner.GPUType]int) bool {
 // constraints, resources, device models), as the caller evaluated them.
 // why says, for a job no node can run, what excludes them all; it is the
 // job's reason while it waits. A running job on GPUs it may no longer use
-// moves at the next round boundary. A change makes a fill due.
+// moves at the next round boundary. A change makes a fill due. The types
+// the job's own stalls keep it off stay excluded whatever el allows.
 func (e *Engine) SetEligible(id string, el round.Eligible, why string, now float64) error {
 	j, err := e.job(id)
 	if err != nil {
