@@ -172,4 +172,29 @@ func TestRerunAfterFinishStartsFresh(t *testing.T) {
 			t.Fatalf("the link's target: %v; files %v", err, list())
 		}
 	})
+
+	t.Run("a link planted as the run record", func(t *testing.T) {
+		// A task writes its checkpoint directory: a .hadar-run linking to a
+		// file of root's saying its run finished must be neither read
+		// through (its checkpoints would be set aside) nor written through.
+		base, list := ckDir(t, map[string]string{"ckpt-5.json": "{}"})
+		target := filepath.Join(t.TempDir(), "roots")
+		const roots = `{"run":"1","finished":true}`
+		if err := os.WriteFile(target, []byte(roots), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(base, "ns", "job", "train", "t", runRecordName)); err != nil {
+			t.Fatal(err)
+		}
+		// Refusing the start hurts the task's own job only.
+		if _, err := begin(t, base, "1", false, 10); err == nil {
+			if !slices.Contains(list(), "ckpt-5.json") {
+				t.Fatalf("files now %v: the record was read through the planted link", list())
+			}
+			finish(t, base, "1")
+		}
+		if b, err := os.ReadFile(target); err != nil || string(b) != roots {
+			t.Fatalf("the link's target now %q, %v: written through the planted link", b, err)
+		}
+	})
 }
