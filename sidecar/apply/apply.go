@@ -42,6 +42,7 @@ import (
 
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/nomadclient"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
 
@@ -634,15 +635,8 @@ func IsTransient(err error) bool {
 	if err == nil || IsIndexConflict(err) {
 		return false
 	}
-	code := 0
-	var e api.UnexpectedResponseError
-	var ep *api.UnexpectedResponseError
-	switch {
-	case errors.As(err, &e) && e.HasStatusCode():
-		code = e.StatusCode()
-	case errors.As(err, &ep) && ep != nil && ep.HasStatusCode():
-		code = ep.StatusCode()
-	default:
+	code := nomadclient.StatusCode(err)
+	if code == 0 {
 		var ne net.Error
 		return errors.As(err, &ne)
 	}

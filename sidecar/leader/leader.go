@@ -23,6 +23,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/sidecar/nomadclient"
 )
 
 // Config of an election.
@@ -300,17 +302,7 @@ func (n *Nomad) Acquire(ctx context.Context) (*Lease, error) {
 
 // statusCode is the HTTP status of a Nomad API error (0 when the request
 // got no answer: a transport error, a timeout).
-func statusCode(err error) int {
-	var ue api.UnexpectedResponseError
-	if errors.As(err, &ue) && ue.HasStatusCode() {
-		return ue.StatusCode()
-	}
-	var uep *api.UnexpectedResponseError
-	if errors.As(err, &uep) && uep != nil && uep.HasStatusCode() {
-		return uep.StatusCode()
-	}
-	return 0
-}
+func statusCode(err error) int { return nomadclient.StatusCode(err) }
 
 // classifyRenew tells a renew Nomad refused because the lock is not ours
 // (409: another holds it or it expired; 404: the variable is gone) from

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/sidecar/nomadclient"
 )
 
 // Auth is how the status API authenticates its callers beyond the
@@ -362,14 +364,4 @@ func (g *grant) readable(ctx context.Context, ns string) bool {
 }
 
 // statusOf is the HTTP status of a Nomad API error (0 when it has none).
-func statusOf(err error) int {
-	var ue api.UnexpectedResponseError
-	if errors.As(err, &ue) && ue.HasStatusCode() {
-		return ue.StatusCode()
-	}
-	var uep *api.UnexpectedResponseError
-	if errors.As(err, &uep) && uep.HasStatusCode() {
-		return uep.StatusCode()
-	}
-	return 0
-}
+func statusOf(err error) int { return nomadclient.StatusCode(err) }
