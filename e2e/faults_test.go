@@ -20,7 +20,7 @@ import (
 
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/sidecar/config"
-	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/state"
 )
 
@@ -77,7 +77,7 @@ func (w *faultWatch) poll() {
 		}
 		perGroup := map[string]int{}
 		for _, a := range as {
-			_, _, _, gen := jobform.ParseGroupName(a.TaskGroup)
+			_, gen := groupname.Parse(a.TaskGroup)
 			if !gen {
 				// The template is gated: an allocation of it ran unplanned.
 				w.breach("job %s: allocation %s of the template group %q (client status %s): it ran unplanned", id, a.ID[:8], a.TaskGroup, a.ClientStatus)
@@ -173,7 +173,7 @@ state {
 	for _, id := range jobs {
 		done := false
 		for _, a := range c.allocs(id) {
-			if _, _, _, gen := jobform.ParseGroupName(a.TaskGroup); gen && a.ClientStatus == api.AllocClientStatusComplete && a.DesiredStatus == api.AllocDesiredStatusRun {
+			if _, gen := groupname.Parse(a.TaskGroup); gen && a.ClientStatus == api.AllocClientStatusComplete && a.DesiredStatus == api.AllocDesiredStatusRun {
 				done = true
 			}
 			if a.ClientStatus == api.AllocClientStatusFailed {

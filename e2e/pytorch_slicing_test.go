@@ -13,7 +13,7 @@ import (
 
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/sidecar/config"
-	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 )
 
 // TestPyTorchDDPTimeSlicing (issue 32, item 8a): three 2-worker DDP jobs
@@ -65,7 +65,7 @@ func TestPyTorchDDPTimeSlicing(t *testing.T) {
 			sort.Slice(as, func(i, j int) bool { return as[i].CreateIndex < as[j].CreateIndex })
 			fmt.Fprintf(&b, "job %s: %s, plan %+v\n", id, c.jobStatus(id), c.planOf(a, id))
 			for _, al := range as {
-				_, _, _, gen := jobform.ParseGroupName(al.TaskGroup)
+				_, gen := groupname.Parse(al.TaskGroup)
 				fmt.Fprintf(&b, "  %s %s %s/%s gen=%v %s\n", al.ID[:8], al.TaskGroup, al.DesiredStatus, al.ClientStatus, gen, taskEvents(al.TaskStates))
 			}
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/trainer/run"
 )
@@ -840,7 +841,7 @@ func TestPyTorchDDPOnDocker(t *testing.T) {
 func generatedGroups(job *api.Job) []*api.TaskGroup {
 	var out []*api.TaskGroup
 	for _, g := range job.TaskGroups {
-		if _, _, _, ok := jobform.ParseGroupName(*g.Name); ok {
+		if _, ok := groupname.Parse(*g.Name); ok {
 			out = append(out, g)
 		}
 	}
@@ -856,7 +857,8 @@ func checkDockerTasks(t *testing.T, groups []*api.TaskGroup) {
 		t.Fatalf("%d generated groups, want 2", len(groups))
 	}
 	for _, g := range groups {
-		_, _, rank, _ := jobform.ParseGroupName(*g.Name)
+		w, _ := groupname.Parse(*g.Name)
+		rank := w.Rank
 		task := g.Tasks[0]
 		want := map[string]string{
 			contract.EnvRank: strconv.Itoa(rank), contract.EnvWorldSize: "2", contract.EnvLocalRank: "0", contract.EnvLocalWorldSize: "1",

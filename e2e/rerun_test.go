@@ -14,7 +14,7 @@ import (
 
 	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/sidecar/config"
-	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 )
 
 // templateQueued is the template group's Queued count in Nomad's job
@@ -35,7 +35,7 @@ func (c *sidecarCluster) templateQueued(id string) (int, error) {
 func (c *sidecarCluster) lastAlloc(id string) *api.AllocationListStub {
 	var last *api.AllocationListStub
 	for _, al := range c.allocs(id) {
-		if _, _, _, gen := jobform.ParseGroupName(al.TaskGroup); gen && (last == nil || al.CreateIndex > last.CreateIndex) {
+		if _, gen := groupname.Parse(al.TaskGroup); gen && (last == nil || al.CreateIndex > last.CreateIndex) {
 			last = al
 		}
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/config"
-	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
@@ -414,7 +414,7 @@ func TestSidecarPlacesManagedJobs(t *testing.T) {
 			t.Fatalf("job %s: plan %+v", id, jv)
 		}
 		want := c.nodes[jv.Units[0].Slots[0].Node]
-		if got := run[jobform.GroupName("train", 0, 0)]; got != want {
+		if got := run[groupname.Format("train", 0, 0)]; got != want {
 			t.Fatalf("job %s runs on %q, the plan put it on %q", id, got, want)
 		}
 		if want == "k80-a" && jv.Units[0].Slots[0].Type != "k80" || strings.HasPrefix(want, "v100") && jv.Units[0].Slots[0].Type != "v100" {
@@ -621,7 +621,7 @@ func TestSidecarRefusesAndRespects(t *testing.T) {
 	})
 	placed := c.job("gang")
 	for _, g := range placed.TaskGroups {
-		if _, _, _, gen := jobform.ParseGroupName(*g.Name); gen && g.Tasks[0].Env["EDITED_BY"] != "a-person" {
+		if _, gen := groupname.Parse(*g.Name); gen && g.Tasks[0].Env["EDITED_BY"] != "a-person" {
 			t.Fatalf("generated group %s lost the person's edit: env %v", *g.Name, g.Tasks[0].Env)
 		}
 	}
@@ -631,7 +631,7 @@ func TestSidecarRefusesAndRespects(t *testing.T) {
 	// Both workers of the gang got the distributed-training environment.
 	ranks := map[string]bool{}
 	for _, g := range placed.TaskGroups {
-		if _, _, _, gen := jobform.ParseGroupName(*g.Name); gen {
+		if _, gen := groupname.Parse(*g.Name); gen {
 			env := g.Tasks[0].Env
 			ranks[env["RANK"]] = env["WORLD_SIZE"] == "2" && env["MASTER_PORT"] != "" && env["MASTER_ADDR"] != ""
 		}

@@ -26,7 +26,7 @@ import (
 	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/config"
-	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/status"
 	"github.com/hadar-sched/hadar/sidecar/telemetry"
 	"github.com/hadar-sched/hadar/sidecar/wire"
@@ -196,7 +196,7 @@ func TestStatusMetricsOnALiveCluster(t *testing.T) {
 	p100 := `    "hadar.throughput" = "p100=20"` // wins over the template's
 	c.submit(scJob{id: "p", steps: 100000, gated: true, extra: p100})
 	c.waitFor("p runs on a P100", 90*time.Second, func() error {
-		if n := c.running("p"); len(n) != 1 || n[jobform.GroupName("train", 0, 0)] != "mix-a" {
+		if n := c.running("p"); len(n) != 1 || n[groupname.Format("train", 0, 0)] != "mix-a" {
 			return fmt.Errorf("running %v", n)
 		}
 		return nil

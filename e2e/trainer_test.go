@@ -19,7 +19,7 @@ import (
 	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/sidecar/config"
-	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/trainer"
 	"github.com/hadar-sched/hadar/trainer/run"
@@ -186,8 +186,8 @@ func (c *sidecarCluster) workersOf(id string) []placedWorker {
 		if a.ClientStatus != api.AllocClientStatusRunning || a.DesiredStatus != api.AllocDesiredStatusRun {
 			continue
 		}
-		if _, unit, rank, ok := jobform.ParseGroupName(a.TaskGroup); ok {
-			out = append(out, placedWorker{alloc: a, unit: unit, rank: rank, node: c.nodes[a.NodeID]})
+		if w, ok := groupname.Parse(a.TaskGroup); ok {
+			out = append(out, placedWorker{alloc: a, unit: w.Unit, rank: w.Rank, node: c.nodes[a.NodeID]})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -550,7 +550,7 @@ func TestTrainerHadarEForks(t *testing.T) {
 		t.Fatalf("the first copy's allocation did not run to the end: %s", taskEvents(firstAl.TaskStates))
 	}
 	for _, al := range c.allocs("forked") {
-		if _, unit, _, ok := jobform.ParseGroupName(al.TaskGroup); !ok || unit != first[0].unit || al.ID == first[0].alloc.ID {
+		if w, ok := groupname.Parse(al.TaskGroup); !ok || w.Unit != first[0].unit || al.ID == first[0].alloc.ID {
 			continue
 		}
 		again, _, err := c.api.Allocations().Info(al.ID, nil)
@@ -572,7 +572,7 @@ func TestTrainerHadarEForks(t *testing.T) {
 	}
 	var removedAlloc *api.Allocation
 	for _, al := range c.allocs("forked") {
-		if _, unit, _, ok := jobform.ParseGroupName(al.TaskGroup); ok && unit == removed {
+		if w, ok := groupname.Parse(al.TaskGroup); ok && w.Unit == removed {
 			if al.ClientStatus != api.AllocClientStatusComplete {
 				t.Fatalf("the removed copy %d ended %s", removed, al.ClientStatus)
 			}

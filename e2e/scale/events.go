@@ -9,7 +9,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 )
 
 // Event is one line of nodesim's event log (e2e/tools/nomad/nodesim,
@@ -110,7 +110,7 @@ func (t *Tail) apply(e Event) {
 		if j.Placed.IsZero() {
 			j.Placed = at
 		}
-		if _, _, _, ok := jobspec.ParseGeneratedGroup(e.Group); ok {
+		if _, ok := groupname.Parse(e.Group); ok {
 			j.Generated++
 		} else {
 			j.Other++

@@ -16,7 +16,7 @@ import (
 	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/engine"
-	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
@@ -201,8 +201,8 @@ func (m *monitor) row(ctx context.Context, s Submission, status string, allocs [
 			if rack := m.nodeRack[a.NodeID]; rack != "" {
 				racks[rack] = true
 			}
-			if _, unit, _, gen := jobform.ParseGroupName(a.TaskGroup); gen {
-				units[fmt.Sprint(unit)] = true
+			if w, gen := groupname.Parse(a.TaskGroup); gen {
+				units[fmt.Sprint(w.Unit)] = true
 			}
 		case api.AllocClientStatusFailed:
 			failed = failure(a)

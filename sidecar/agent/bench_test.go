@@ -19,6 +19,7 @@ import (
 	"github.com/hadar-sched/hadar/planner/trace"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/leader"
 	"github.com/hadar-sched/hadar/sidecar/watch"
@@ -163,7 +164,7 @@ func observed(snap *watch.Snapshot, rec *recordedNomad) *watch.Snapshot {
 		c.Status, c.SubmitTime = "running", j.SubmitTime
 		next.Jobs[k] = c
 		for _, g := range raw.TaskGroups {
-			if _, _, _, gen := jobform.ParseGroupName(*g.Name); !gen {
+			if _, gen := groupname.Parse(*g.Name); !gen {
 				continue
 			}
 			node := ""
@@ -173,7 +174,7 @@ func observed(snap *watch.Snapshot, rec *recordedNomad) *watch.Snapshot {
 				}
 			}
 			id := k.ID + "/" + *g.Name
-			next.Allocs[id] = &watch.Alloc{ID: id, Namespace: "default", JobID: k.ID, TaskGroup: *g.Name, NodeID: node, Task: "t",
+			next.Allocs[id] = &watch.Alloc{ID: id, Namespace: "default", JobID: k.ID, TaskGroup: *g.Name, Worker: generated(*g.Name), NodeID: node, Task: "t",
 				DesiredStatus: api.AllocDesiredStatusRun, ClientStatus: api.AllocClientStatusRunning}
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/planner/engine"
-	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
 
@@ -35,7 +34,7 @@ func (a *Agent) progressReads(snap *watch.Snapshot) []progressRead {
 			continue
 		}
 		for _, al := range snap.AllocsOf(k) {
-			if _, _, rank, ok := jobform.ParseGroupName(al.TaskGroup); ok && rank == 0 && al.ClientStatus == api.AllocClientStatusRunning {
+			if al.Worker != nil && al.Worker.Rank == 0 && al.ClientStatus == api.AllocClientStatusRunning {
 				reads = append(reads, progressRead{mj.id, al})
 			}
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
@@ -102,7 +103,7 @@ func idle(snap *watch.Snapshot, j *watch.Job) bool {
 	}
 	for _, g := range j.Raw.TaskGroups {
 		if g != nil && g.Name != nil {
-			if _, _, _, gen := jobform.ParseGroupName(*g.Name); gen {
+			if _, gen := groupname.Parse(*g.Name); gen {
 				return false
 			}
 		}

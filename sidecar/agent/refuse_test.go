@@ -11,6 +11,7 @@ import (
 
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/leader"
 	"github.com/hadar-sched/hadar/sidecar/watch"
@@ -47,7 +48,7 @@ func noteState(t *testing.T, cases []noteCase) (*watch.Snapshot, *recordedNomad)
 			tg.Constrain(jobspec.GateConstraint())
 			zero := 0
 			tg.Count = &zero
-			w := api.NewTaskGroup(jobform.GroupName("train", 0, 0), 1).AddTask(task)
+			w := api.NewTaskGroup(groupname.Format("train", 0, 0), 1).AddTask(task)
 			j.AddTaskGroup(w)
 		} else {
 			j.Constrain(jobspec.GateConstraint())
@@ -62,8 +63,8 @@ func noteState(t *testing.T, cases []noteCase) (*watch.Snapshot, *recordedNomad)
 		wj.SubmitTime = time.Now()
 		snap.Jobs[wj.Key()] = wj
 		if c.running {
-			snap.Allocs[id+"/a"] = &watch.Alloc{ID: id + "/a", Namespace: "default", JobID: id, TaskGroup: jobform.GroupName("train", 0, 0),
-				Task: "t", DesiredStatus: api.AllocDesiredStatusRun, ClientStatus: api.AllocClientStatusRunning}
+			snap.Allocs[id+"/a"] = &watch.Alloc{ID: id + "/a", Namespace: "default", JobID: id, TaskGroup: groupname.Format("train", 0, 0),
+				Worker: generated(groupname.Format("train", 0, 0)), Task: "t", DesiredStatus: api.AllocDesiredStatusRun, ClientStatus: api.AllocClientStatusRunning}
 		}
 	}
 	return snap, rec

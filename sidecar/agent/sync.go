@@ -15,6 +15,7 @@ import (
 	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/sidecar/feasible"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 	"github.com/hadar-sched/hadar/sidecar/wire"
@@ -327,14 +328,14 @@ func nextUnit(snap *watch.Snapshot, j *watch.Job) int {
 	n := 0
 	if j.Raw != nil {
 		for _, g := range j.Raw.TaskGroups {
-			if _, u, _, ok := jobform.ParseGroupName(deref(g.Name)); ok {
-				n = max(n, u+1)
+			if w, ok := groupname.Parse(deref(g.Name)); ok {
+				n = max(n, w.Unit+1)
 			}
 		}
 	}
 	for _, al := range snap.AllocsOf(j.Key()) {
-		if _, u, _, ok := jobform.ParseGroupName(al.TaskGroup); ok {
-			n = max(n, u+1)
+		if al.Worker != nil {
+			n = max(n, al.Worker.Unit+1)
 		}
 	}
 	return n
@@ -355,7 +356,7 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 	}
 	complete, failed := false, ""
 	for _, al := range snap.AllocsOf(j.Key()) {
-		if _, _, _, gen := jobform.ParseGroupName(al.TaskGroup); !gen || al.JobVersion != j.Version || al.DesiredStatus != api.AllocDesiredStatusRun {
+		if al.Worker == nil || al.JobVersion != j.Version || al.DesiredStatus != api.AllocDesiredStatusRun {
 			continue
 		}
 		switch al.ClientStatus {
@@ -437,7 +438,7 @@ func (a *Agent) failedRun(snap *watch.Snapshot, mj *managed, version uint64, fai
 func failureReason(snap *watch.Snapshot, k watch.JobKey, version uint64) string {
 	var newest *watch.Alloc
 	for _, al := range snap.AllocsOf(k) {
-		if _, _, _, gen := jobform.ParseGroupName(al.TaskGroup); !gen || al.JobVersion != version || !failedAlloc(al) {
+		if al.Worker == nil || al.JobVersion != version || !failedAlloc(al) {
 			continue
 		}
 		if newest == nil || al.ModifyTime.After(newest.ModifyTime) {
@@ -473,7 +474,7 @@ func failureReason(snap *watch.Snapshot, k watch.JobKey, version uint64) string 
 func newestFailed(snap *watch.Snapshot, k watch.JobKey) *watch.Alloc {
 	var newest *watch.Alloc
 	for _, al := range snap.AllocsOf(k) {
-		if _, _, _, gen := jobform.ParseGroupName(al.TaskGroup); !gen || !failedAlloc(al) {
+		if al.Worker == nil || !failedAlloc(al) {
 			continue
 		}
 		if newest == nil || al.ModifyTime.After(newest.ModifyTime) {
@@ -529,7 +530,7 @@ func running(snap *watch.Snapshot, j *watch.Job) ([]jobform.Unit, error) {
 	for _, u := range units {
 		all := true
 		for r := range u.Workers {
-			all = all && live[jobform.GroupName(j.Spec.Group, u.ID, r)]
+			all = all && live[groupname.Format(j.Spec.Group, u.ID, r)]
 		}
 		if all {
 			out = append(out, u)

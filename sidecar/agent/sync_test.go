@@ -12,6 +12,7 @@ import (
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
@@ -96,7 +97,7 @@ func TestGPUsOfARefusedManagedJobAreHeld(t *testing.T) {
 // groupsOf counts a job's template and generated groups.
 func groupsOf(j *api.Job) (template, generated int) {
 	for _, g := range j.TaskGroups {
-		if _, _, _, gen := jobform.ParseGroupName(*g.Name); gen {
+		if _, gen := groupname.Parse(*g.Name); gen {
 			generated++
 		} else {
 			template++
@@ -162,8 +163,8 @@ func placedJob(t *testing.T, snap *watch.Snapshot, rec *recordedNomad, id, node,
 	wj := watch.NewJob(placed)
 	wj.SubmitTime = snap.Jobs[wj.Key()].SubmitTime
 	snap.Jobs[wj.Key()] = wj
-	g := jobform.GroupName(spec.Group, 0, 0)
-	snap.Allocs[id+"/"+g] = &watch.Alloc{ID: id + "/" + g, Namespace: "default", JobID: id, TaskGroup: g, NodeID: node, Task: "t",
+	g := groupname.Format(spec.Group, 0, 0)
+	snap.Allocs[id+"/"+g] = &watch.Alloc{ID: id + "/" + g, Namespace: "default", JobID: id, TaskGroup: g, Worker: generated(g), NodeID: node, Task: "t",
 		JobVersion: 1, DesiredStatus: api.AllocDesiredStatusRun, ClientStatus: status, GPUs: map[string]int{"Tesla V100-SXM2-16GB": 1}}
 }
 
@@ -212,7 +213,7 @@ func TestSyncAdmitsReconcilesAndFinishes(t *testing.T) {
 	// run: each is another job version), and is retried (still planned)
 	// until the third loss in a row: then held.
 	for n := 1; n <= maxFailures; n++ {
-		al := snap.Allocs["run/"+jobform.GroupName("train", 0, 0)]
+		al := snap.Allocs["run/"+groupname.Format("train", 0, 0)]
 		al.ClientStatus, al.JobVersion = api.AllocClientStatusLost, uint64(n)
 		snap.Jobs[run].Status, snap.Jobs[run].Version = "dead", uint64(n)
 		sync(now + 1 + float64(n))
@@ -250,7 +251,7 @@ func TestSyncFinishesACompleteJob(t *testing.T) {
 	if err := a.sync(snap, now); err != nil {
 		t.Fatal(err)
 	}
-	snap.Allocs["done/"+jobform.GroupName("train", 0, 0)].ClientStatus = api.AllocClientStatusComplete
+	snap.Allocs["done/"+groupname.Format("train", 0, 0)].ClientStatus = api.AllocClientStatusComplete
 	snap.Jobs[k].Status = "dead"
 	if err := a.sync(snap, now+1); err != nil {
 		t.Fatal(err)
@@ -419,7 +420,7 @@ func TestFailingStartsBackOffThenHold(t *testing.T) {
 		}
 	}
 	sync()
-	g := jobform.GroupName("train", 0, 0)
+	g := groupname.Format("train", 0, 0)
 	for n := 1; n <= maxFailures; n++ {
 		// Placed (version n), and the driver refuses the task.
 		placedJob(t, snap, rec, "bad-root", "n1", api.AllocClientStatusRunning)
@@ -554,4 +555,13 @@ func TestTransientWriteErrorIsNotARefusal(t *testing.T) {
 	if failed == 0 || refusals != 0 {
 		t.Fatalf("after %d registrations answered 500: %d refusals counted, want 0 (a transient error is not Nomad refusing the placement)", failed, refusals)
 	}
+}
+
+// generated is the Worker watch parses from a generated group's name
+// (nil for any other), for allocations the tests build by hand.
+func generated(group string) *groupname.Worker {
+	if w, ok := groupname.Parse(group); ok {
+		return &w
+	}
+	return nil
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/nomadclient"
 	"github.com/hadar-sched/hadar/sidecar/watch"
@@ -425,7 +426,7 @@ func sameUnit(a, b jobform.Unit) bool {
 func groups(tmpl string, u jobform.Unit) []string {
 	out := make([]string, len(u.Workers))
 	for r := range u.Workers {
-		out[r] = jobform.GroupName(tmpl, u.ID, r)
+		out[r] = groupname.Format(tmpl, u.ID, r)
 	}
 	return out
 }

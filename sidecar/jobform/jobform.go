@@ -7,9 +7,10 @@
 //     gate constraint, so Nomad keeps its evaluation blocked and the job
 //     pending (never garbage-collected), and `nomad job status` shows why;
 //   - placed: the template group with count 0 (it keeps the gate), plus one
-//     generated task group per worker, "<template>-hadar-u<unit>-w<rank>",
-//     each pinned to its node with a ${node.unique.id} constraint and to its
-//     GPU models with a ${device.model} constraint on the GPU request, and
+//     generated task group per worker, "<template>-hadar-u<unit>-w<rank>"
+//     (package groupname holds the grammar), each pinned to its node with
+//     a ${node.unique.id} constraint and to its GPU models with a
+//     ${device.model} constraint on the GPU request, and
 //     given the training contract's environment (torchrun's variables for
 //     one process per GPU, and on Nomad's own task drivers the paths
 //     hadar-train would set, with the storage they are on mounted), and a
@@ -38,6 +39,7 @@ import (
 
 	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 )
 
@@ -156,18 +158,6 @@ func (u Unit) Planner() planner.Unit {
 	return out
 }
 
-// GroupName is the generated group of worker rank of unit id (the naming
-// contract lives in jobspec, which refuses templates that use it).
-func GroupName(template string, unit, rank int) string {
-	return jobspec.GeneratedGroupName(template, unit, rank)
-}
-
-// ParseGroupName reads a generated group's name; ok is false for any other
-// group.
-func ParseGroupName(name string) (template string, unit, rank int, ok bool) {
-	return jobspec.ParseGeneratedGroup(name)
-}
-
 // clone deep-copies through JSON: api types carry pointers everywhere,
 // and the template must never share memory with what is written.
 func clone[T any](v T) (T, error) {
@@ -233,7 +223,7 @@ func Held(job *api.Job, spec jobspec.Spec) (*api.Job, error) {
 	}
 	var keep []*api.TaskGroup
 	for _, g := range out.TaskGroups {
-		if _, _, _, gen := ParseGroupName(deref(g.Name)); !gen {
+		if _, gen := groupname.Parse(deref(g.Name)); !gen {
 			keep = append(keep, g)
 		}
 	}
@@ -277,7 +267,7 @@ func PlacedWith(job *api.Job, spec jobspec.Spec, units []Unit, o Options) (*api.
 	existing := map[string]*api.TaskGroup{}
 	var kept []*api.TaskGroup
 	for _, g := range out.TaskGroups {
-		if _, _, _, gen := ParseGroupName(deref(g.Name)); gen {
+		if _, gen := groupname.Parse(deref(g.Name)); gen {
 			existing[*g.Name] = g
 		} else {
 			kept = append(kept, g)
@@ -307,7 +297,7 @@ func PlacedWith(job *api.Job, spec jobspec.Spec, units []Unit, o Options) (*api.
 			same = same || (c.ID == u.ID && sameWorkers(c, u))
 		}
 		for rank := range u.Workers {
-			name := GroupName(spec.Group, u.ID, rank)
+			name := groupname.Format(spec.Group, u.ID, rank)
 			if g := existing[name]; same && g != nil {
 				out.TaskGroups = append(out.TaskGroups, g)
 				continue
@@ -351,7 +341,7 @@ func worker(t *api.TaskGroup, spec jobspec.Spec, u Unit, rank int, o Options, ru
 		return nil, fmt.Errorf("job %q: %w", spec.JobID, err)
 	}
 	w := u.Workers[rank]
-	name := GroupName(spec.Group, u.ID, rank)
+	name := groupname.Format(spec.Group, u.ID, rank)
 	g.Name = &name
 	one := 1
 	g.Count = &one
@@ -512,10 +502,11 @@ func Units(job *api.Job, spec jobspec.Spec) ([]Unit, error) {
 	byUnit := map[int]map[int]Worker{}
 	ports := map[int]int{}
 	for _, g := range job.TaskGroups {
-		tmpl, id, rank, ok := ParseGroupName(deref(g.Name))
-		if !ok || tmpl != spec.Group {
+		gw, ok := groupname.Parse(deref(g.Name))
+		if !ok || gw.Template != spec.Group {
 			continue
 		}
+		id, rank := gw.Unit, gw.Rank
 		w, port, err := readWorker(g, spec)
 		if err != nil {
 			return nil, fmt.Errorf("job %q group %q: %w", spec.JobID, *g.Name, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/driver/confine"
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 )
 
@@ -181,7 +182,7 @@ func TestForkKeepsRunningGroupsIdentical(t *testing.T) {
 		t.Fatal(err)
 	}
 	for r := range 3 {
-		name := GroupName("train", 0, r)
+		name := groupname.Format("train", 0, r)
 		if asJSON(t, group(one, name)) != asJSON(t, group(two, name)) {
 			t.Fatalf("group %s changed on fork", name)
 		}
@@ -248,29 +249,6 @@ func TestUnitsRefusesHandEdits(t *testing.T) {
 	group(placed, "train-hadar-u0-w0").Constraints = nil
 	if _, err := Units(placed, spec); err == nil || !strings.Contains(err.Error(), NodeAttribute) {
 		t.Fatalf("err = %v, want a missing node constraint", err)
-	}
-}
-
-func TestGroupNames(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		tmpl        string
-		unit, rank  int
-		isGenerated bool
-	}{
-		{"train-hadar-u0-w0", "train", 0, 0, true},
-		{"a-b-hadar-u12-w7", "a-b", 12, 7, true},
-		{"train", "", 0, 0, false},
-		{"train-hadar-u-w1", "", 0, 0, false},
-		{"train-hadar-u1-w", "", 0, 0, false},
-	} {
-		tmpl, u, r, ok := ParseGroupName(tc.name)
-		if ok != tc.isGenerated || ok && (tmpl != tc.tmpl || u != tc.unit || r != tc.rank) {
-			t.Errorf("%q: %q %d %d %v", tc.name, tmpl, u, r, ok)
-		}
-	}
-	if GroupName("x", 3, 4) != "x-hadar-u3-w4" {
-		t.Fatal(GroupName("x", 3, 4))
 	}
 }
 
@@ -460,7 +438,7 @@ func TestWorkersCarryTheJobsRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, g := range placed.TaskGroups {
-		if _, _, _, gen := ParseGroupName(*g.Name); gen && g.Tasks[0].Env[contract.EnvJobRun] != "4242" {
+		if _, gen := groupname.Parse(*g.Name); gen && g.Tasks[0].Env[contract.EnvJobRun] != "4242" {
 			t.Fatalf("%s: %s = %q, want the job's create index", *g.Name, contract.EnvJobRun, g.Tasks[0].Env[contract.EnvJobRun])
 		}
 	}

@@ -9,7 +9,6 @@ package jobspec
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/queue"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 )
 
 // MetaPrefix starts every meta key hadar reads. A job with at least one
@@ -280,7 +280,7 @@ func (p *parser) shape(job *api.Job) error {
 }
 
 // template finds the job's one task group written by its author. Groups
-// the sidecar generated from it when placing the job (GeneratedGroup) are
+// the sidecar generated from it when placing the job (groupname) are
 // hadar's and not checked.
 func (p *parser) template(job *api.Job) (*api.TaskGroup, error) {
 	const want = "want exactly one task group: the template hadar copies for each placement"
@@ -299,7 +299,7 @@ func (p *parser) template(job *api.Job) (*api.TaskGroup, error) {
 		}
 		own = own[:0]
 		for _, g := range job.TaskGroups {
-			if t, ok := GeneratedGroup(deref(g.Name)); !ok || !slices.Contains(names, t) {
+			if w, ok := groupname.Parse(deref(g.Name)); !ok || !slices.Contains(names, w.Template) {
 				own = append(own, g)
 			}
 		}
@@ -308,38 +308,6 @@ func (p *parser) template(job *api.Job) (*api.TaskGroup, error) {
 		return nil, p.fail("group", strconv.Itoa(len(own))+" groups", want)
 	}
 	return own[0], nil
-}
-
-// generatedGroup is the name of a task group the sidecar generates from
-// the template group when it places the job: one per worker,
-// "<template>-hadar-u<unit>-w<rank>". Authors must not use such names.
-var generatedGroup = regexp.MustCompile(`^(.+)-hadar-u(\d+)-w(\d+)$`)
-
-// GeneratedGroupName is the generated group of worker rank of unit.
-func GeneratedGroupName(template string, unit, rank int) string {
-	return fmt.Sprintf("%s-hadar-u%d-w%d", template, unit, rank)
-}
-
-// ParseGeneratedGroup reads a generated group's name; ok is false for any
-// other group.
-func ParseGeneratedGroup(name string) (template string, unit, rank int, ok bool) {
-	m := generatedGroup.FindStringSubmatch(name)
-	if m == nil {
-		return "", 0, 0, false
-	}
-	u, err1 := strconv.Atoi(m[2])
-	r, err2 := strconv.Atoi(m[3])
-	if err1 != nil || err2 != nil {
-		return "", 0, 0, false
-	}
-	return m[1], u, r, true
-}
-
-// GeneratedGroup reports whether name is a group the sidecar generates
-// from template group t, "<t>-hadar-u<unit>-w<rank>", and returns t.
-func GeneratedGroup(name string) (t string, ok bool) {
-	t, _, _, ok = ParseGeneratedGroup(name)
-	return t, ok
 }
 
 func firstHadarKey(m map[string]string) string {

@@ -302,19 +302,6 @@ func TestParseShape(t *testing.T) {
 	}
 }
 
-func TestGeneratedGroup(t *testing.T) {
-	for name, want := range map[string]string{"train-hadar-u0-w0": "train", "a-b-hadar-u12-w3": "a-b", "x-hadar-u1-w1-hadar-u2-w0": "x-hadar-u1-w1"} {
-		if got, ok := GeneratedGroup(name); !ok || got != want {
-			t.Errorf("GeneratedGroup(%q) = %q, %v; want %q", name, got, ok, want)
-		}
-	}
-	for _, name := range []string{"train", "train-hadar-u-w0", "train-hadar-u1", "-hadar-u0-w0", "train-hadar-u0-w0x"} {
-		if _, ok := GeneratedGroup(name); ok {
-			t.Errorf("GeneratedGroup(%q) accepted", name)
-		}
-	}
-}
-
 func TestDeviceModel(t *testing.T) {
 	j := validJob(baseMeta())
 	j.TaskGroups[0].Tasks[0].Resources.Devices[0].Name = "nvidia/gpu/Tesla V100-SXM2-16GB"

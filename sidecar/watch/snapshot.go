@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/sidecar/jobform"
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 )
 
@@ -368,6 +369,10 @@ type Alloc struct {
 	Namespace string
 	JobID     string
 	TaskGroup string
+	// Worker is the worker TaskGroup names when it is a group hadar
+	// generated (groupname.Parse, parsed once here), nil for any other
+	// group: such an allocation is no worker of a placement.
+	Worker *groupname.Worker
 	// Task is the task that runs the training process (the job spec's GPU
 	// task); Progress reads its progress file. "" when unknown.
 	Task     string
@@ -704,6 +709,9 @@ func convertAlloc(a *api.AllocationListStub, task string, events int) *Alloc {
 		ModifyIndex: a.ModifyIndex, GPUs: gpusOf(a.AllocatedResources), Ports: portsOf(a.AllocatedResources),
 	}
 	out.Namespace = namespace(out.Namespace)
+	if w, ok := groupname.Parse(a.TaskGroup); ok {
+		out.Worker = &w
+	}
 	if len(a.TaskStates) > 0 {
 		out.TaskStates = make(map[string]TaskState, len(a.TaskStates))
 		for name, ts := range a.TaskStates {

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 
 	"github.com/hadar-sched/hadar/contract"
@@ -908,5 +909,16 @@ func TestAllocPorts(t *testing.T) {
 	}
 	if p := convertAlloc(&api.AllocationListStub{ID: "a2"}, "", 0).Ports; p != nil {
 		t.Fatalf("an allocation without resources: ports %v, want none", p)
+	}
+}
+
+// An allocation's worker is parsed once, from its group's name.
+func TestAllocWorker(t *testing.T) {
+	w := convertAlloc(&api.AllocationListStub{ID: "a1", TaskGroup: "train-hadar-u3-w1"}, "", 0).Worker
+	if w == nil || *w != (groupname.Worker{Template: "train", Unit: 3, Rank: 1}) {
+		t.Fatalf("worker %+v, want train unit 3 rank 1", w)
+	}
+	if w := convertAlloc(&api.AllocationListStub{ID: "a2", TaskGroup: "train"}, "", 0).Worker; w != nil {
+		t.Fatalf("a group hadar did not generate: worker %+v, want none", w)
 	}
 }
