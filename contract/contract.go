@@ -2,10 +2,10 @@
 // environment a training process gets, the progress file it writes, its
 // checkpoints, and the files HadarE copies share. docs/training-contract.md
 // is the spec for people; this package is what every Go implementation —
-// the task driver (driver/train), the sidecar (sidecar/watch,
-// sidecar/jobform), the trainer (trainer/run), the demo — imports, and
-// what the Python library (python/hadar_train) mirrors, both held to the
-// shared fixtures in testdata/.
+// the task driver (driver/train), the device plugin (driver/device), the
+// sidecar (sidecar/watch, sidecar/jobform), the trainer (trainer/run), the
+// demo — imports, and what the Python library (python/hadar_train)
+// mirrors, both held to the shared fixtures in testdata/.
 //
 // It is a leaf: it imports nothing of hadar's.
 package contract
@@ -56,6 +56,14 @@ const (
 	EnvGPUModel = "HADAR_GPU_MODEL"
 )
 
+// EnvGPUReservedModel is what hadar-gpu (driver/device) sets when it
+// reserves GPUs for a task: their model(s), comma-separated, which the
+// task driver reads to pick the emulated pace (Nomad does not pass
+// allocated devices to drivers). It is not EnvGPUModel because Nomad lets a
+// device plugin's variables override the task's own, and a task's
+// HADAR_GPU_MODEL (set by the sidecar) must win (docs/driver.md).
+const EnvGPUReservedModel = "HADAR_GPU_RESERVED_MODEL"
+
 // The environment the sidecar writes into each worker group it generates
 // (the task driver passes it through).
 const (
@@ -79,9 +87,18 @@ const (
 	EnvJobRun = "HADAR_JOB_RUN"
 )
 
-// MetaResume is the job meta key with which a job's author asks a new run
-// to resume from the checkpoints of the job's previous run ("true").
-const MetaResume = "hadar.resume"
+// Job meta keys the task driver reads as well as the sidecar (Nomad puts
+// job meta in a task's env as NOMAD_META_<key>).
+const (
+	// MetaResume is the job meta key with which a job's author asks a new
+	// run to resume from the checkpoints of the job's previous run
+	// ("true").
+	MetaResume = "hadar.resume"
+	// MetaForkable is the job meta key with which a job's author lets
+	// HadarE fork the job into copies ("true"): the driver tells a copy by
+	// it.
+	MetaForkable = "hadar.forkable"
+)
 
 // ManagedBySidecar is EnvManagedBy's value on the workers the sidecar
 // placed.

@@ -15,6 +15,7 @@ import (
 
 	log "github.com/hashicorp/go-hclog"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/driver/device/nvml"
 	"github.com/hadar-sched/hadar/driver/plugin"
 	"github.com/hadar-sched/hadar/driver/plugin/hclspec"
@@ -29,14 +30,10 @@ const (
 	vendor     = "nvidia"
 	deviceType = plugin.DeviceTypeGPU
 
-	// Environment the task gets from Reserve. The reserved model lets
-	// hadar-train pick the emulated pace: Nomad does not pass allocated
-	// devices to drivers. It is not HADAR_GPU_MODEL because Nomad lets a
-	// device plugin's variables override the task's own, and a task's
-	// HADAR_GPU_MODEL (set by the sidecar) must win (docs/driver.md).
+	// Environment the task gets from Reserve, with the reserved model
+	// (contract.EnvGPUReservedModel).
 	envNvidiaVisible = "NVIDIA_VISIBLE_DEVICES"
 	envCudaVisible   = "CUDA_VISIBLE_DEVICES"
-	envModel         = "HADAR_GPU_RESERVED_MODEL"
 )
 
 // Plugin is the device plugin. Create it with New.
@@ -252,9 +249,9 @@ func (p *Plugin) Reserve(_ context.Context, deviceIDs []string) (*plugin.Reserva
 	sort.Strings(names)
 	return &plugin.Reservation{
 		Env: map[string]string{
-			envNvidiaVisible: ids,
-			envCudaVisible:   ids,
-			envModel:         strings.Join(names, ","),
+			envNvidiaVisible:             ids,
+			envCudaVisible:               ids,
+			contract.EnvGPUReservedModel: strings.Join(names, ","),
 		},
 	}, nil
 }

@@ -38,10 +38,9 @@ const (
 	fingerprintPeriod = 30 * time.Second
 )
 
-// envForkable is the job meta hadar.forkable as Nomad puts job meta in a
-// task's env: NOMAD_META_ plus the key as written (Nomad keeps dots in env
-// names). The contract's own names are in package contract.
-const envForkable = "NOMAD_META_hadar.forkable"
+// envForkable is contract.MetaForkable as Nomad puts job meta in a task's
+// env: NOMAD_META_ plus the key as written (Nomad keeps dots in env names).
+const envForkable = "NOMAD_META_" + contract.MetaForkable
 
 var capabilities = plugin.Capabilities{
 	SendSignals:       true,

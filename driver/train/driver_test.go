@@ -200,7 +200,7 @@ func (r *rig) task(script string, model string, mutate func(*TaskConfig)) *plugi
 	cfg.ID = allocID + "/" + cfg.Name + "/" + allocID[:8]
 	if model != "" {
 		// Nomad merges the device plugin's variables into the task's env.
-		cfg.DeviceEnv = map[string]string{"NVIDIA_VISIBLE_DEVICES": "g0,g1", "CUDA_VISIBLE_DEVICES": "g0,g1", envReservedModel: model}
+		cfg.DeviceEnv = map[string]string{"NVIDIA_VISIBLE_DEVICES": "g0,g1", "CUDA_VISIBLE_DEVICES": "g0,g1", contract.EnvGPUReservedModel: model}
 		for k, v := range cfg.DeviceEnv {
 			cfg.Env[k] = v
 		}
@@ -981,10 +981,10 @@ func TestGPUModelPrecedence(t *testing.T) {
 	}{
 		{"task env wins over the reservation",
 			map[string]string{"HADAR_GPU_MODEL": "Tesla K80"},
-			map[string]string{"NVIDIA_VISIBLE_DEVICES": "p100-0", envReservedModel: "Tesla P100-PCIE-16GB"},
+			map[string]string{"NVIDIA_VISIBLE_DEVICES": "p100-0", contract.EnvGPUReservedModel: "Tesla P100-PCIE-16GB"},
 			nvml.NewLibraryUnavailable, "Tesla K80 12"},
 		{"hadar-gpu reservation",
-			nil, map[string]string{"NVIDIA_VISIBLE_DEVICES": "p100-0", envReservedModel: "Tesla P100-PCIE-16GB"},
+			nil, map[string]string{"NVIDIA_VISIBLE_DEVICES": "p100-0", contract.EnvGPUReservedModel: "Tesla P100-PCIE-16GB"},
 			nvml.NewLibraryUnavailable, "Tesla P100-PCIE-16GB 21"},
 		{"nvidia plugin UUIDs through NVML",
 			nil, map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-00000001-0000-0000-0000-000000000001,GPU-00000002-0000-0000-0000-000000000002"},

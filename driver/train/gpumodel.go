@@ -17,9 +17,6 @@ const (
 	modelFromNVML        = "NVML lookup of NVIDIA_VISIBLE_DEVICES"
 )
 
-// envReservedModel is what hadar-gpu's Reserve sets (driver/device).
-const envReservedModel = "HADAR_GPU_RESERVED_MODEL"
-
 // gpuModels works out the GPU model(s) a task was given, for emulation
 // and for HADAR_GPU_MODEL. Nomad does not pass allocated devices to
 // drivers, so, first found wins:
@@ -36,7 +33,7 @@ func gpuModels(env, deviceEnv map[string]string, openNVML func() nvml.Library) (
 	if m := splitList(env[contract.EnvGPUModel]); len(m) > 0 {
 		return m, modelFromTaskEnv, nil
 	}
-	if m := splitList(deviceEnv[envReservedModel]); len(m) > 0 {
+	if m := splitList(deviceEnv[contract.EnvGPUReservedModel]); len(m) > 0 {
 		return m, modelFromReservation, nil
 	}
 	var uuids []string

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/queue"
 	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
@@ -33,14 +34,14 @@ const (
 	KeySteps       = "hadar.steps"
 	KeyWorkers     = "hadar.workers"
 	KeyWeight      = "hadar.weight"
-	KeyForkable    = "hadar.forkable"
+	KeyForkable    = contract.MetaForkable
 	KeySensitivity = "hadar.sensitivity"
 	KeyGang        = "hadar.gang"
 	KeyMinRunTime  = "hadar.min_run_time"
 	KeyQueue       = "hadar.queue"
 	// KeyResume asks a new run of the job to resume from its previous
-	// run's checkpoints (contract.MetaResume; the task driver reads it).
-	KeyResume = "hadar.resume"
+	// run's checkpoints (the task driver reads it too).
+	KeyResume = contract.MetaResume
 )
 
 // knownKeys lists the keys in the order docs/jobspec.md describes them;
