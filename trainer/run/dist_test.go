@@ -62,6 +62,31 @@ func unitWorkers(t *testing.T, dir string, port, unit int, env []map[string]stri
 
 func env2(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
+// whenTraining calls stop once every rank's progress file shows steps
+// done, that is once the unit met and trains (or after a minute, so that a
+// unit that never meets fails its test instead of hanging it).
+func whenTraining(t *testing.T, ws []*worker, stop func()) {
+	t.Helper()
+	go func() {
+		defer stop()
+		deadline := time.Now().Add(time.Minute)
+		for time.Now().Before(deadline) {
+			all := true
+			for _, w := range ws {
+				p, err := ReadProgress(w.o.ProgressFile)
+				if err != nil || p.StepsDone == 0 {
+					all = false
+					break
+				}
+			}
+			if all {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+}
+
 // runUnit runs the workers concurrently, each with its own context;
 // cancel[r], if given, is called with rank r's cancel func once it runs.
 func runUnit(ws []*worker, ctxs []context.Context) {
@@ -151,8 +176,13 @@ func TestUnitStopAndResume(t *testing.T) {
 	ws := unitWorkers(t, dir, freePort(t), 3, paced, args...)
 	ctx0, cancel0 := context.WithCancel(context.Background())
 	ctx1, cancel1 := context.WithCancel(context.Background())
-	time.AfterFunc(500*time.Millisecond, cancel1) // rank 1's stop first,
-	time.AfterFunc(530*time.Millisecond, cancel0) // rank 0's a moment later
+	// Stopped once every rank trains: a stop that came before the unit
+	// met (a loaded machine's slow start) would test another case.
+	whenTraining(t, ws, func() {
+		cancel1() // rank 1's stop first,
+		time.Sleep(30 * time.Millisecond)
+		cancel0() // rank 0's a moment later
+	})
 	runUnit(ws, []context.Context{ctx0, ctx1})
 	for r, w := range ws {
 		if w.err != nil || !w.out.Stopped {
@@ -193,7 +223,7 @@ func TestUnitWorkerStoppedAlone(t *testing.T) {
 	ws := unitWorkers(t, t.TempDir(), freePort(t), 1, []map[string]string{{"HADAR_STEPS_PER_SEC": "1000"}, {"HADAR_STEPS_PER_SEC": "1000"}},
 		"--steps", "100000", "--stop-grace", "300ms")
 	ctx1, cancel1 := context.WithCancel(context.Background())
-	time.AfterFunc(400*time.Millisecond, cancel1)
+	whenTraining(t, ws, cancel1)
 	runUnit(ws, []context.Context{context.Background(), ctx1})
 	if ws[1].err != nil || !ws[1].out.Stopped {
 		t.Fatalf("the stopped rank: %+v, %v; want a clean stop", ws[1].out, ws[1].err)

@@ -296,7 +296,11 @@ func TestPaceIsHonoured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if prog.StepsPerSec < 150*0.4 || prog.StepsPerSec > 150*1.4 || prog.State != contract.StateDone {
+	// The reported rate is of the last window, where a pacer that was
+	// descheduled catches up (a loaded machine: 237 steps/s seen): the
+	// upper bound catches a rate not paced at all (softmax runs thousands
+	// of steps/s flat out), the overall rate above the pace itself.
+	if prog.StepsPerSec < 150*0.4 || prog.StepsPerSec > 150*3 || prog.State != contract.StateDone {
 		t.Fatalf("progress %+v: want about 150 steps/s and state done", prog)
 	}
 }
