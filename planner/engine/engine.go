@@ -1180,7 +1180,7 @@ func (e *Engine) fallback(v *round.View, offered *round.Pool) []planner.Placemen
 		if !jb.Running || v.MidRound {
 			continue
 		}
-		if fits(free, jb.Placement) {
+		if free.FitsPlacement(jb.Placement) {
 			ps[i] = clonePlacement(jb.Placement)
 			for _, u := range jb.Placement.Units {
 				free.Take(u)
@@ -1209,22 +1209,6 @@ func (e *Engine) fallback(v *round.View, offered *round.Pool) []planner.Placemen
 		}
 	}
 	return ps
-}
-
-func fits(pool *round.Pool, p planner.Placement) bool {
-	check := pool.Clone()
-	for _, u := range p.Units {
-		for _, sl := range u.Slots {
-			if !check.Has(sl.Node) {
-				return false
-			}
-		}
-		if !check.Fits(u) {
-			return false
-		}
-		check.Take(u)
-	}
-	return true
 }
 
 // refreshThroughputs recomputes the jobs' per-type throughputs when the

@@ -440,7 +440,7 @@ func (s *Scheduler) carve(v *round.View, plans []*plan) {
 					continue
 				}
 				if p.acct.claims[k].counted || m.protected {
-					if fitsAllUnits(free, m.jb.Placement) {
+					if free.FitsPlacement(m.jb.Placement) {
 						for _, u := range m.jb.Placement.Units {
 							free.Take(u)
 							p.pool.Release(u)
@@ -674,7 +674,7 @@ func (s *Scheduler) hold(v *round.View, plans []*plan, out []planner.Placement) 
 			if b, ok := s.bounds[m.jb.ID]; ok && b < min {
 				min = b
 			}
-			if m.ran < min-1e-6 && fitsAllUnits(check, m.jb.Placement) {
+			if m.ran < min-1e-6 && check.FitsPlacement(m.jb.Placement) {
 				out[m.i] = clonePlacement(m.jb.Placement)
 				takeAll(check, out[m.i])
 				kept[m.i] = true
@@ -689,13 +689,13 @@ func (s *Scheduler) hold(v *round.View, plans []*plan, out []planner.Placement) 
 		if kept[i] || len(out[i].Units) == 0 {
 			continue
 		}
-		if fitsAllUnits(check, out[i]) {
+		if check.FitsPlacement(out[i]) {
 			takeAll(check, out[i])
 			continue
 		}
 		out[i] = planner.Placement{}
 		what := "it waits"
-		if jb.Running && fitsAllUnits(check, jb.Placement) {
+		if jb.Running && check.FitsPlacement(jb.Placement) {
 			out[i] = clonePlacement(jb.Placement)
 			takeAll(check, out[i])
 			what = "it keeps its GPUs"
@@ -764,7 +764,7 @@ func (s *Scheduler) lend(v *round.View, plans []*plan, out []planner.Placement, 
 		if v.MidRound && jb.Running {
 			continue
 		}
-		if fitsAllUnits(left, out[i]) {
+		if left.FitsPlacement(out[i]) {
 			for _, u := range out[i].Units {
 				left.Take(u)
 			}
@@ -773,7 +773,7 @@ func (s *Scheduler) lend(v *round.View, plans []*plan, out []planner.Placement, 
 	if !v.MidRound {
 		for _, p := range plans {
 			for _, m := range p.members {
-				if m.victim && len(out[m.i].Units) == 0 && fitsAllUnits(left, m.jb.Placement) {
+				if m.victim && len(out[m.i].Units) == 0 && left.FitsPlacement(m.jb.Placement) {
 					out[m.i] = clonePlacement(m.jb.Placement)
 					for _, u := range m.jb.Placement.Units {
 						left.Take(u)
@@ -918,25 +918,6 @@ func held(p planner.Placement, tidx map[planner.GPUType]int, nt int) []int {
 		}
 	}
 	return out
-}
-
-func fitsAllUnits(pool *round.Pool, p planner.Placement) bool {
-	if len(p.Units) == 0 {
-		return false
-	}
-	check := pool.Clone()
-	for _, u := range p.Units {
-		for _, sl := range u.Slots {
-			if !check.Has(sl.Node) {
-				return false
-			}
-		}
-		if !check.Fits(u) {
-			return false
-		}
-		check.Take(u)
-	}
-	return true
 }
 
 // takeFitting takes p's GPUs from pool where they are offered.

@@ -112,6 +112,28 @@ func (p *Pool) Fits(u planner.Unit) bool {
 	return true
 }
 
+// FitsPlacement reports whether every unit of pl fits at once on nodes the
+// pool offers. An empty placement fits nothing: callers ask of a job that
+// holds GPUs, and "keep it where it is" must not pass for a job with none.
+func (p *Pool) FitsPlacement(pl planner.Placement) bool {
+	if len(pl.Units) == 0 {
+		return false
+	}
+	check := p.Clone()
+	for _, u := range pl.Units {
+		for _, sl := range u.Slots {
+			if !check.Has(sl.Node) {
+				return false
+			}
+		}
+		if !check.Fits(u) {
+			return false
+		}
+		check.Take(u)
+	}
+	return true
+}
+
 // Take marks the unit's GPUs busy. The caller checks Fits first.
 func (p *Pool) Take(u planner.Unit) {
 	for _, s := range u.Slots {
