@@ -107,25 +107,12 @@ func (s *deviceServer) Fingerprint(_ *devicepb.FingerprintRequest, stream device
 	if err != nil {
 		return toStatus(err)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case f, ok := <-ch:
-			if !ok {
-				return nil
-			}
-			if f == nil {
-				continue
-			}
-			if f.Err != nil {
-				return toStatus(f.Err)
-			}
-			if err := stream.Send(&devicepb.FingerprintResponse{DeviceGroup: deviceGroupsProto(f.Groups)}); err != nil {
-				return err
-			}
+	return pump(ctx, ch, func(f *DeviceFingerprint) (*devicepb.FingerprintResponse, error) {
+		if f.Err != nil {
+			return nil, toStatus(f.Err)
 		}
-	}
+		return &devicepb.FingerprintResponse{DeviceGroup: deviceGroupsProto(f.Groups)}, nil
+	}, stream.Send)
 }
 
 func deviceGroupsProto(groups []*DeviceGroup) []*devicepb.DeviceGroup {
@@ -170,25 +157,12 @@ func (s *deviceServer) Stats(req *devicepb.StatsRequest, stream devicepb.DeviceP
 	if err != nil {
 		return toStatus(err)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case r, ok := <-ch:
-			if !ok {
-				return nil
-			}
-			if r == nil {
-				continue
-			}
-			if r.Err != nil {
-				return toStatus(r.Err)
-			}
-			if err := stream.Send(&devicepb.StatsResponse{Groups: deviceStatsProto(r.Groups)}); err != nil {
-				return err
-			}
+	return pump(ctx, ch, func(r *DeviceStatsReport) (*devicepb.StatsResponse, error) {
+		if r.Err != nil {
+			return nil, toStatus(r.Err)
 		}
-	}
+		return &devicepb.StatsResponse{Groups: deviceStatsProto(r.Groups)}, nil
+	}, stream.Send)
 }
 
 func deviceStatsProto(groups []*DeviceGroupStats) []*devicepb.DeviceGroupStats {

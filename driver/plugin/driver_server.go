@@ -55,30 +55,19 @@ func (s *driverServer) Fingerprint(_ *driverpb.FingerprintRequest, stream driver
 	if err != nil {
 		return toStatus(err)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case f, ok := <-ch:
-			if !ok {
-				return nil
-			}
-			if f == nil {
-				continue
-			}
-			pb := &driverpb.FingerprintResponse{
-				Attributes:        attributesProto(f.Attributes),
-				Health:            driverpb.FingerprintResponse_HealthState(f.Health),
-				HealthDescription: f.HealthDescription,
-			}
-			if f.Err != nil {
-				pb.Err = f.Err.Error()
-			}
-			if err := stream.Send(pb); err != nil {
-				return err
-			}
+	return pump(ctx, ch, func(f *DriverFingerprint) (*driverpb.FingerprintResponse, error) {
+		pb := &driverpb.FingerprintResponse{
+			Attributes:        attributesProto(f.Attributes),
+			Health:            driverpb.FingerprintResponse_HealthState(f.Health),
+			HealthDescription: f.HealthDescription,
 		}
-	}
+		if f.Err != nil {
+			// A driver's fingerprint error is news for the client, not the
+			// end of the stream.
+			pb.Err = f.Err.Error()
+		}
+		return pb, nil
+	}, stream.Send)
 }
 
 func (s *driverServer) StartTask(ctx context.Context, req *driverpb.StartTaskRequest) (*driverpb.StartTaskResponse, error) {
@@ -164,22 +153,9 @@ func (s *driverServer) TaskStats(req *driverpb.TaskStatsRequest, stream driverpb
 	if err != nil {
 		return toStatus(err)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case u, ok := <-ch:
-			if !ok {
-				return nil
-			}
-			if u == nil {
-				continue
-			}
-			if err := stream.Send(&driverpb.TaskStatsResponse{Stats: taskStatsProto(req.GetTaskId(), u)}); err != nil {
-				return err
-			}
-		}
-	}
+	return pump(ctx, ch, func(u *TaskResourceUsage) (*driverpb.TaskStatsResponse, error) {
+		return &driverpb.TaskStatsResponse{Stats: taskStatsProto(req.GetTaskId(), u)}, nil
+	}, stream.Send)
 }
 
 func (s *driverServer) TaskEvents(_ *driverpb.TaskEventsRequest, stream driverpb.Driver_TaskEventsServer) error {
@@ -188,29 +164,16 @@ func (s *driverServer) TaskEvents(_ *driverpb.TaskEventsRequest, stream driverpb
 	if err != nil {
 		return toStatus(err)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-ch:
-			if !ok {
-				return nil
-			}
-			if ev == nil {
-				continue
-			}
-			if err := stream.Send(&driverpb.DriverTaskEvent{
-				TaskId:      ev.TaskID,
-				AllocId:     ev.AllocID,
-				TaskName:    ev.TaskName,
-				Timestamp:   timestamppb.New(ev.Timestamp),
-				Message:     ev.Message,
-				Annotations: ev.Annotations,
-			}); err != nil {
-				return err
-			}
-		}
-	}
+	return pump(ctx, ch, func(ev *TaskEvent) (*driverpb.DriverTaskEvent, error) {
+		return &driverpb.DriverTaskEvent{
+			TaskId:      ev.TaskID,
+			AllocId:     ev.AllocID,
+			TaskName:    ev.TaskName,
+			Timestamp:   timestamppb.New(ev.Timestamp),
+			Message:     ev.Message,
+			Annotations: ev.Annotations,
+		}, nil
+	}, stream.Send)
 }
 
 func (s *driverServer) SignalTask(ctx context.Context, req *driverpb.SignalTaskRequest) (*driverpb.SignalTaskResponse, error) {

@@ -269,3 +269,31 @@ func (g *grpcPlugin) GRPCServer(_ *goplugin.GRPCBroker, s *grpc.Server) error {
 func (g *grpcPlugin) GRPCClient(context.Context, *goplugin.GRPCBroker, *grpc.ClientConn) (interface{}, error) {
 	return nil, fmt.Errorf("hadar's plugin package serves plugins; it has no client")
 }
+
+// pump relays a plugin's channel onto a gRPC server stream: each value,
+// converted, is sent until the client goes (ctx) or the plugin closes the
+// channel; a nil value is skipped. A conversion error ends the stream with
+// that error (a plugin reporting it failed). The five streaming methods
+// share it so that they end alike.
+func pump[T, P any](ctx context.Context, ch <-chan *T, conv func(*T) (P, error), send func(P) error) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case v, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			if v == nil {
+				continue
+			}
+			m, err := conv(v)
+			if err != nil {
+				return err
+			}
+			if err := send(m); err != nil {
+				return err
+			}
+		}
+	}
+}
