@@ -156,12 +156,19 @@ type Member struct {
 // Gone tells whether the heartbeat says the copy left or finished.
 func (m *Member) Gone() bool { return m.State == MemberLeaving || m.State == MemberDone }
 
-// decodeStrict decodes one JSON object with no unknown fields and nothing
-// after it: a file of another version or writer is refused, not misread.
+// decodeStrict decodes a merge file: bounded in size, then DecodeStrict.
 func decodeStrict(b []byte, v any) error {
 	if len(b) > MaxMergeFileBytes {
 		return fmt.Errorf("%d bytes, more than the %d a merge file may have", len(b), MaxMergeFileBytes)
 	}
+	return DecodeStrict(b, v)
+}
+
+// DecodeStrict decodes one JSON object with no unknown fields and nothing
+// after it: a file of another version or writer is refused, not misread.
+// Every file of the training contract is read this way, by the sidecar's
+// side and the trainer's alike.
+func DecodeStrict(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -287,20 +294,37 @@ func NextTargets(remaining int64, cands []Candidate, fallback int) []Contributio
 		}
 		return out
 	}
-	var total float64
-	for _, e := range est {
-		total += e
+	shares := Apportion(remaining, est)
+	for i, c := range cands {
+		if shares[i] > 0 {
+			out = append(out, Contribution{Copy: c.Copy, Steps: shares[i]})
+		}
 	}
-	shares := make([]int64, len(cands))
-	rem := make([]float64, len(cands))
+	return out
+}
+
+// Apportion splits total in proportion to weights (each > 0) by largest
+// remainder, ties to the lower index, so the shares sum exactly to total.
+// HadarE's rounds are sized with it here and in the in-process trainer
+// (trainer.Allocate), so both split a budget alike.
+func Apportion(total int64, weights []float64) []int64 {
+	var sum float64
+	for _, w := range weights {
+		sum += w
+	}
+	shares := make([]int64, len(weights))
+	if len(weights) == 0 || total <= 0 || !(sum > 0) {
+		return shares
+	}
+	rem := make([]float64, len(weights))
 	var given int64
-	for i, e := range est {
-		exact := float64(remaining) * e / total
+	for i, w := range weights {
+		exact := float64(total) * w / sum
 		shares[i] = int64(math.Floor(exact))
 		rem[i] = exact - float64(shares[i])
 		given += shares[i]
 	}
-	for ; given < remaining; given++ {
+	for ; given < total; given++ {
 		best := 0
 		for i := range rem {
 			if rem[i] > rem[best] {
@@ -310,12 +334,7 @@ func NextTargets(remaining int64, cands []Candidate, fallback int) []Contributio
 		shares[best]++
 		rem[best] = -1
 	}
-	for i, c := range cands {
-		if shares[i] > 0 {
-			out = append(out, Contribution{Copy: c.Copy, Steps: shares[i]})
-		}
-	}
-	return out
+	return shares
 }
 
 // Close closes round base.Round+1 with the copy files present (any order;

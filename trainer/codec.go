@@ -1,9 +1,10 @@
 package trainer
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/hadar-sched/hadar/contract"
 )
 
 // EncodeParams serializes p as JSON. float64 values round-trip exactly
@@ -22,25 +23,11 @@ func EncodeParams(p Params) ([]byte, error) {
 // for parameters.
 func DecodeParams(b []byte) (Params, error) {
 	var p Params
-	if err := DecodeStrict(b, &p); err != nil {
+	if err := contract.DecodeStrict(b, &p); err != nil {
 		return Params{}, fmt.Errorf("params: %w", err)
 	}
 	if err := p.Validate(); err != nil {
 		return Params{}, fmt.Errorf("params: %w", err)
 	}
 	return p, nil
-}
-
-// DecodeStrict unmarshals one JSON value into v, rejecting unknown fields and
-// trailing data.
-func DecodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("decode JSON: %w", err)
-	}
-	if dec.More() {
-		return fmt.Errorf("decode JSON: trailing data after the object")
-	}
-	return nil
 }

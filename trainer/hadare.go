@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"sync"
+
+	"github.com/hadar-sched/hadar/contract"
 )
 
 // Result is the outcome of an in-process training run.
@@ -60,23 +62,8 @@ func Allocate(budget int, speeds []float64) ([]int, error) {
 		return nil, fmt.Errorf("allocate: %d steps among %d copies; want budget >= 0 and at least one copy", budget, len(speeds))
 	}
 	out := make([]int, len(speeds))
-	rem := make([]float64, len(speeds))
-	given := 0
-	for i, s := range speeds {
-		exact := float64(budget) * s / sum
-		out[i] = int(math.Floor(exact))
-		rem[i] = exact - float64(out[i])
-		given += out[i]
-	}
-	for ; given < budget; given++ {
-		best := 0
-		for i := range rem {
-			if rem[i] > rem[best] {
-				best = i
-			}
-		}
-		out[best]++
-		rem[best] = -1
+	for i, n := range contract.Apportion(int64(budget), speeds) {
+		out[i] = int(n)
 	}
 	return out, nil
 }

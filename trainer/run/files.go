@@ -9,9 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/hadar-sched/hadar/trainer"
-
 	"github.com/hadar-sched/hadar/contract"
+	"github.com/hadar-sched/hadar/trainer"
 )
 
 // writeFileAtomic writes data to a temporary file in path's directory and
@@ -149,7 +148,7 @@ func EncodeCheckpoint(c *Checkpoint) ([]byte, error) {
 // disk and may be anything.
 func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 	var c Checkpoint
-	if err := trainer.DecodeStrict(b, &c); err != nil {
+	if err := contract.DecodeStrict(b, &c); err != nil {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
