@@ -13,7 +13,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
-	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/status"
 	"github.com/hadar-sched/hadar/sidecar/wire"
@@ -75,7 +74,7 @@ func planned(t *testing.T, base, id string) (wire.JobView, map[string]bool) {
 
 // learnedOf is the learned figure of explore-llm on one GPU type, once
 // applied.
-func learnedOf(t *testing.T, base, typ string) (engine.Learned, bool) {
+func learnedOf(t *testing.T, base, typ string) (wire.LearnedFigure, bool) {
 	t.Helper()
 	var l wire.Learned
 	getJSON(t, base+"/v1/learned", &l)
@@ -84,7 +83,7 @@ func learnedOf(t *testing.T, base, typ string) (engine.Learned, bool) {
 			return f, true
 		}
 	}
-	return engine.Learned{}, false
+	return wire.LearnedFigure{}, false
 }
 
 // Issue 21 on a real Nomad cluster: a job of a model no profile has, whose
@@ -178,7 +177,7 @@ func TestSidecarExploresAnUntriedType(t *testing.T) {
 	getJSON(t, srv.URL+"/v1/decisions", &hist)
 	tried := false
 	for _, ev := range hist {
-		if strings.HasSuffix(ev.Job, "explore") && (ev.Action == engine.Move || ev.Action == engine.Start) && strings.Contains(ev.Why, "trying h100") {
+		if strings.HasSuffix(ev.Job, "explore") && (ev.Action == wire.ActionMove || ev.Action == wire.ActionStart) && strings.Contains(ev.Why, "trying h100") {
 			tried = true
 		}
 	}

@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/planner/queue"
 	"github.com/hadar-sched/hadar/sidecar/config"
-	"github.com/hadar-sched/hadar/sidecar/queues"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // TestQueueReclaim: team A borrows every GPU of the cluster; team B,
@@ -44,23 +43,23 @@ func TestQueueReclaim(t *testing.T) {
 		}
 		return nil
 	}
-	getQueues := func() queues.View {
+	getQueues := func() wire.Queues {
 		t.Helper()
 		code, body := s.get(t, "/v1/queues")
-		var v queues.View
+		var v wire.Queues
 		if err := json.Unmarshal([]byte(body), &v); code != 200 || err != nil {
 			t.Fatalf("GET /v1/queues: %d %v\n%s", code, err, body)
 		}
 		return v
 	}
-	queueOf := func(v queues.View, name string) queues.QueueView {
+	queueOf := func(v wire.Queues, name string) wire.Queue {
 		for _, q := range v.Queues {
 			if q.Name == name {
 				return q
 			}
 		}
 		t.Fatalf("queue %s not in /v1/queues: %+v", name, v)
-		return queues.QueueView{}
+		return wire.Queue{}
 	}
 
 	// Team A takes every GPU (ten V100s, two P100s, four K80s): nothing
@@ -97,7 +96,7 @@ func TestQueueReclaim(t *testing.T) {
 	// The start was decided at the first boundary after B's jobs came
 	// (round 8 s; a loaded machine may run a cycle late).
 	for _, ev := range a.History() {
-		if ev.Job == "default/b1" && ev.Action == engine.Start {
+		if ev.Job == "default/b1" && ev.Action == wire.ActionStart {
 			if took := ev.Time.Sub(submitted); took > 30*time.Second {
 				t.Errorf("b1's start was decided %v after it was submitted: want the next boundary (round 8 s)", took)
 			} else {
@@ -108,7 +107,7 @@ func TestQueueReclaim(t *testing.T) {
 	}
 	reclaimed := map[string]bool{}
 	for _, ev := range a.History() {
-		if ev.Action == engine.Stop && strings.Contains(ev.Why, "give GPUs back to another queue's guarantee") {
+		if ev.Action == wire.ActionStop && strings.Contains(ev.Why, "give GPUs back to another queue's guarantee") {
 			reclaimed[strings.TrimPrefix(ev.Job, "default/")] = true
 		}
 	}
@@ -139,7 +138,7 @@ func TestQueueReclaim(t *testing.T) {
 	}
 	v := getQueues()
 	qb := queueOf(v, "team-b")
-	var heavy *queues.JobView
+	var heavy *wire.QueueJob
 	for k := range qb.Jobs {
 		if qb.Jobs[k].ID == "default/b2" {
 			heavy = &qb.Jobs[k]

@@ -16,10 +16,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
-	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/queue"
 	"github.com/hadar-sched/hadar/sidecar/config"
-	"github.com/hadar-sched/hadar/sidecar/queues"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // queuesPage is what the page shows of the team queues: each row of the
@@ -46,7 +45,7 @@ const readQueuesPage = `(() => {
 
 // gpuText is a per-type GPU count as the page writes it: "2 p100, 4
 // v100", "-" for none.
-func gpuText(m map[planner.GPUType]int) string {
+func gpuText(m map[string]int) string {
 	var parts []string
 	for t, n := range m {
 		parts = append(parts, fmt.Sprintf("%d %s", n, t))
@@ -118,7 +117,7 @@ func TestQueuesPageInChromium(t *testing.T) {
 	var v queuesPage
 	c.waitFor("the page's queues match /v1/queues", time.Minute, func() error {
 		code, body := s.get(t, "/v1/queues")
-		var api queues.View
+		var api wire.Queues
 		if err := json.Unmarshal([]byte(body), &api); code != 200 || err != nil {
 			return fmt.Errorf("GET /v1/queues: %d %v\n%s", code, err, body)
 		}

@@ -23,7 +23,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
-	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
@@ -343,7 +342,7 @@ func TestStatusMetricsOnALiveCluster(t *testing.T) {
 	})
 	c.waitFor("the counters match the decision history", 30*time.Second, func() error {
 		time.Sleep(time.Second) // a sample after the history was read
-		count := map[engine.Action]float64{}
+		count := map[wire.Action]float64{}
 		for _, ev := range a.History() {
 			if ev.Result == "" {
 				count[ev.Action]++
@@ -352,11 +351,11 @@ func TestStatusMetricsOnALiveCluster(t *testing.T) {
 		// The history is read after the metrics: it may hold one more.
 		m := s.metrics(t)
 		want := map[string]float64{
-			p("hadar_decisions_total", "action", "start", "result", "applied"): count[engine.Start],
-			p("hadar_decisions_total", "action", "stop", "result", "applied"):  count[engine.Stop],
-			p("hadar_preemptions_total", "reason", "preempted"):                count[engine.Stop],
-			p("hadar_evictions_total", "reason", "preempted"):                  count[engine.Stop],
-			p("hadar_preemptions_total", "reason", "migrated"):                 count[engine.Move],
+			p("hadar_decisions_total", "action", "start", "result", "applied"): count[wire.ActionStart],
+			p("hadar_decisions_total", "action", "stop", "result", "applied"):  count[wire.ActionStop],
+			p("hadar_preemptions_total", "reason", "preempted"):                count[wire.ActionStop],
+			p("hadar_evictions_total", "reason", "preempted"):                  count[wire.ActionStop],
+			p("hadar_preemptions_total", "reason", "migrated"):                 count[wire.ActionMove],
 		}
 		return expect(m, want)
 	})

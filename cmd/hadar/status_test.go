@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
@@ -27,7 +26,7 @@ func statusAPI(t *testing.T) *httptest.Server {
 		Running: []wire.RunningEntry{{ID: "default/a", State: "running", Units: []wire.UnitView{{Slots: []wire.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}},
 			Progress: 0.5, StepsDone: 500, Steps: 1000, Rate: 5.5, ETAS: 90, ETA: &eta, ProgressAt: &reported}},
 		Queue:     []wire.QueueEntry{{ID: "default/b", Position: 1, Waits: "no_capacity", Why: "every v100 is taken", Nomad: "train: exhausted", WaitingS: 65, Workers: 4, RunsOn: []string{"v100"}}},
-		Decisions: []wire.Event{{Time: now, Job: "default/a", Action: engine.Start, Why: "its turn"}}}
+		Decisions: []wire.Event{{Time: now, Job: "default/a", Action: wire.ActionStart, Why: "its turn"}}}
 	job := wire.JobDetail{ID: "default/b", State: "waiting", Waits: "no_capacity", QueuePosition: 1, QueueLength: 1, Why: "every v100 is taken",
 		Job:        &wire.JobObservation{JobView: wire.JobView{ID: "default/b", Workers: 4, Model: "ResNet-50", Weight: 1, Steps: 1000, WaitingS: 65}, Throughput: map[string]float64{"v100": 30}},
 		Placements: []wire.Placement{{Time: now, Action: "stop", Why: "fairness"}}}

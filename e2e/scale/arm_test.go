@@ -384,7 +384,7 @@ func (l *cycleLog) noteStarts(evs []wire.Event, now time.Time) {
 		l.starts = map[string]startSeen{}
 	}
 	for _, ev := range evs {
-		if ev.Action != engine.Start || ev.Result != "" {
+		if ev.Action != wire.ActionStart || ev.Result != "" {
 			continue
 		}
 		_, id, _ := strings.Cut(ev.Job, "/")

@@ -15,7 +15,6 @@ import (
 
 	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner"
-	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
@@ -376,21 +375,21 @@ func (m *monitor) decisionEvents(ctx context.Context) {
 		switch {
 		case ev.Result != "":
 			m.event("sidecar  %s: %s", job, ev.Result)
-		case ev.Action == engine.Start && len(ev.To) > 1:
+		case ev.Action == wire.ActionStart && len(ev.To) > 1:
 			m.Forks++
 			m.event("FORK     %s: starts as %d HadarE copies: %s", job, len(ev.To), where)
-		case ev.Action == engine.Start:
+		case ev.Action == wire.ActionStart:
 			m.event("start    %s on %s", job, where)
-		case ev.Action == engine.Stop:
+		case ev.Action == wire.ActionStop:
 			m.Preemptions++
 			m.event("PREEMPT  %s: stopped through its checkpoint, waits (%s)", job, ev.Why)
-		case ev.Action == engine.Move:
+		case ev.Action == wire.ActionMove:
 			m.Preemptions++
 			m.event("PREEMPT  %s: moved through its checkpoint to %s", job, where)
-		case ev.Action == engine.Fork:
+		case ev.Action == wire.ActionFork:
 			m.Forks++
 			m.event("FORK     %s: HadarE runs %d copies: %s", job, len(ev.To), where)
-		case ev.Action == engine.Unfork:
+		case ev.Action == wire.ActionUnfork:
 			m.Unforks++
 			m.event("unfork   %s: down to %d copies (the others merge and stop): %s", job, len(ev.To), where)
 		}
@@ -400,7 +399,7 @@ func (m *monitor) decisionEvents(ctx context.Context) {
 
 // unitsText says where units run: "2xv100@v100-a + 1xk80@k80-a", units
 // separated by " | ".
-func (m *monitor) unitsText(units []planner.Unit) string {
+func (m *monitor) unitsText(units []wire.Unit) string {
 	var us []string
 	for _, u := range units {
 		var ss []string

@@ -73,8 +73,8 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 			continue
 		}
 		w := &pendingWrite{mj: mj, jd: jd, job: &apply.Job{Key: mj.key, Raw: j.Raw, Spec: *j.Spec, JobModifyIndex: j.JobModifyIndex},
-			ev: wire.Event{Time: a.clock(), Job: jd.Job, Action: jd.Action, Why: jd.Reason.Why, Kind: d.Kind, Reason: jd.Reason}, done: make(chan struct{})}
-		w.ev.To = append(w.ev.To, jd.To.Units...)
+			ev: wire.Event{Time: a.clock(), Job: jd.Job, Action: wireAction(jd.Action), Why: jd.Reason.Why, Kind: wireKind(d.Kind), Reason: wireReason(jd.Reason)}, done: make(chan struct{})}
+		w.ev.To = append(w.ev.To, wireUnits(jd.To.Units)...)
 		w.target, w.fresh, w.err = a.target(mj, j, jd)
 		ws = append(ws, w)
 	}

@@ -25,7 +25,7 @@ func (a *Agent) Plan() wire.PlanView {
 }
 
 func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
-	v := wire.PlanView{Time: time.Unix(0, int64(a.last.Time*1e9)), Kind: a.last.Kind, Policy: a.cfg.Policy, Placement: a.cfg.Placement,
+	v := wire.PlanView{Time: time.Unix(0, int64(a.last.Time*1e9)), Kind: wireKind(a.last.Kind), Policy: a.cfg.Policy, Placement: a.cfg.Placement,
 		DryRun: a.cfg.DryRun, Round: a.rounds, NextRound: a.next, Jobs: []wire.JobView{}, Refused: []wire.RefusedJob{}}
 	decided := map[string]engine.JobDecision{}
 	for _, jd := range a.last.Jobs {
@@ -34,7 +34,7 @@ func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
 	now := a.now()
 	for _, st := range a.eng.Jobs() {
 		jv := wire.JobView{ID: st.Job.ID, Workers: st.Job.ScaleFactor, Weight: st.Job.Weight, Model: st.Job.Model,
-			StepsDone: st.Done, Steps: st.Job.TotalSteps, Rate: st.Rate, ETA: st.ETA, Reason: st.Reason, Position: -1, StalledS: st.StalledS}
+			StepsDone: st.Done, Steps: st.Job.TotalSteps, Rate: st.Rate, ETA: st.ETA, Reason: wireReason(st.Reason), Position: -1, StalledS: st.StalledS}
 		if st.ReportedAt > 0 {
 			age := math.Max(0, now-st.ReportedAt)
 			jv.ProgressAgeS = &age
@@ -54,7 +54,7 @@ func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
 			jv.MinRunTimeS, jv.MinRunTimeCap = a.minRunView(mj.spec.MinRunTime, st.Job.Queue)
 		}
 		if jd, ok := decided[st.Job.ID]; ok {
-			jv.Action = jd.Action
+			jv.Action = wireAction(jd.Action)
 			if !st.Running {
 				jv.Position = jd.Position
 			}
@@ -105,7 +105,7 @@ func (a *Agent) minRunView(own time.Duration, queueName string) (float64, string
 func (a *Agent) unitView(u planner.Unit) wire.UnitView {
 	var uv wire.UnitView
 	for _, sl := range u.Slots {
-		uv.Slots = append(uv.Slots, wire.SlotView{Node: sl.Node, Rack: a.nodes[sl.Node].Rack, Type: sl.Type, Count: sl.Count})
+		uv.Slots = append(uv.Slots, wire.SlotView{Node: sl.Node, Rack: a.nodes[sl.Node].Rack, Type: string(sl.Type), Count: sl.Count})
 	}
 	return uv
 }

@@ -16,13 +16,10 @@ import (
 func (a *Agent) Learned(ref planner.GPUType) wire.Learned {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := wire.Learned{Time: a.clock(), Learning: a.cfg.LearnOn, Figures: a.est.Learned(), Gaps: a.est.Gaps()}
-	if out.Figures == nil {
-		out.Figures = []engine.Learned{}
-	}
+	out := wire.Learned{Time: a.clock(), Learning: a.cfg.LearnOn, Figures: wireFigures(a.est.Learned()), Gaps: wireGaps(a.est.Gaps())}
 	if ref = a.reference(ref); ref != "" {
 		if ts, ok := a.est.TypeSpeeds(ref); ok {
-			out.Reference, out.TypeSpeeds = ref, ts
+			out.Reference, out.TypeSpeeds = string(ref), wireTypeSpeeds(ts)
 		}
 	}
 	return out

@@ -96,7 +96,7 @@ func TestAnUnknownModelOnANewTypeIsPlannedAndTheOverlayReloads(t *testing.T) {
 	if len(gaps) != 1 || gaps[0].Model != "my-new-llm" || gaps[0].Type != "h100" {
 		t.Fatalf("gaps %+v, want my-new-llm on h100", gaps)
 	}
-	if !a.learning.gapsWarned[gaps[0]] {
+	if !a.learning.gapsWarned[engine.Gap{Model: gaps[0].Model, Type: planner.GPUType(gaps[0].Type), Why: gaps[0].Why}] {
 		t.Error("the gap was not warned of")
 	}
 	if jd.To.Units[0].Types()[0] == "h100" {
@@ -232,7 +232,7 @@ func TestLearnedFiguresSurviveARestart(t *testing.T) {
 	delete(snap.Jobs, key)
 	delete(snap.Jobs, key2)
 	b := open()
-	var fig *engine.Learned
+	var fig *wire.LearnedFigure
 	l := b.Learned("")
 	for i, f := range l.Figures {
 		if f.Model == "my-new-llm" && f.SF == 1 && f.Type == "h100" {

@@ -97,7 +97,7 @@ func (a *Agent) observe(snap *watch.Snapshot, leader bool) wire.Observation {
 			}
 			gu := byType[t]
 			if gu == nil {
-				gu = &wire.GPUObservation{Type: t, Holders: holders[nt{n.ID, t}]}
+				gu = &wire.GPUObservation{Type: string(t), Holders: holders[nt{n.ID, t}]}
 				byType[t] = gu
 				order = append(order, t)
 			}

@@ -1,5 +1,6 @@
 // Package queues is the sidecar's side of planner/queue: what the status
 // API shows of the queues to a caller (only the namespaces it may read),
+// converted to sidecar/wire's types so that the API is not planner/queue's,
 // and the queues' metric families and samples. The agent, the status
 // server and telemetry call it; docs/queues.md, "Wiring into the
 // sidecar", lists the hooks.
@@ -10,42 +11,20 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/queue"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
-// View is the body of GET /v1/queues.
-type View struct {
-	Time   float64     `json:"time"`
-	Static bool        `json:"static,omitempty"`
-	Queues []QueueView `json:"queues"`
-}
-
-// QueueView is one queue as a caller sees it.
-type QueueView struct {
-	queue.QueueStatus
-	// Namespaces are those whose jobs belong to the queue by default
-	// (the configuration's), those the caller may read.
-	Namespaces []string `json:"namespaces,omitempty"`
-	// Jobs are the queue's jobs the caller may read, with the queue's
-	// reason for each.
-	Jobs []JobView `json:"jobs"`
-}
-
-// JobView is one job of a queue.
-type JobView struct {
-	ID string `json:"id"`
-	queue.JobStatus
-}
-
-// Filter is what a caller sees of the last plan's queues: may reports
-// whether it may read a namespace's jobs (nil: it may read everything).
-// A queue is shown when it lists a namespace the caller may read or holds
-// one of its jobs; its own figures (shares, GPUs used, counts) are shown
-// whole, its jobs only where the caller may read them. Job IDs are the
-// engine's, "namespace/job".
-func Filter(st queue.Status, cfg queue.Config, may func(ns string) bool) View {
-	v := View{Time: st.Time, Static: st.Static, Queues: []QueueView{}}
-	jobs := map[string][]JobView{}
+// Filter is what a caller sees of the last plan's queues (GET
+// /v1/queues): may reports whether it may read a namespace's jobs (nil: it
+// may read everything). A queue is shown when it lists a namespace the
+// caller may read or holds one of its jobs; its own figures (shares, GPUs
+// used, counts) are shown whole, its jobs only where the caller may read
+// them. Job IDs are the engine's, "namespace/job".
+func Filter(st queue.Status, cfg queue.Config, may func(ns string) bool) wire.Queues {
+	v := wire.Queues{Time: st.Time, Static: st.Static, Queues: []wire.Queue{}}
+	jobs := map[string][]wire.QueueJob{}
 	ids := make([]string, 0, len(st.Jobs))
 	for id := range st.Jobs {
 		ids = append(ids, id)
@@ -54,13 +33,14 @@ func Filter(st queue.Status, cfg queue.Config, may func(ns string) bool) View {
 	for _, id := range ids {
 		js := st.Jobs[id]
 		if may == nil || may(namespaceOf(id)) {
-			jobs[js.Queue] = append(jobs[js.Queue], JobView{ID: id, JobStatus: js})
+			jobs[js.Queue] = append(jobs[js.Queue], wireJob(id, js))
 		}
 	}
 	for _, q := range st.Queues {
-		qv := QueueView{QueueStatus: q, Jobs: jobs[q.Name]}
+		qv := wireQueue(q)
+		qv.Jobs = jobs[q.Name]
 		if qv.Jobs == nil {
-			qv.Jobs = []JobView{}
+			qv.Jobs = []wire.QueueJob{}
 		}
 		if c, ok := cfg.Find(q.Name); ok {
 			for _, ns := range c.Namespaces {
@@ -75,6 +55,27 @@ func Filter(st queue.Status, cfg queue.Config, may func(ns string) bool) View {
 		v.Queues = append(v.Queues, qv)
 	}
 	return v
+}
+
+// wireQueue is a queue's figures as the status API writes them.
+func wireQueue(q queue.QueueStatus) wire.Queue {
+	return wire.Queue{Name: q.Name, Policy: q.Policy, Weight: q.Weight, Guarantee: typeMap(q.Guarantee), Scaled: q.Scaled,
+		Limit: typeMap(q.Limit), Share: typeMap(q.Share), Used: typeMap(q.Used), Borrowed: typeMap(q.Borrowed),
+		Pending: q.Pending, Admitted: q.Admitted, Reclaimed: q.Reclaimed, FairSharePreempted: q.FairSharePreempted}
+}
+
+func wireJob(id string, js queue.JobStatus) wire.QueueJob {
+	return wire.QueueJob{ID: id, Queue: js.Queue, Priority: js.Priority, Weight: js.Weight, Clamped: js.Clamped, Running: js.Running,
+		Code: js.Code, Why: js.Why}
+}
+
+// typeMap keys a per-GPU-type map by name; nil stays nil (written null,
+// as the API always has for a map the queue lacks).
+func typeMap(m map[planner.GPUType]int) map[string]int {
+	if m == nil {
+		return nil
+	}
+	return asStrings(m)
 }
 
 func namespaceOf(id string) string {

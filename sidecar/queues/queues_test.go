@@ -2,6 +2,7 @@ package queues
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/hadar-sched/hadar/planner/queue"
 	"github.com/hadar-sched/hadar/planner/registry"
 	"github.com/hadar-sched/hadar/planner/speed"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // status plans team nlp borrowing every GPU, then team vision (namespace
@@ -117,5 +119,42 @@ func TestGaugesAndCounters(t *testing.T) {
 	}
 	if c := Counters(st); len(c) != 4 || c[CounterKey{"nlp", ReasonReclaim}] != 0 {
 		t.Fatalf("counters %v", c)
+	}
+}
+
+// The conversion to the wire carries every field of a queue and a job
+// (a field the planner gained fails here: decide whether the API shows
+// it), and keeps a missing map null as the API always wrote it.
+func TestFilterCarriesEveryField(t *testing.T) {
+	gpus := map[planner.GPUType]int{"v100": 1}
+	q := queue.QueueStatus{Name: "q", Policy: "fifo", Weight: 1, Guarantee: gpus, Scaled: true, Limit: gpus, Share: gpus, Used: gpus,
+		Borrowed: gpus, Pending: 1, Admitted: 2, Reclaimed: 3, FairSharePreempted: 4}
+	js := queue.JobStatus{Queue: "q", Priority: 1, Weight: 2, Clamped: true, Running: true, Reason: queue.Reason{Code: queue.ReasonBorrowing, Why: "lent"}}
+	for _, v := range []any{q, js, js.Reason} {
+		for _, f := range reflect.VisibleFields(reflect.TypeOf(v)) {
+			if reflect.ValueOf(v).FieldByIndex(f.Index).IsZero() {
+				t.Fatalf("the test's %T leaves %s zero", v, f.Name)
+			}
+		}
+	}
+	// Fields of the planner's types, embedded Reason's counted as the
+	// job's own, against the wire's (less the view's own additions).
+	if n, m := reflect.TypeOf(q).NumField(), reflect.TypeOf(wire.Queue{}).NumField()-2; n != m {
+		t.Errorf("queue.QueueStatus has %d fields, wire.Queue %d besides Namespaces and Jobs", n, m)
+	}
+	if n, m := reflect.TypeOf(js).NumField()-1+reflect.TypeOf(js.Reason).NumField(), reflect.TypeOf(wire.QueueJob{}).NumField()-1; n != m {
+		t.Errorf("queue.JobStatus has %d fields, wire.QueueJob %d besides ID", n, m)
+	}
+	v := Filter(queue.Status{Time: 1, Static: true, Queues: []queue.QueueStatus{q}, Jobs: map[string]queue.JobStatus{"ns/j": js}},
+		queue.Config{Queues: []queue.Queue{{Name: "q", Namespaces: []string{"ns"}}}}, nil)
+	for _, w := range []any{v, v.Queues[0], v.Queues[0].Jobs[0]} {
+		for _, f := range reflect.VisibleFields(reflect.TypeOf(w)) {
+			if reflect.ValueOf(w).FieldByIndex(f.Index).IsZero() {
+				t.Errorf("%T.%s is not carried over", w, f.Name)
+			}
+		}
+	}
+	if got := Filter(queue.Status{Queues: []queue.QueueStatus{{Name: "q"}}}, queue.Config{}, nil).Queues[0]; got.Guarantee != nil || got.Used != nil {
+		t.Errorf("a missing map became %v: the API writes null for it", got)
 	}
 }

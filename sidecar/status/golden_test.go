@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/planner"
-	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/planner/queue"
-	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/sidecar/telemetry"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 	"github.com/hadar-sched/hadar/sidecar/wire"
@@ -49,9 +47,9 @@ func (g *goldenSource) Learned(ref planner.GPUType) wire.Learned {
 	if ref == "" {
 		ref = "v100"
 	}
-	return wire.Learned{Time: now, Learning: true, Reference: ref, TypeSpeeds: map[planner.GPUType]float64{"v100": 1, "h100": 3.1},
-		Figures: []engine.Learned{{Model: "resnet50", SF: 2, Type: "v100", Profile: 20, Factor: 0.9, Rate: 18, Applied: true, Seconds: 600, Jobs: 3}},
-		Gaps:    []engine.Gap{{Model: "resnet50", Type: "b200", Why: "nothing is known of b200"}}}
+	return wire.Learned{Time: now, Learning: true, Reference: string(ref), TypeSpeeds: map[string]float64{"v100": 1, "h100": 3.1},
+		Figures: []wire.LearnedFigure{{Model: "resnet50", SF: 2, Type: "v100", Profile: 20, Factor: 0.9, Rate: 18, Applied: true, Seconds: 600, Jobs: 3}},
+		Gaps:    []wire.Gap{{Model: "resnet50", Type: "b200", Why: "nothing is known of b200"}}}
 }
 
 func (g *goldenSource) ExportProfile(planner.GPUType) ([]byte, error) {
@@ -78,8 +76,8 @@ func (g *goldenSource) Queues() (queue.Status, queue.Config, bool) {
 }
 
 func goldenScenario() *goldenSource {
-	reason := func(why string) round.Reason {
-		return round.Reason{Share: []float64{0.5, 0.25}, Priority: 1.25, Price: 3.5, Utility: 4.5, Timer: 60, Waited: 30, Why: why}
+	reason := func(why string) wire.Reason {
+		return wire.Reason{Share: []float64{0.5, 0.25}, Priority: 1.25, Price: 3.5, Utility: 4.5, Timer: 60, Waited: 30, Why: why}
 	}
 	age := 12.5
 	a := wire.JobObservation{JobView: wire.JobView{ID: "default/a", Namespace: "default", Job: "a", Model: "resnet50", Workers: 2, Weight: 1.5,
@@ -116,8 +114,8 @@ func goldenScenario() *goldenSource {
 	for _, j := range o.Jobs {
 		o.Plan.Jobs = append(o.Plan.Jobs, j.JobView)
 	}
-	to := func(node, typ string, n int) []planner.Unit {
-		return []planner.Unit{{Slots: []planner.Slot{{Node: node, Type: planner.GPUType(typ), Count: n}}}}
+	to := func(node, typ string, n int) []wire.Unit {
+		return []wire.Unit{{Slots: []wire.Slot{{Node: node, Type: typ, Count: n}}}}
 	}
 	hist := []wire.Event{
 		{Time: now.Add(-time.Hour), Job: "default/a", Action: "start", To: to("n2", "k80", 2), Why: "its turn", Result: "placed", Kind: "round", Reason: reason("its turn")},

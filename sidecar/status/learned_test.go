@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/hadar-sched/hadar/planner"
-	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
@@ -24,9 +23,9 @@ type learnedFake struct {
 
 func (f *learnedFake) Learned(ref planner.GPUType) wire.Learned {
 	f.refs = append(f.refs, ref)
-	return wire.Learned{Learning: true, Reference: "v100", TypeSpeeds: map[planner.GPUType]float64{"v100": 1, "h100": 3.1},
-		Figures: []engine.Learned{{Model: "my-llm", SF: 2, Type: "h100", Rate: 41, Applied: true, Seconds: 600, Jobs: 1}},
-		Gaps:    []engine.Gap{{Model: "my-llm", Type: "b200", Why: "nothing is known of b200"}}}
+	return wire.Learned{Learning: true, Reference: "v100", TypeSpeeds: map[string]float64{"v100": 1, "h100": 3.1},
+		Figures: []wire.LearnedFigure{{Model: "my-llm", SF: 2, Type: "h100", Rate: 41, Applied: true, Seconds: 600, Jobs: 1}},
+		Gaps:    []wire.Gap{{Model: "my-llm", Type: "b200", Why: "nothing is known of b200"}}}
 }
 
 func (f *learnedFake) ExportProfile(ref planner.GPUType) ([]byte, error) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/queue"
-	"github.com/hadar-sched/hadar/sidecar/queues"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
@@ -34,7 +33,7 @@ func TestQueuesEndpoint(t *testing.T) {
 		"cv/a":  {Queue: "vision", Running: true, Weight: 10, Clamped: true},
 		"nlp/b": {Queue: "nlp", Reason: queue.Reason{Code: queue.ReasonReclaim, Why: "waits for reclaim"}},
 	}}
-	get := func(src Source, acc *Access, query string) (int, queues.View) {
+	get := func(src Source, acc *Access, query string) (int, wire.Queues) {
 		t.Helper()
 		r := httptest.NewRequest(http.MethodGet, "/v1/queues"+query, nil)
 		if acc != nil {
@@ -42,7 +41,7 @@ func TestQueuesEndpoint(t *testing.T) {
 		}
 		w := httptest.NewRecorder()
 		New(src, Options{}).mux.ServeHTTP(w, r)
-		var v queues.View
+		var v wire.Queues
 		if w.Code == http.StatusOK {
 			if err := json.Unmarshal(w.Body.Bytes(), &v); err != nil {
 				t.Fatal(err)

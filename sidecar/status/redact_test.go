@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
@@ -20,15 +19,15 @@ func TestReasonsNameNoHiddenJob(t *testing.T) {
 	why := "preempts default/a, default/b: a gain of 2h (team/c is fine; xdefault/a is not a job)"
 	for i := range src.obs.Jobs {
 		if src.obs.Jobs[i].ID == "team/c" {
-			src.obs.Jobs[i].Reason = round.Reason{Why: why}
+			src.obs.Jobs[i].Reason = wire.Reason{Why: why}
 		}
 	}
 	for i := range src.obs.Plan.Jobs {
 		if src.obs.Plan.Jobs[i].ID == "team/c" {
-			src.obs.Plan.Jobs[i].Reason = round.Reason{Why: why}
+			src.obs.Plan.Jobs[i].Reason = wire.Reason{Why: why}
 		}
 	}
-	src.hist = append(src.hist, wire.Event{Time: now, Job: "team/c", Why: "preempted for default/done", Reason: round.Reason{Why: "preempted for default/done"}})
+	src.hist = append(src.hist, wire.Event{Time: now, Job: "team/c", Why: "preempted for default/done", Reason: wire.Reason{Why: "preempted for default/done"}})
 	srv := New(src, Options{})
 	team := scope{access: Access{namespace: func(ns string) bool { return ns == "team" }}}
 	both := scope{access: Access{namespace: func(ns string) bool { return ns == "team" || ns == "default" }}}

@@ -22,9 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hadar-sched/hadar/planner"
-	"github.com/hadar-sched/hadar/planner/engine"
-	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/sidecar/telemetry"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 	"github.com/hadar-sched/hadar/sidecar/wire"
@@ -48,12 +45,12 @@ var now = time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 func scenario() *fake {
 	a := wire.JobObservation{JobView: wire.JobView{ID: "default/a", Namespace: "default", Job: "a", State: "running", Position: -1, Workers: 2,
 		Units: []wire.UnitView{{Slots: []wire.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}}, StepsDone: 250, Steps: 1000, Rate: 5, ETA: 150,
-		Reason: round.Reason{Why: "keeps its GPUs"}}}
+		Reason: wire.Reason{Why: "keeps its GPUs"}}}
 	b := wire.JobObservation{JobView: wire.JobView{ID: "default/b", Namespace: "default", Job: "b", State: "waiting", Position: 1, Workers: 4,
-		Reason: round.Reason{Why: "delay scheduling: waits for 4 v100 GPUs at node level"}, WaitingS: 40}, Pending: wire.PendingHeld,
+		Reason: wire.Reason{Why: "delay scheduling: waits for 4 v100 GPUs at node level"}, WaitingS: 40}, Pending: wire.PendingHeld,
 		Throughput: map[string]float64{"v100": 40, "k80": 10}}
 	c := wire.JobObservation{JobView: wire.JobView{ID: "team/c", Namespace: "team", Job: "c", State: "waiting", Position: 0, Workers: 8,
-		Reason: round.Reason{Why: "not placed this round: the policy gave the GPUs it can use to other jobs " + token}, Nomad: "train: 4 nodes exhausted"},
+		Reason: wire.Reason{Why: "not placed this round: the policy gave the GPUs it can use to other jobs " + token}, Nomad: "train: 4 nodes exhausted"},
 		Pending: wire.PendingNoCapacity, Throughput: map[string]float64{"v100": 80}}
 	late := wire.JobObservation{JobView: wire.JobView{ID: "default/late", Job: "late", State: "waiting", Position: -1, Workers: 1}, Pending: wire.PendingHeld}
 	o := wire.Observation{Time: now, Leader: true,
@@ -71,9 +68,9 @@ func scenario() *fake {
 		o.Plan.Jobs = append(o.Plan.Jobs, j.JobView)
 	}
 	hist := []wire.Event{
-		{Time: now.Add(-time.Hour), Job: "default/a", Action: engine.Start, To: []planner.Unit{{Slots: []planner.Slot{{Node: "n2", Type: "k80", Count: 2}}}}, Why: "its turn"},
-		{Time: now.Add(-time.Minute), Job: "default/a", Action: engine.Move, To: []planner.Unit{{Slots: []planner.Slot{{Node: "n1", Type: "v100", Count: 2}}}}, Why: "faster on v100"},
-		{Time: now.Add(-30 * time.Second), Job: "default/done", Action: engine.Start, To: []planner.Unit{{Slots: []planner.Slot{{Node: "n1", Type: "v100", Count: 1}}}}},
+		{Time: now.Add(-time.Hour), Job: "default/a", Action: wire.ActionStart, To: []wire.Unit{{Slots: []wire.Slot{{Node: "n2", Type: "k80", Count: 2}}}}, Why: "its turn"},
+		{Time: now.Add(-time.Minute), Job: "default/a", Action: wire.ActionMove, To: []wire.Unit{{Slots: []wire.Slot{{Node: "n1", Type: "v100", Count: 2}}}}, Why: "faster on v100"},
+		{Time: now.Add(-30 * time.Second), Job: "default/done", Action: wire.ActionStart, To: []wire.Unit{{Slots: []wire.Slot{{Node: "n1", Type: "v100", Count: 1}}}}},
 		{Time: now.Add(-10 * time.Second), Job: "default/done", Result: "complete"},
 	}
 	return &fake{obs: o, hist: hist}

@@ -163,7 +163,7 @@ func buildJob(o wire.Observation, st wire.Status, hist []wire.Event, id string) 
 			continue
 		}
 		d.Decisions = append(d.Decisions, ev)
-		if ev.Action == "" || ev.Action == "keep" || ev.Action == "wait" {
+		if ev.Action == "" || ev.Action == wire.ActionKeep || ev.Action == wire.ActionWait {
 			continue
 		}
 		p := wire.Placement{Time: ev.Time, Action: string(ev.Action), Units: []wire.UnitView{}, Why: ev.Why, Result: ev.Result}

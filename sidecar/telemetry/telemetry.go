@@ -165,7 +165,7 @@ func New(src Source, opts Options) (*Telemetry, error) {
 	t.baseRounds, t.lastRounds = h.Rounds, h.Rounds
 	t.cursor.after(src.History())
 	// Counters every operator expects to see from the start, at zero.
-	for _, a := range []engine.Action{engine.Start, engine.Stop, engine.Move, engine.Fork, engine.Unfork} {
+	for _, a := range []wire.Action{wire.ActionStart, wire.ActionStop, wire.ActionMove, wire.ActionFork, wire.ActionUnfork} {
 		for _, r := range []string{ResultApplied, ResultNotApplied} {
 			t.inc("hadar_decisions_total", 0, lbl("action", string(a)), lbl("result", r))
 		}
@@ -447,7 +447,7 @@ func (t *Telemetry) sampleEvents(obs wire.Observation, fresh []wire.Event) {
 	}
 	for _, ev := range fresh {
 		switch ev.Action {
-		case engine.Start, engine.Stop, engine.Move, engine.Fork, engine.Unfork:
+		case wire.ActionStart, wire.ActionStop, wire.ActionMove, wire.ActionFork, wire.ActionUnfork:
 			applied := ev.Result == ""
 			result := ResultApplied
 			if !applied {
@@ -457,18 +457,18 @@ func (t *Telemetry) sampleEvents(obs wire.Observation, fresh []wire.Event) {
 			if strings.Contains(ev.Result, apply.ErrConflict.Error()) {
 				t.inc("hadar_rewrite_conflicts_total", 1)
 			}
-			if ev.Action != engine.Start && ev.Action != engine.Fork {
+			if ev.Action != wire.ActionStart && ev.Action != wire.ActionFork {
 				t.explained[ev.Job] = ev.Time
 			}
 			if !applied {
 				continue
 			}
-			reason := map[engine.Action]string{engine.Stop: ReasonPreempted, engine.Move: ReasonMigrated, engine.Unfork: ReasonUnforked}[ev.Action]
+			reason := map[wire.Action]string{wire.ActionStop: ReasonPreempted, wire.ActionMove: ReasonMigrated, wire.ActionUnfork: ReasonUnforked}[ev.Action]
 			if reason != "" {
 				t.inc("hadar_preemptions_total", 1, lbl("reason", reason))
 				t.inc("hadar_evictions_total", 1, lbl("reason", reason))
 			}
-			if ev.Action == engine.Start {
+			if ev.Action == wire.ActionStart {
 				t.observeAdmission(ev, now[ev.Job])
 			}
 		default:

@@ -35,7 +35,7 @@ func (f *fake) Learned(planner.GPUType) wire.Learned {
 
 var t0 = time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 
-func running(id string, units ...planner.Unit) wire.JobObservation {
+func running(id string, units ...wire.Unit) wire.JobObservation {
 	j := wire.JobObservation{JobView: wire.JobView{ID: id, State: "running", Position: -1, Workers: 1}, Arrival: t0.Add(-time.Hour)}
 	for _, u := range units {
 		var uv wire.UnitView
@@ -51,8 +51,8 @@ func waiting(id, pending string, since time.Time) wire.JobObservation {
 	return wire.JobObservation{JobView: wire.JobView{ID: id, State: "waiting", Workers: 1}, Pending: pending, WaitingSince: since, Arrival: since}
 }
 
-func unit(node string, typ planner.GPUType, n int) planner.Unit {
-	return planner.Unit{Slots: []planner.Slot{{Node: node, Type: typ, Count: n}}}
+func unit(node string, typ string, n int) wire.Unit {
+	return wire.Unit{Slots: []wire.Slot{{Node: node, Type: typ, Count: n}}}
 }
 
 // cluster: rack r1 has n1 (4 V100: job a holds 2, a person's job 1);
@@ -158,7 +158,7 @@ func histSum(mfs []*dto.MetricFamily, name, label, v string) float64 {
 func TestSampleTurnsTheAgentIntoMetrics(t *testing.T) {
 	a := running("default/a", unit("n1", "v100", 2))
 	a.StalledS = 420 // no step for 7 minutes: counted, as a fact about a
-	restored := wire.Event{Time: t0.Add(-time.Hour), Job: "default/old", Action: engine.Start, Why: "restored from the state"}
+	restored := wire.Event{Time: t0.Add(-time.Hour), Job: "default/old", Action: wire.ActionStart, Why: "restored from the state"}
 	f := &fake{h: wire.Health{Rounds: 7, Writes: map[string]int{}}, hist: []wire.Event{restored},
 		obs: cluster(t0, a, waiting("default/b", wire.PendingHeld, t0.Add(-30*time.Second)), waiting("default/c", wire.PendingNoCapacity, t0.Add(-time.Minute)))}
 	tel, err := New(f, Options{Policy: "hadar", UtilStep: time.Second})
@@ -193,8 +193,8 @@ func TestSampleTurnsTheAgentIntoMetrics(t *testing.T) {
 	t1 := t0.Add(10 * time.Second)
 	b := running("default/b", unit("n1", "v100", 1))
 	f.hist = append(f.hist,
-		wire.Event{Time: t1.Add(-time.Second), Job: "default/b", Action: engine.Start, To: []planner.Unit{unit("n1", "v100", 1)}, Why: "its turn"},
-		wire.Event{Time: t1.Add(-time.Second), Job: "default/a", Action: engine.Stop, Why: "fairness", Result: "not applied: job default/a: the job changed since it was read (conflict)"},
+		wire.Event{Time: t1.Add(-time.Second), Job: "default/b", Action: wire.ActionStart, To: []wire.Unit{unit("n1", "v100", 1)}, Why: "its turn"},
+		wire.Event{Time: t1.Add(-time.Second), Job: "default/a", Action: wire.ActionStop, Why: "fairness", Result: "not applied: job default/a: the job changed since it was read (conflict)"},
 	)
 	f.h.Rounds, f.h.Writes = 9, map[string]int{"start": 1}
 	f.ws = watch.Stats{APIErrors: 3, ProgressErrors: 1, Reconnects: 2, Relists: 4}
@@ -226,7 +226,7 @@ func TestSampleTurnsTheAgentIntoMetrics(t *testing.T) {
 	// a is stopped by the policy (applied), and b stops running with no
 	// decision: its node is lost.
 	t2 := t1.Add(10 * time.Second)
-	f.hist = append(f.hist, wire.Event{Time: t2.Add(-time.Second), Job: "default/a", Action: engine.Stop, Why: "fairness"},
+	f.hist = append(f.hist, wire.Event{Time: t2.Add(-time.Second), Job: "default/a", Action: wire.ActionStop, Why: "fairness"},
 		wire.Event{Time: t2.Add(-time.Second), Job: "default/c", Result: "complete"})
 	f.h.Writes = map[string]int{"start": 1, "stop": 1, "rollback": 1}
 	f.obs = cluster(t2, waiting("default/a", wire.PendingHeld, t2), waiting("default/b", wire.PendingNoCapacity, t2))
@@ -256,7 +256,7 @@ func TestSampleTurnsTheAgentIntoMetrics(t *testing.T) {
 // new ones after a trim, and says so when it lost some.
 func TestCursorAcrossTrims(t *testing.T) {
 	ev := func(i int) wire.Event {
-		return wire.Event{Time: t0.Add(time.Duration(i) * time.Second), Job: "default/j", Action: engine.Start}
+		return wire.Event{Time: t0.Add(time.Duration(i) * time.Second), Job: "default/j", Action: wire.ActionStart}
 	}
 	var c cursor
 	if fresh, _ := c.after([]wire.Event{ev(0), ev(1)}); len(fresh) != 2 {
@@ -280,7 +280,7 @@ func TestCursorAcrossTrims(t *testing.T) {
 func TestEveryMetricIsDocumented(t *testing.T) {
 	a := running("default/a", unit("n1", "v100", 2))
 	f := &fake{h: wire.Health{Writes: map[string]int{}}, obs: cluster(t0, a),
-		learned: wire.Learned{Figures: []engine.Learned{{Model: "resnet50", SF: 1, Type: "v100", Rate: 9, Applied: true}}}}
+		learned: wire.Learned{Figures: []wire.LearnedFigure{{Model: "resnet50", SF: 1, Type: "v100", Rate: 9, Applied: true}}}}
 	tel, err := New(f, Options{Policy: "gavel-maxmin"})
 	if err != nil {
 		t.Fatal(err)
@@ -364,11 +364,11 @@ func TestLeaderChangesAndLearnedRates(t *testing.T) {
 	// and plan one model on p100 without an estimate.
 	f.h.LeaderGained, f.h.LeaderLost = 3, 2
 	f.learned = wire.Learned{
-		Figures: []engine.Learned{
+		Figures: []wire.LearnedFigure{
 			{Model: "resnet50", SF: 2, Type: "v100", Profile: 10, Factor: 1.2, Rate: 12, Applied: true},
 			{Model: "resnet50", SF: 2, Type: "k80", Profile: 4, Factor: 1},
 		},
-		Gaps: []engine.Gap{{Model: "my-llm", Type: "p100"}},
+		Gaps: []wire.Gap{{Model: "my-llm", Type: "p100"}},
 	}
 	tel.Sample()
 	check(t, gathered(t, tel), "after two failovers", []want{

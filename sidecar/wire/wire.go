@@ -3,16 +3,17 @@
 // status page and the metrics are drawn from. The CLI (hadar plan, hadar
 // status), the status API's server and the demo import it; none of them
 // imports the agent.
+//
+// Every type here is wire's own, none a planner type: the JSON is the
+// status API, and a rename inside the planner must not change it. The
+// producers convert (sidecar/agent from the engine, sidecar/queues from
+// planner/queue); sidecar/status's golden answers hold the JSON still.
 package wire
 
 import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/hadar-sched/hadar/planner"
-	"github.com/hadar-sched/hadar/planner/engine"
-	"github.com/hadar-sched/hadar/planner/round"
 )
 
 // PlanView is what the last plan decided, per job, with why: the policy's
@@ -20,7 +21,7 @@ import (
 // Nomad's, from the job's blocked evaluation), and its place in the queue.
 type PlanView struct {
 	Time      time.Time    `json:"time"`
-	Kind      engine.Kind  `json:"kind"`
+	Kind      Kind         `json:"kind"`
 	Policy    string       `json:"policy"`
 	Placement string       `json:"placement"`
 	DryRun    bool         `json:"dry_run"`
@@ -39,13 +40,13 @@ type JobView struct {
 	Workers   int     `json:"workers"`
 	Weight    float64 `json:"weight"`
 	// State: running, waiting, starting, stopping.
-	State  string        `json:"state"`
-	Action engine.Action `json:"action"`
+	State  string `json:"state"`
+	Action Action `json:"action"`
 	// Units are where it runs (or is being placed), with racks.
 	Units []UnitView `json:"units,omitempty"`
 	// Position is its place among waiting jobs (0 first); -1 if running.
-	Position int          `json:"position"`
-	Reason   round.Reason `json:"reason"`
+	Position int    `json:"position"`
+	Reason   Reason `json:"reason"`
 	// Nomad is Nomad's reason the job's groups cannot be placed, from its
 	// blocked evaluations (the gate aside).
 	Nomad     string  `json:"nomad,omitempty"`
@@ -82,10 +83,10 @@ type UnitView struct {
 
 // SlotView is GPUs of one type on one node.
 type SlotView struct {
-	Node  string          `json:"node"`
-	Rack  string          `json:"rack"`
-	Type  planner.GPUType `json:"type"`
-	Count int             `json:"count"`
+	Node  string `json:"node"`
+	Rack  string `json:"rack"`
+	Type  string `json:"type"`
+	Count int    `json:"count"`
 }
 
 // RefusedJob is a managed job hadar will not plan, and why.
@@ -246,8 +247,8 @@ type NodeObservation struct {
 type GPUObservation struct {
 	// Type is the planner's type; "" for a model hadar does not map (its
 	// GPUs are left out of planning).
-	Type   planner.GPUType `json:"type"`
-	Models []string        `json:"models"`
+	Type   string   `json:"type"`
+	Models []string `json:"models"`
 	// Total counts the instances Nomad fingerprinted, Healthy the healthy
 	// ones (only those are planned on).
 	Total   int `json:"total"`
@@ -276,14 +277,14 @@ func (g GPUObservation) Held() int {
 
 // Event is one decision that changed a job, kept for the status API.
 type Event struct {
-	Time   time.Time      `json:"time"`
-	Job    string         `json:"job"`
-	Action engine.Action  `json:"action"`
-	To     []planner.Unit `json:"to,omitempty"`
-	Why    string         `json:"why"`
-	Result string         `json:"result,omitempty"`
-	Kind   engine.Kind    `json:"kind"`
-	Reason round.Reason   `json:"reason"`
+	Time   time.Time `json:"time"`
+	Job    string    `json:"job"`
+	Action Action    `json:"action"`
+	To     []Unit    `json:"to,omitempty"`
+	Why    string    `json:"why"`
+	Result string    `json:"result,omitempty"`
+	Kind   Kind      `json:"kind"`
+	Reason Reason    `json:"reason"`
 }
 
 // Kinds of plan repairs (Health.Repairs, hadar_plan_repairs_total).
