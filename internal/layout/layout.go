@@ -46,6 +46,7 @@ var Rules = []Rule{
 	{From: "driver", To: "planner", Why: "the driver does not plan"},
 	{From: "", To: "sidecar/agent", Except: []string{"sidecar", "e2e"}, Why: "the sidecar's lifecycle is assembled by package sidecar; tools read sidecar/wire"},
 	{From: "sidecar/wire", To: "sidecar", Why: "the wire types are what clients import: they must not pull the daemon in"},
+	{From: "sidecar/wire", To: "planner", Why: "the status API is wire's own types: a planner type in it would let a planner rename change the API (the agent and sidecar/queues convert)"},
 	{From: "", To: "github.com/hashicorp/nomad", Allow: []string{"github.com/hashicorp/nomad/api"}, Why: "only github.com/hashicorp/nomad/api (MPL) may be imported: the rest of Nomad's module is BUSL"},
 }
 

@@ -48,6 +48,7 @@ func TestViolationsCatch(t *testing.T) {
 		"contract imports planner",
 		"cmd/hadar imports sidecar/agent",
 		"sidecar/wire imports sidecar/config",
+		"sidecar/wire imports planner/engine",
 		"driver/train imports github.com/hashicorp/nomad/plugins/drivers",
 	}
 	if len(got) != len(want) {
