@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,6 +86,9 @@ func startSidecarCluster(t *testing.T) *sidecarCluster {
 // startSidecar runs the sidecar in this process against the cluster.
 func (c *sidecarCluster) startSidecar(cfg config.Config) *agent.Agent {
 	c.t.Helper()
+	// Blocks left out are nil until Resolve's defaults.
+	cfg.Nomad = cmp.Or(cfg.Nomad, &config.NomadConfig{})
+	cfg.State = cmp.Or(cfg.State, &config.StateConfig{})
 	if cfg.Nomad.Address == "" {
 		cfg.Nomad.Address = c.server.Addr
 	}

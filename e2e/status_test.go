@@ -186,7 +186,7 @@ func TestStatusMetricsOnALiveCluster(t *testing.T) {
 	const policy = "gavel-maxmin"
 	// An eight-worker gang can take over a minute to start on a loaded
 	// two-core machine: a rollback is not what this test is about.
-	a := c.startSidecar(config.Config{Policy: policy, Placement: "delay", GangTimeout: "4m", Nomad: config.NomadConfig{Token: statusToken}})
+	a := c.startSidecar(config.Config{Policy: policy, Placement: "delay", GangTimeout: "4m", Nomad: &config.NomadConfig{Token: statusToken}})
 	s := c.startStatus(t, a, policy)
 	p := func(name string, kv ...string) string {
 		return series(name, append([]string{"policy", policy}, kv...)...)

@@ -46,7 +46,7 @@ func TestTwoTeamsOneFleet(t *testing.T) {
 
 	// The sidecar runs with the management token; its queues give cv's
 	// queue, named "vision", two V100s.
-	a := c.startSidecar(config.Config{Nomad: config.NomadConfig{Token: c.server.Token}, Policy: "gavel-maxmin", Round: "4s", Namespaces: []string{"*"}, Queues: []queue.Block{
+	a := c.startSidecar(config.Config{Nomad: &config.NomadConfig{Token: c.server.Token}, Policy: "gavel-maxmin", Round: "4s", Namespaces: []string{"*"}, Queues: []queue.Block{
 		{Name: "vision", Namespaces: []string{"cv"}, Guarantee: map[string]int{"v100": 2}},
 		{Name: "research", Namespaces: []string{"nlp"}},
 	}})

@@ -25,10 +25,11 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
-// Options is one sidecar: its resolved settings, the Nomad connection
-// (NomadConfig) and the status API's listener (StatusListener).
+// Options is one sidecar: its configuration, resolved
+// (config.Config.Resolve), the Nomad connection (NomadConfig) and the
+// status API's listener (StatusListener).
 type Options struct {
-	Settings config.Settings
+	Config   config.Config
 	Nomad    nomadclient.Config
 	Listener status.Listener
 	Logger   hclog.Logger
@@ -36,7 +37,7 @@ type Options struct {
 
 // NomadConfig is the Nomad connection: Nomad's environment variables
 // (getenv), the config's nomad block over them, flags over both.
-func NomadConfig(s config.Settings, getenv func(string) string, flags nomadclient.Config) nomadclient.Config {
+func NomadConfig(s config.Config, getenv func(string) string, flags nomadclient.Config) nomadclient.Config {
 	n := s.Nomad
 	file := nomadclient.Config{Address: n.Address, Region: n.Region, Token: n.Token, TokenFile: n.TokenFile, AuthMethod: n.AuthMethod,
 		CACert: n.CACert, ClientCert: n.ClientCert, ClientKey: n.ClientKey}
@@ -45,7 +46,7 @@ func NomadConfig(s config.Settings, getenv func(string) string, flags nomadclien
 
 // StatusListener is the status API's listener from the http block;
 // certFile, keyFile and allowInsecure (flags) win over the block's.
-func StatusListener(s config.Settings, certFile, keyFile string, allowInsecure bool) status.Listener {
+func StatusListener(s config.Config, certFile, keyFile string, allowInsecure bool) status.Listener {
 	h := s.HTTP
 	return status.Listener{Address: h.Address, CertFile: cmp.Or(certFile, h.TLSCert), KeyFile: cmp.Or(keyFile, h.TLSKey),
 		AllowInsecure: allowInsecure || h.AllowInsecureHTTP, ClientCA: h.ClientCA,
@@ -71,20 +72,20 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	auth, err := statusAuth(o.Settings, o.Nomad)
+	auth, err := statusAuth(o.Config, o.Nomad)
 	if err != nil {
 		return err
 	}
 	if err := checkNomad(ctx, client, log); err != nil {
 		return err
 	}
-	a, err := agent.New(o.Settings, client, log)
+	a, err := agent.New(o.Config, client, log)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	tel, err := telemetry.New(a, telemetry.Options{Policy: o.Settings.Policy, Logger: log.Named("telemetry")})
+	tel, err := telemetry.New(a, telemetry.Options{Policy: o.Config.Policy, Logger: log.Named("telemetry")})
 	if err != nil {
 		return err
 	}
@@ -113,7 +114,7 @@ func Run(ctx context.Context, o Options) error {
 
 // Plan is one round planned and not acted on (hadar plan): what the
 // sidecar would do now. It gives up after a minute.
-func Plan(ctx context.Context, s config.Settings, nc nomadclient.Config, log hclog.Logger) (wire.PlanView, error) {
+func Plan(ctx context.Context, s config.Config, nc nomadclient.Config, log hclog.Logger) (wire.PlanView, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
@@ -147,7 +148,7 @@ func secrets(nc nomadclient.Config) []string {
 }
 
 // statusAuth is the status API's authentication from the http block.
-func statusAuth(s config.Settings, nc nomadclient.Config) (status.Auth, error) {
+func statusAuth(s config.Config, nc nomadclient.Config) (status.Auth, error) {
 	auth := status.Auth{Token: s.HTTP.AuthToken, ClientCerts: s.HTTP.ClientCA != ""}
 	if s.HTTP.NomadAuth {
 		anon, err := nomadclient.Anonymous(nc)

@@ -59,19 +59,22 @@ func (f *sidecarFlags) register(fs *flag.FlagSet, daemon bool) {
 	}
 }
 
-// settings reads the config file and applies the flags over it.
-func (f *sidecarFlags) settings(dryRun bool) (config.Settings, error) {
+// settings reads the config file, sets the flags over it, then defaults
+// and checks the result (config.Config.Resolve): the dry run comes first
+// because the state store's default depends on it.
+func (f *sidecarFlags) settings(dryRun bool) (config.Config, error) {
 	cfg, err := config.LoadConfig(f.config)
 	if err != nil {
-		return config.Settings{}, err
+		return config.Config{}, err
 	}
 	if f.policy != "" {
 		cfg.Policy = f.policy
 	}
 	if f.round != 0 {
-		cfg.Round = f.round.String()
+		cfg.Round = config.Duration(f.round.String())
 	}
 	if f.http != "" {
+		cfg.HTTP = cmp.Or(cfg.HTTP, &config.HTTPConfig{}) // no http block in the file
 		cfg.HTTP.Address = f.http
 	}
 	cfg.DryRun = cfg.DryRun || dryRun
@@ -94,7 +97,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "hadar", Level: hclog.LevelFromString(s.LogLevel), Output: stderr})
-	return sidecar.Run(ctx, sidecar.Options{Settings: s, Nomad: sidecar.NomadConfig(s, os.Getenv, nomadclient.Config{}),
+	return sidecar.Run(ctx, sidecar.Options{Config: s, Nomad: sidecar.NomadConfig(s, os.Getenv, nomadclient.Config{}),
 		Listener: sidecar.StatusListener(s, f.httpCert, f.httpKey, f.httpInsecure), Logger: log})
 }
 

@@ -493,14 +493,14 @@ func (r *run) startSidecar(t *testing.T, server *harness.Agent, policy string) (
 	arm := policy
 	policy, ha := strings.CutSuffix(policy, "+ha")
 	cfg := config.Config{
-		Nomad: config.NomadConfig{Address: server.Addr}, Policy: policy, Placement: "pack",
-		Round: r.wall(roundSim).String(), RestartCost: r.wall(restartSim).String(), MinRunTime: r.wall(minRunSim).String(),
-		GangTimeout: max(r.wall(rendezvousSim/2), time.Second).String(),
-		Profile:     profPath, Learn: &learn, State: config.StateConfig{Store: "file", Path: filepath.Join(dir, "sidecar.db")},
+		Nomad: &config.NomadConfig{Address: server.Addr}, Policy: policy, Placement: "pack",
+		Round: config.Duration(r.wall(roundSim).String()), RestartCost: config.Duration(r.wall(restartSim).String()), MinRunTime: config.Duration(r.wall(minRunSim).String()),
+		GangTimeout: config.Duration(max(r.wall(rendezvousSim/2), time.Second).String()),
+		Profile:     profPath, Learn: &learn, State: &config.StateConfig{Store: "file", Path: filepath.Join(dir, "sidecar.db")},
 	}
 	if ha {
-		cfg.State = config.StateConfig{Store: "nomad"}
-		cfg.Leader = config.LeaderConfig{Enabled: true, TTL: "15s", LockDelay: "1s"}
+		cfg.State = &config.StateConfig{Store: "nomad"}
+		cfg.Leader = &config.LeaderConfig{Enabled: true, TTL: "15s", LockDelay: "1s"}
 	}
 	s, err := cfg.Resolve()
 	if err != nil {

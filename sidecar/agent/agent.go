@@ -38,7 +38,7 @@ import (
 
 // Agent is one sidecar.
 type Agent struct {
-	cfg     config.Settings
+	cfg     config.Config
 	id      string // this replica's ID (journal, leader election)
 	log     hclog.Logger
 	client  *api.Client
@@ -156,8 +156,9 @@ type invalidJob struct {
 // maxHistory bounds the decisions kept for the status API.
 const maxHistory = 500
 
-// New builds an agent on a Nomad client; it does not contact Nomad yet.
-func New(cfg config.Settings, client *api.Client, logger hclog.Logger) (*Agent, error) {
+// New builds an agent on a Nomad client from a resolved configuration
+// (config.Config.Resolve); it does not contact Nomad yet.
+func New(cfg config.Config, client *api.Client, logger hclog.Logger) (*Agent, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
@@ -174,11 +175,12 @@ func New(cfg config.Settings, client *api.Client, logger hclog.Logger) (*Agent, 
 		return nil, err
 	}
 	host, _ := os.Hostname()
+	portLow, portHigh, _ := cfg.RendezvousPorts.Bounds() // validated with the config
 	a := &Agent{
 		id: fmt.Sprintf("%s-%d", host, os.Getpid()), cfg: cfg, log: logger, client: client, watcher: w, types: config.NewGPUTypes(cfg.GPUTypes),
 		clock: time.Now, jobs: map[watch.JobKey]*managed{}, invalid: map[watch.JobKey]invalidJob{}, leaving: map[watch.JobKey]map[gpuSlot]int{},
 		nodes: map[string]planner.Node{}, drained: map[string]bool{}, addrs: map[string]string{},
-		models: map[string]map[planner.GPUType][]string{}, ports: apply.NewPorts(cfg.PortLow, cfg.PortHigh),
+		models: map[string]map[planner.GPUType][]string{}, ports: apply.NewPorts(portLow, portHigh),
 		boundary: make(chan struct{}, 1),
 		writing:  map[watch.JobKey]*pendingWrite{}, writeSem: make(chan struct{}, writers), wrote: make(chan struct{}, 1),
 	}
@@ -211,7 +213,7 @@ func New(cfg config.Settings, client *api.Client, logger hclog.Logger) (*Agent, 
 	if a.lock, err = newLock(cfg, client, a.id, a); err != nil {
 		return nil, err
 	}
-	acfg := apply.Config{GangTimeout: cfg.GangTimeoutD, StopTimeout: cfg.StopTimeoutD, DryRun: cfg.DryRun, Logger: logger.Named("apply"), Journal: a.fence, Guard: a.guard,
+	acfg := apply.Config{GangTimeout: cfg.GangTimeout.Duration(), StopTimeout: cfg.StopTimeout.Duration(), DryRun: cfg.DryRun, Logger: logger.Named("apply"), Journal: a.fence, Guard: a.guard,
 		Form: formOptions(cfg)}
 	a.applier = apply.New(client.Jobs(), acfg)
 	return a, nil
@@ -233,7 +235,7 @@ func (a *Agent) fence(ctx context.Context, w apply.Write) error {
 }
 
 // openStore opens the configured state store (nil for "none").
-func openStore(cfg config.Settings, client *api.Client) (state.Store, error) {
+func openStore(cfg config.Config, client *api.Client) (state.Store, error) {
 	switch cfg.State.Store {
 	case "file":
 		return state.OpenBolt(cfg.State.Path, 10*time.Second)
@@ -290,7 +292,7 @@ func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates,
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := engine.Config{Round: a.cfg.RoundD.Seconds(), Speed: model, MinRunTime: a.cfg.MinRunTimeD.Seconds(), MaxMinRunTime: a.cfg.MaxMinRunTimeD.Seconds()}
+	cfg := engine.Config{Round: a.cfg.Round.Duration().Seconds(), Speed: model, MinRunTime: a.cfg.MinRunTime.Duration().Seconds(), MaxMinRunTime: a.cfg.MaxMinRunTime.Duration().Seconds()}
 	if snapshot != nil {
 		e, err := engine.Restore(snapshot, cfg, sched)
 		return e, est, err
@@ -374,7 +376,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	ahead := make(chan struct{})
 	defer func() { stop(); <-ahead }()
 	go func() { defer close(ahead); a.ReadAhead(wctx) }()
-	a.log.Info("sidecar started", "policy", a.cfg.Policy, "placement", a.cfg.Placement, "round", a.cfg.RoundD, "dry_run", a.cfg.DryRun, "replica", a.id)
+	a.log.Info("sidecar started", "policy", a.cfg.Policy, "placement", a.cfg.Placement, "round", a.cfg.Round.Duration(), "dry_run", a.cfg.DryRun, "replica", a.id)
 	if a.lock != nil {
 		a.log.Info("following until it holds the leader lock", "lock", a.lock.Where())
 		campaigning.Add(1)
@@ -403,13 +405,13 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // formOptions is how worker groups are written: the storage block's
 // shared storage, or none without one.
-func formOptions(cfg config.Settings) jobform.Options {
+func formOptions(cfg config.Config) jobform.Options {
 	st := cfg.Storage
 	if st == nil {
 		return jobform.Options{NoSharedStorage: true}
 	}
 	return jobform.Options{CheckpointVolume: st.CheckpointVolume, MergeVolume: st.MergeVolume, MountDir: st.MountDir,
-		CheckpointMeta: st.CheckpointMeta, MergeMeta: st.MergeMeta, KillTimeout: cfg.StorageKillTimeoutD}
+		CheckpointMeta: st.CheckpointMeta, MergeMeta: st.MergeMeta, KillTimeout: st.KillTimeout.Duration()}
 }
 
 // watcherEnded is what Run returns when the watcher stopped: nothing when
@@ -480,7 +482,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	}
 	if boundary {
 		a.rounds++
-		a.next = a.clock().Add(a.cfg.RoundD)
+		a.next = a.clock().Add(a.cfg.Round.Duration())
 		select {
 		case a.boundary <- struct{}{}:
 		default:

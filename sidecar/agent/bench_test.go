@@ -208,9 +208,9 @@ func benchRound(b *testing.B, policy string, durable bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := config.Config{Policy: policy, Placement: "pack", Round: "6m", State: config.StateConfig{Store: "none"}}
+	cfg := config.Config{Policy: policy, Placement: "pack", Round: "6m", State: &config.StateConfig{Store: "none"}}
 	if durable {
-		cfg.State = config.StateConfig{Store: "file", Path: filepath.Join(b.TempDir(), "sidecar.db")}
+		cfg.State = &config.StateConfig{Store: "file", Path: filepath.Join(b.TempDir(), "sidecar.db")}
 	}
 	s, err := cfg.Resolve()
 	if err != nil {

@@ -88,10 +88,10 @@ func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
 // max_min_run_time, or its queue's).
 func (a *Agent) minRunView(own time.Duration, queueName string) (float64, string) {
 	if own <= 0 {
-		return a.cfg.MinRunTimeD.Seconds(), ""
+		return a.cfg.MinRunTime.Duration().Seconds(), ""
 	}
 	got, capped := own, ""
-	if c := a.cfg.MaxMinRunTimeD; c > 0 && got > c {
+	if c := a.cfg.MaxMinRunTime.Duration(); c > 0 && got > c {
 		got, capped = c, fmt.Sprintf("hadar.min_run_time %v capped to %v (the sidecar's max_min_run_time)", own, c)
 	}
 	if q, ok := a.cfg.QueueConfig.Find(queueName); ok && q.MaxMinRunTime > 0 {

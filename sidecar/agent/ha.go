@@ -22,11 +22,11 @@ var errNotLeader = errors.New("not the leader (no valid lease): write not made")
 
 // newLock builds the configured leader lock: a Consul session lock when
 // CONSUL_HTTP_ADDR is set, else a Nomad Variables lock.
-func newLock(cfg config.Settings, client *api.Client, id string, a *Agent) (leader.Lock, error) {
+func newLock(cfg config.Config, client *api.Client, id string, a *Agent) (leader.Lock, error) {
 	if !cfg.Leader.Enabled {
 		return nil, nil
 	}
-	lc := leader.Config{ID: id, TTL: cfg.LeaderTTL, LockDelay: cfg.LeaderDelay, Logger: a.log.Named("leader")}
+	lc := leader.Config{ID: id, TTL: cfg.Leader.TTL.Duration(), LockDelay: cfg.Leader.LockDelay.Duration(), Logger: a.log.Named("leader")}
 	if os.Getenv("CONSUL_HTTP_ADDR") != "" {
 		cc, err := consul.NewClient(consul.DefaultConfig())
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 func (a *Agent) Learned(ref planner.GPUType) wire.Learned {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := wire.Learned{Time: a.clock(), Learning: a.cfg.LearnOn, Figures: wireFigures(a.est.Learned()), Gaps: wireGaps(a.est.Gaps())}
+	out := wire.Learned{Time: a.clock(), Learning: *a.cfg.Learn, Figures: wireFigures(a.est.Learned()), Gaps: wireGaps(a.est.Gaps())}
 	if ref = a.reference(ref); ref != "" {
 		if ts, ok := a.est.TypeSpeeds(ref); ok {
 			out.Reference, out.TypeSpeeds = string(ref), wireTypeSpeeds(ts)

@@ -11,7 +11,7 @@ import (
 // learnConfig is the engine's learning configuration from the sidecar's
 // (zero durations: the engine's defaults).
 func (a *Agent) learnConfig() engine.LearnConfig {
-	return engine.LearnConfig{On: a.cfg.LearnOn, Warmup: a.cfg.LearnWarmupD.Seconds(), MinEvidence: a.cfg.LearnEvidenceD.Seconds()}
+	return engine.LearnConfig{On: *a.cfg.Learn, Warmup: a.cfg.LearnWarmup.Duration().Seconds(), MinEvidence: a.cfg.LearnEvidence.Duration().Seconds()}
 }
 
 // sameLearning checks that a saved engine snapshot was learned with this

@@ -17,9 +17,9 @@ import (
 // written out included) and is refused under another with the config
 // fields named and the way out.
 func TestLearningTimingOnRestore(t *testing.T) {
-	agentWith := func(t *testing.T, warmup, evidence string) *Agent {
+	agentWith := func(t *testing.T, warmup, evidence config.Duration) *Agent {
 		t.Helper()
-		s, err := config.Config{State: config.StateConfig{Store: "none"}, LearnWarmup: warmup, LearnEvidence: evidence}.Resolve()
+		s, err := config.Config{State: &config.StateConfig{Store: "none"}, LearnWarmup: warmup, LearnEvidence: evidence}.Resolve()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestLearningTimingOnRestore(t *testing.T) {
 	for _, tc := range []struct {
 		name             string
 		saved            *memStore
-		warmup, evidence string
+		warmup, evidence config.Duration
 		wantErr          bool
 	}{
 		{"same timing", shortState, "5s", "20s", false},

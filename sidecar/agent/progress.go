@@ -121,7 +121,7 @@ func (a *Agent) ReadAhead(ctx context.Context) {
 		a.mu.Lock()
 		next := a.next
 		a.mu.Unlock()
-		lead := min(took*3/2+time.Second, a.cfg.RoundD/2)
+		lead := min(took*3/2+time.Second, a.cfg.Round.Duration()/2)
 		at, between := next.Add(-lead), false
 		if every := max(a.progressEvery, 2*took); last.Add(every).Before(at) {
 			at, between = last.Add(every), true

@@ -32,8 +32,8 @@ func (a *Agent) queuesOn() bool { return len(a.cfg.QueueConfig.Queues) > 0 }
 // scheduler builds the policy the engine runs: inside the queues when
 // there are any (each queue's policy, or the sidecar's), else alone.
 func (a *Agent) scheduler(model speed.Model) (round.Scheduler, error) {
-	o := registry.Options{Speed: model, RestartCost: a.cfg.RestartCostD.Seconds(), MergeCost: a.cfg.MergeCostD.Seconds()}
-	pc := placement.Config{MinRunTime: a.cfg.MinRunTimeD.Seconds(), RestartCost: a.cfg.RestartCostD.Seconds()}
+	o := registry.Options{Speed: model, RestartCost: a.cfg.RestartCost.Duration().Seconds(), MergeCost: a.cfg.MergeCost.Duration().Seconds()}
+	pc := placement.Config{MinRunTime: a.cfg.MinRunTime.Duration().Seconds(), RestartCost: a.cfg.RestartCost.Duration().Seconds()}
 	if !a.queuesOn() {
 		s, _, err := registry.Build(a.cfg.Policy, a.cfg.Placement, o, pc)
 		return s, err
@@ -41,7 +41,7 @@ func (a *Agent) scheduler(model speed.Model) (round.Scheduler, error) {
 	// The queues hold jobs to the engine's minimum run time: the
 	// sidecar's min_run_time, 0 meaning none (BuildQueues reads 0 as the
 	// default).
-	o.MinRunTime = a.cfg.MinRunTimeD.Seconds()
+	o.MinRunTime = a.cfg.MinRunTime.Duration().Seconds()
 	if o.MinRunTime == 0 {
 		o.MinRunTime = -1
 	}

@@ -1,8 +1,11 @@
-// Package config is the sidecar's configuration: the HCL file and its
-// defaults, checked field by field (docs/sidecar.md lists every field).
+// Package config is the sidecar's configuration: one Config decoded once
+// from the HCL (or JSON) file, its defaults filled in one place (Default)
+// and checked field by field in another (Validate); docs/sidecar.md lists
+// every field.
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"os"
@@ -22,14 +25,18 @@ import (
 )
 
 // Config is the sidecar's configuration (docs/sidecar.md lists every
-// field with its default). The Nomad connection also follows Nomad's own
-// environment variables: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION,
+// field with its default): one struct, decoded once from the file
+// (ParseConfig), the flags set over it, then Resolve fills what was left
+// unset (Default) and checks the rest (Validate). Unset is the zero value
+// (an empty string, a nil block or *bool), so an explicit 0 such as
+// min_run_time = "0s" stays 0. The Nomad connection also follows Nomad's
+// own environment variables: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION,
 // NOMAD_NAMESPACE, NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY; a
 // value in the file wins over the environment.
 type Config struct {
-	Nomad NomadConfig `hcl:"nomad,block"`
-	// (Blocks are optional in the file: LoadConfig decodes through
-	// fileConfig.)
+	// Blocks are pointers: optional in the file. Default makes Nomad,
+	// HTTP, State and Leader non-nil; Storage stays nil without a block.
+	Nomad *NomadConfig `hcl:"nomad,block"`
 	// Namespaces watched for managed jobs; ["*"] is every namespace.
 	Namespaces []string `hcl:"namespaces,optional"`
 	// Policy is the scheduler: one of `hadar policies`.
@@ -37,7 +44,7 @@ type Config struct {
 	// Placement is the placement policy (docs/placement.md).
 	Placement string `hcl:"placement,optional"`
 	// Round is the round length.
-	Round string `hcl:"round,optional"`
+	Round Duration `hcl:"round,optional"`
 	// Profile is a throughput profile file (Gavel JSON or hadar's);
 	// empty: Gavel's measured throughputs, embedded.
 	Profile string `hcl:"profile,optional"`
@@ -52,41 +59,42 @@ type Config struct {
 	// RackMetaKey is the node meta key naming a node's rack.
 	RackMetaKey string `hcl:"rack_meta_key,optional"`
 	// MinRunTime is the least time a job runs before it may be preempted
-	// (a job's hadar.min_run_time overrides it).
-	MinRunTime string `hcl:"min_run_time,optional"`
+	// (a job's hadar.min_run_time overrides it); "0s" is none.
+	MinRunTime Duration `hcl:"min_run_time,optional"`
 	// MaxMinRunTime caps the minimum run time a job asks for itself
 	// (hadar.min_run_time): the author sets it, the operator bounds it,
 	// or one job could opt out of time-slicing and every preemption but
 	// reclaim. A queue's max_min_run_time may cap its jobs lower.
-	MaxMinRunTime string `hcl:"max_min_run_time,optional"`
+	MaxMinRunTime Duration `hcl:"max_min_run_time,optional"`
 	// RestartCost is what a (re)start costs a job: checkpoint restore and
 	// warm-up. The schedulers weigh moves with it.
-	RestartCost string `hcl:"restart_cost,optional"`
+	RestartCost Duration `hcl:"restart_cost,optional"`
 	// MergeCost is what each HadarE copy spends merging per round.
-	MergeCost string `hcl:"merge_cost,optional"`
+	MergeCost Duration `hcl:"merge_cost,optional"`
 	// GangTimeout bounds how long a started unit may have workers placed
 	// while others are not: then all of it is rolled back.
-	GangTimeout string `hcl:"gang_timeout,optional"`
+	GangTimeout Duration `hcl:"gang_timeout,optional"`
 	// StopTimeout bounds the wait for evicted workers to checkpoint and end
 	// before their GPUs go to the next job.
-	StopTimeout string `hcl:"stop_timeout,optional"`
-	// Learn turns on online learning of throughputs from progress.
+	StopTimeout Duration `hcl:"stop_timeout,optional"`
+	// Learn turns on online learning of throughputs from progress (a
+	// pointer: false is not unset).
 	Learn *bool `hcl:"learn,optional"`
 	// LearnWarmup is the time after a (re)start whose progress is not
 	// learned from (checkpoint restore and warm-up).
-	LearnWarmup string `hcl:"learn_warmup,optional"`
+	LearnWarmup Duration `hcl:"learn_warmup,optional"`
 	// LearnEvidence is the observed running a (model, width, GPU type)
 	// needs before what was measured corrects a profile figure; a key no
 	// profile has takes its measured rate after the lesser of this and 60s.
-	LearnEvidence string `hcl:"learn_evidence,optional"`
+	LearnEvidence Duration `hcl:"learn_evidence,optional"`
 	// RendezvousPorts is the range MASTER_PORT is taken from, "LOW-HIGH".
-	RendezvousPorts string `hcl:"rendezvous_ports,optional"`
+	RendezvousPorts PortRange `hcl:"rendezvous_ports,optional"`
 	// HTTP is the status API's listener.
-	HTTP HTTPConfig `hcl:"http,block"`
+	HTTP *HTTPConfig `hcl:"http,block"`
 	// State is where the sidecar keeps what must outlive a restart.
-	State StateConfig `hcl:"state,block"`
+	State *StateConfig `hcl:"state,block"`
 	// Leader runs several replicas with one acting.
-	Leader LeaderConfig `hcl:"leader,block"`
+	Leader *LeaderConfig `hcl:"leader,block"`
 	// DryRun plans and serves the plan without writing anything to Nomad.
 	DryRun bool `hcl:"dry_run,optional"`
 	// LogLevel is hclog's: trace, debug, info, warn, error.
@@ -99,6 +107,40 @@ type Config struct {
 	// to checkpoint (docs/pytorch.md, "Which task driver"); nil: no
 	// shared storage (checkpoints in the allocation, lost on a move).
 	Storage *StorageConfig `hcl:"storage,block"`
+
+	// QueueConfig is Queues as planner/queue reads them, set by Validate:
+	// converting the blocks is planner/queue's check of them. Not in the
+	// file (no hcl tag).
+	QueueConfig queue.Config
+}
+
+// Duration is a duration as the file spells it ("90s", "6m"): a string,
+// so that unset ("") differs from "0s". Validate parses every one, so
+// Duration is only read after it.
+type Duration string
+
+// Duration is d parsed; 0 when d does not parse (Validate refuses that).
+func (d Duration) Duration() time.Duration {
+	v, _ := time.ParseDuration(string(d))
+	return v
+}
+
+// durationOf spells a default the way the file would.
+func durationOf(d time.Duration) Duration { return Duration(d.String()) }
+
+// PortRange is a port range as the file spells it, "LOW-HIGH".
+type PortRange string
+
+// Bounds is the range parsed; ok is false when it does not parse or is
+// out of 1024..65535 (Validate refuses that).
+func (p PortRange) Bounds() (lo, hi int, ok bool) {
+	l, h, found := strings.Cut(string(p), "-")
+	lo, err1 := strconv.Atoi(strings.TrimSpace(l))
+	hi, err2 := strconv.Atoi(strings.TrimSpace(h))
+	if !found || err1 != nil || err2 != nil || lo < 1024 || hi > math.MaxUint16 || lo > hi {
+		return 0, 0, false
+	}
+	return lo, hi, true
 }
 
 // StorageConfig says where the sidecar's generated tasks on Nomad's own
@@ -118,7 +160,7 @@ type StorageConfig struct {
 	MergeMeta      string `hcl:"merge_meta,optional"`
 	// KillTimeout is the least kill_timeout of a generated task: the time
 	// a stopped worker has to checkpoint.
-	KillTimeout string `hcl:"kill_timeout,optional"`
+	KillTimeout Duration `hcl:"kill_timeout,optional"`
 }
 
 // NomadConfig is the connection to Nomad.
@@ -161,8 +203,8 @@ type LeaderConfig struct {
 	// a single replica acts (never run two then).
 	Enabled bool `hcl:"enabled,optional"`
 	// TTL and LockDelay of the lock (10s..24h; 15s and 15s).
-	TTL       string `hcl:"ttl,optional"`
-	LockDelay string `hcl:"lock_delay,optional"`
+	TTL       Duration `hcl:"ttl,optional"`
+	LockDelay Duration `hcl:"lock_delay,optional"`
 	// Path is the Nomad variable (or Consul key, with CONSUL_HTTP_ADDR
 	// set) of the lock; Namespace the Nomad namespace of the variable.
 	Path      string `hcl:"path,optional"`
@@ -197,7 +239,7 @@ type HTTPConfig struct {
 	NomadAuth bool `hcl:"nomad_auth,optional"`
 }
 
-// Defaults.
+// Defaults: what Default fills in for an option left unset.
 const (
 	DefaultPolicy      = "hadar"
 	DefaultPlacement   = placement.Delay
@@ -222,253 +264,197 @@ const (
 	DefaultLogLevel        = "info"
 )
 
-// Settings is a Config with defaults applied and values parsed.
-type Settings struct {
-	Config
-	RoundD, MinRunTimeD, RestartCostD, MergeCostD, GangTimeoutD, StopTimeoutD time.Duration
-	// MaxMinRunTimeD is MaxMinRunTime parsed (the default when empty).
-	MaxMinRunTimeD time.Duration
-	LearnOn        bool
-	// LearnWarmupD and LearnEvidenceD are LearnWarmup and LearnEvidence
-	// parsed (the defaults when empty).
-	LearnWarmupD, LearnEvidenceD time.Duration
-	PortLow, PortHigh            int
-	LeaderTTL, LeaderDelay       time.Duration
-	// QueueConfig is Queues resolved (no queue: queues are off).
-	QueueConfig queue.Config
-	// StorageKillTimeoutD is Storage.KillTimeout parsed (0: the default).
-	StorageKillTimeoutD time.Duration
-}
-
-// fileConfig is Config as a file holds it: every block optional.
-type fileConfig struct {
-	Nomad           *NomadConfig      `hcl:"nomad,block"`
-	Namespaces      []string          `hcl:"namespaces,optional"`
-	Policy          string            `hcl:"policy,optional"`
-	Placement       string            `hcl:"placement,optional"`
-	Round           string            `hcl:"round,optional"`
-	Profile         string            `hcl:"profile,optional"`
-	ProfileOverlay  string            `hcl:"profile_overlay,optional"`
-	GPUTypes        map[string]string `hcl:"gpu_types,optional"`
-	RackMetaKey     string            `hcl:"rack_meta_key,optional"`
-	MinRunTime      string            `hcl:"min_run_time,optional"`
-	MaxMinRunTime   string            `hcl:"max_min_run_time,optional"`
-	RestartCost     string            `hcl:"restart_cost,optional"`
-	MergeCost       string            `hcl:"merge_cost,optional"`
-	GangTimeout     string            `hcl:"gang_timeout,optional"`
-	StopTimeout     string            `hcl:"stop_timeout,optional"`
-	Learn           *bool             `hcl:"learn,optional"`
-	LearnWarmup     string            `hcl:"learn_warmup,optional"`
-	LearnEvidence   string            `hcl:"learn_evidence,optional"`
-	RendezvousPorts string            `hcl:"rendezvous_ports,optional"`
-	HTTP            *HTTPConfig       `hcl:"http,block"`
-	State           *StateConfig      `hcl:"state,block"`
-	Leader          *LeaderConfig     `hcl:"leader,block"`
-	DryRun          bool              `hcl:"dry_run,optional"`
-	LogLevel        string            `hcl:"log_level,optional"`
-	Queues          []queue.Block     `hcl:"queue,block"`
-	Storage         *StorageConfig    `hcl:"storage,block"`
-}
-
-// LoadConfig reads an HCL config file; an empty path gives the defaults.
+// LoadConfig reads and decodes an HCL (or, named *.json, JSON) config
+// file; an empty path is an empty file. Nothing is defaulted yet: flags go
+// over it, then Resolve.
 func LoadConfig(path string) (Config, error) {
-	var c Config
 	if path == "" {
-		return c, nil
+		return Config{}, nil
 	}
 	src, err := os.ReadFile(path)
 	if err != nil {
-		return c, fmt.Errorf("sidecar config: %w", err)
+		return Config{}, fmt.Errorf("sidecar config: %w", err)
 	}
 	return ParseConfig(path, src)
 }
 
-// ParseConfig decodes a config file's contents (path names it in errors).
+// ParseConfig decodes a config file's contents (path names it in errors,
+// and its extension picks HCL or JSON).
 func ParseConfig(path string, src []byte) (Config, error) {
-	var f fileConfig
-	if err := hclsimple.Decode(path, src, nil, &f); err != nil {
+	var c Config
+	if err := hclsimple.Decode(path, src, nil, &c); err != nil {
 		return Config{}, fmt.Errorf("sidecar config: %w", err)
-	}
-	c := Config{Namespaces: f.Namespaces, Policy: f.Policy, Placement: f.Placement, Round: f.Round, Profile: f.Profile,
-		ProfileOverlay: f.ProfileOverlay, GPUTypes: f.GPUTypes, RackMetaKey: f.RackMetaKey, MinRunTime: f.MinRunTime, MaxMinRunTime: f.MaxMinRunTime, RestartCost: f.RestartCost,
-		MergeCost: f.MergeCost, GangTimeout: f.GangTimeout, StopTimeout: f.StopTimeout, Learn: f.Learn,
-		LearnWarmup: f.LearnWarmup, LearnEvidence: f.LearnEvidence,
-		RendezvousPorts: f.RendezvousPorts, DryRun: f.DryRun, LogLevel: f.LogLevel, Queues: f.Queues, Storage: f.Storage}
-	if f.Nomad != nil {
-		c.Nomad = *f.Nomad
-	}
-	if f.HTTP != nil {
-		c.HTTP = *f.HTTP
-	}
-	if f.State != nil {
-		c.State = *f.State
-	}
-	if f.Leader != nil {
-		c.Leader = *f.Leader
 	}
 	return c, nil
 }
 
-// Resolve applies defaults and checks every field, naming the one that is
-// wrong and what would fix it.
-func (c Config) Resolve() (Settings, error) {
-	s := Settings{Config: c}
-	if len(s.Namespaces) == 0 {
-		s.Namespaces = []string{"*"}
+// Resolve is the configuration the sidecar runs with: c with its defaults
+// (Default), checked (Validate).
+func (c Config) Resolve() (Config, error) {
+	// The blocks are pointers: defaulting them in place would change the
+	// caller's Config too.
+	c.Nomad, c.HTTP, c.State, c.Leader, c.Storage = clone(c.Nomad), clone(c.HTTP), clone(c.State), clone(c.Leader), clone(c.Storage)
+	c.Default()
+	if err := c.Validate(); err != nil {
+		return c, err
 	}
-	if s.Policy == "" {
-		s.Policy = DefaultPolicy
+	return c, nil
+}
+
+// clone is a copy of *p, or nil.
+func clone[T any](p *T) *T {
+	if p == nil {
+		return nil
 	}
-	if !slices.Contains(registry.Names(), s.Policy) {
-		return s, fmt.Errorf("sidecar config: policy %q: want one of %s", s.Policy, strings.Join(registry.Names(), ", "))
+	v := *p
+	return &v
+}
+
+// Default fills every field left unset with its default; what is set,
+// 0 included, is kept. The one place defaults live (docs/sidecar.md
+// lists them).
+func (c *Config) Default() {
+	if len(c.Namespaces) == 0 {
+		c.Namespaces = []string{"*"}
 	}
-	if s.Placement == "" {
-		s.Placement = DefaultPlacement
+	c.Policy = cmp.Or(c.Policy, DefaultPolicy)
+	c.Placement = cmp.Or(c.Placement, DefaultPlacement)
+	c.RackMetaKey = cmp.Or(c.RackMetaKey, DefaultRackMetaKey)
+	c.Round = cmp.Or(c.Round, durationOf(DefaultRound))
+	c.MinRunTime = cmp.Or(c.MinRunTime, durationOf(DefaultMinRunTime))
+	// Unset, the cap is never below the default a job gets.
+	c.MaxMinRunTime = cmp.Or(c.MaxMinRunTime, durationOf(max(DefaultMaxMinRunTime, c.MinRunTime.Duration())))
+	c.RestartCost = cmp.Or(c.RestartCost, durationOf(DefaultRestartCost))
+	c.MergeCost = cmp.Or(c.MergeCost, durationOf(DefaultMergeCost))
+	c.GangTimeout = cmp.Or(c.GangTimeout, durationOf(DefaultGangTimeout))
+	c.StopTimeout = cmp.Or(c.StopTimeout, durationOf(DefaultStopTimeout))
+	if c.Learn == nil {
+		on := true
+		c.Learn = &on
 	}
-	if !slices.Contains(placement.Names(), s.Placement) {
-		return s, fmt.Errorf("sidecar config: placement %q: want one of %s", s.Placement, strings.Join(placement.Names(), ", "))
-	}
-	if s.RackMetaKey == "" {
-		s.RackMetaKey = DefaultRackMetaKey
-	}
-	durations := []struct {
-		field string
-		in    string
-		def   time.Duration
-		min   time.Duration
-		out   *time.Duration
-	}{
-		{"round", s.Round, DefaultRound, time.Second, &s.RoundD},
-		{"min_run_time", s.MinRunTime, DefaultMinRunTime, 0, &s.MinRunTimeD},
-		{"max_min_run_time", s.MaxMinRunTime, DefaultMaxMinRunTime, time.Second, &s.MaxMinRunTimeD},
-		{"restart_cost", s.RestartCost, DefaultRestartCost, 0, &s.RestartCostD},
-		{"merge_cost", s.MergeCost, DefaultMergeCost, 0, &s.MergeCostD},
-		{"gang_timeout", s.GangTimeout, DefaultGangTimeout, time.Second, &s.GangTimeoutD},
-		{"stop_timeout", s.StopTimeout, DefaultStopTimeout, time.Second, &s.StopTimeoutD},
-		{"learn_warmup", s.LearnWarmup, DefaultLearnWarmup, time.Second, &s.LearnWarmupD},
-		{"learn_evidence", s.LearnEvidence, DefaultLearnEvidence, time.Second, &s.LearnEvidenceD},
-	}
-	for _, d := range durations {
-		*d.out = d.def
-		if d.in == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.in)
-		if err != nil || v < d.min || v > 30*24*time.Hour {
-			return s, fmt.Errorf("sidecar config: %s = %q: want a duration from %v to 720h, e.g. %q", d.field, d.in, d.min, d.def.String())
-		}
-		*d.out = v
-	}
-	switch {
-	case s.MaxMinRunTime == "" && s.MaxMinRunTimeD < s.MinRunTimeD:
-		s.MaxMinRunTimeD = s.MinRunTimeD
-	case s.MaxMinRunTimeD < s.MinRunTimeD:
-		return s, fmt.Errorf("sidecar config: max_min_run_time = %q is below min_run_time %v: want a cap on what jobs ask for themselves no lower than the default they get", s.MaxMinRunTime, s.MinRunTimeD)
-	}
-	s.LearnOn = c.Learn == nil || *c.Learn
-	ports := s.RendezvousPorts
-	if ports == "" {
-		ports = DefaultRendezvousPorts
-	}
-	lo, hi, ok := strings.Cut(ports, "-")
-	l, err1 := strconv.Atoi(strings.TrimSpace(lo))
-	h, err2 := strconv.Atoi(strings.TrimSpace(hi))
-	if !ok || err1 != nil || err2 != nil || l < 1024 || h > math.MaxUint16 || l > h {
-		return s, fmt.Errorf("sidecar config: rendezvous_ports = %q: want LOW-HIGH with 1024 <= LOW <= HIGH <= 65535, e.g. %q", ports, DefaultRendezvousPorts)
-	}
-	s.PortLow, s.PortHigh = l, h
-	for model, t := range s.GPUTypes {
-		if strings.TrimSpace(model) == "" || !planner.GPUType(t).ValidName() {
-			return s, fmt.Errorf("sidecar config: gpu_types[%q] = %q: want a device model mapped to a GPU type name of lowercase letters, digits, '-' and '_' such as \"v100\" (what hadar.throughput names)", model, t)
-		}
-	}
-	if err := s.resolveStorage(); err != nil {
-		return s, err
-	}
-	if s.HTTP.Address == "" {
-		s.HTTP.Address = DefaultHTTPAddress
-	}
-	if s.Nomad.Token != "" && s.Nomad.TokenFile != "" {
-		return s, fmt.Errorf("sidecar config: nomad.token and nomad.token_file both set: keep one (token_file for a workload identity Nomad renews)")
-	}
-	if s.Nomad.AuthMethod != "" && s.Nomad.TokenFile == "" {
-		return s, fmt.Errorf("sidecar config: nomad.auth_method = %q needs nomad.token_file, the workload identity to log in with", s.Nomad.AuthMethod)
-	}
-	if s.HTTP.ClientCA != "" && s.HTTP.TLSCert == "" {
-		return s, fmt.Errorf("sidecar config: http.client_ca = %q needs TLS on the listener: give http.tls_cert and http.tls_key too (client certificates are checked in the TLS handshake)", s.HTTP.ClientCA)
-	}
-	if t := s.HTTP.AuthToken; t != "" && len(t) < 16 {
-		return s, fmt.Errorf("sidecar config: http.auth_token is %d characters: want at least 16 (e.g. the output of `openssl rand -hex 32`)", len(t))
-	}
-	switch s.State.Store {
-	case "":
-		s.State.Store = "file"
-		if s.DryRun {
-			s.State.Store = "none" // a dry run changes nothing, its own state included
-		}
-		if s.Leader.Enabled {
+	c.LearnWarmup = cmp.Or(c.LearnWarmup, durationOf(DefaultLearnWarmup))
+	c.LearnEvidence = cmp.Or(c.LearnEvidence, durationOf(DefaultLearnEvidence))
+	c.RendezvousPorts = cmp.Or(c.RendezvousPorts, DefaultRendezvousPorts)
+	c.LogLevel = cmp.Or(c.LogLevel, DefaultLogLevel)
+	c.Nomad = cmp.Or(c.Nomad, &NomadConfig{})
+	c.HTTP = cmp.Or(c.HTTP, &HTTPConfig{})
+	c.HTTP.Address = cmp.Or(c.HTTP.Address, DefaultHTTPAddress)
+	c.State = cmp.Or(c.State, &StateConfig{})
+	c.Leader = cmp.Or(c.Leader, &LeaderConfig{})
+	if c.State.Store == "" {
+		switch {
+		case c.Leader.Enabled:
 			// Replicas share one state: each taking over must read the
 			// last leader's, which a local file is not.
-			s.State.Store = "nomad"
+			c.State.Store = "nomad"
+		case c.DryRun:
+			c.State.Store = "none" // a dry run changes nothing, its own state included
+		default:
+			c.State.Store = "file"
 		}
+	}
+	c.State.Path = cmp.Or(c.State.Path, DefaultStatePath)
+	c.State.Prefix = cmp.Or(c.State.Prefix, DefaultStatePrefix)
+	c.Leader.Path = cmp.Or(c.Leader.Path, DefaultLeaderPath)
+	c.Leader.TTL = cmp.Or(c.Leader.TTL, durationOf(DefaultLeaderTTL))
+	c.Leader.LockDelay = cmp.Or(c.Leader.LockDelay, durationOf(DefaultLeaderTTL))
+	// Storage: nil is no shared storage, and an empty field keeps
+	// sidecar/jobform's default, so neither is filled here.
+}
+
+// Validate checks every field of a defaulted Config (Default), naming the
+// one that is wrong and what would fix it, and sets QueueConfig from the
+// queue blocks.
+func (c *Config) Validate() error {
+	if !slices.Contains(registry.Names(), c.Policy) {
+		return fmt.Errorf("sidecar config: policy %q: want one of %s", c.Policy, strings.Join(registry.Names(), ", "))
+	}
+	if !slices.Contains(placement.Names(), c.Placement) {
+		return fmt.Errorf("sidecar config: placement %q: want one of %s", c.Placement, strings.Join(placement.Names(), ", "))
+	}
+	const month = 30 * 24 * time.Hour
+	for _, d := range []struct {
+		field    string
+		v        Duration
+		min, max time.Duration
+		eg       string
+	}{
+		{"round", c.Round, time.Second, month, DefaultRound.String()},
+		{"min_run_time", c.MinRunTime, 0, month, DefaultMinRunTime.String()},
+		{"max_min_run_time", c.MaxMinRunTime, time.Second, month, DefaultMaxMinRunTime.String()},
+		{"restart_cost", c.RestartCost, 0, month, DefaultRestartCost.String()},
+		{"merge_cost", c.MergeCost, 0, month, DefaultMergeCost.String()},
+		{"gang_timeout", c.GangTimeout, time.Second, month, DefaultGangTimeout.String()},
+		{"stop_timeout", c.StopTimeout, time.Second, month, DefaultStopTimeout.String()},
+		{"learn_warmup", c.LearnWarmup, time.Second, month, DefaultLearnWarmup.String()},
+		{"learn_evidence", c.LearnEvidence, time.Second, month, DefaultLearnEvidence.String()},
+		{"leader.ttl", c.Leader.TTL, 10 * time.Second, 24 * time.Hour, "15s"},
+		{"leader.lock_delay", c.Leader.LockDelay, time.Second, 24 * time.Hour, "15s"},
+	} {
+		v, err := time.ParseDuration(string(d.v))
+		if err != nil || v < d.min || v > d.max {
+			return fmt.Errorf("sidecar config: %s = %q: want a duration from %v to %s, e.g. %q", d.field, d.v, d.min, fmtHours(d.max), d.eg)
+		}
+	}
+	if c.MaxMinRunTime.Duration() < c.MinRunTime.Duration() {
+		// Only an explicit cap can be below: Default's is not.
+		return fmt.Errorf("sidecar config: max_min_run_time = %q is below min_run_time %v: want a cap on what jobs ask for themselves no lower than the default they get", c.MaxMinRunTime, c.MinRunTime.Duration())
+	}
+	if _, _, ok := c.RendezvousPorts.Bounds(); !ok {
+		return fmt.Errorf("sidecar config: rendezvous_ports = %q: want LOW-HIGH with 1024 <= LOW <= HIGH <= 65535, e.g. %q", c.RendezvousPorts, DefaultRendezvousPorts)
+	}
+	for model, t := range c.GPUTypes {
+		if strings.TrimSpace(model) == "" || !planner.GPUType(t).ValidName() {
+			return fmt.Errorf("sidecar config: gpu_types[%q] = %q: want a device model mapped to a GPU type name of lowercase letters, digits, '-' and '_' such as \"v100\" (what hadar.throughput names)", model, t)
+		}
+	}
+	if err := c.validateStorage(); err != nil {
+		return err
+	}
+	if c.Nomad.Token != "" && c.Nomad.TokenFile != "" {
+		return fmt.Errorf("sidecar config: nomad.token and nomad.token_file both set: keep one (token_file for a workload identity Nomad renews)")
+	}
+	if c.Nomad.AuthMethod != "" && c.Nomad.TokenFile == "" {
+		return fmt.Errorf("sidecar config: nomad.auth_method = %q needs nomad.token_file, the workload identity to log in with", c.Nomad.AuthMethod)
+	}
+	if c.HTTP.ClientCA != "" && c.HTTP.TLSCert == "" {
+		return fmt.Errorf("sidecar config: http.client_ca = %q needs TLS on the listener: give http.tls_cert and http.tls_key too (client certificates are checked in the TLS handshake)", c.HTTP.ClientCA)
+	}
+	if t := c.HTTP.AuthToken; t != "" && len(t) < 16 {
+		return fmt.Errorf("sidecar config: http.auth_token is %d characters: want at least 16 (e.g. the output of `openssl rand -hex 32`)", len(t))
+	}
+	switch c.State.Store {
 	case "file":
-		if s.Leader.Enabled {
-			return s, fmt.Errorf("sidecar config: state.store = \"file\" with leader.enabled: each replica would take over from its own stale file; want state { store = \"nomad\" } (Nomad Variables, shared by the replicas) or \"none\"")
+		if c.Leader.Enabled {
+			return fmt.Errorf("sidecar config: state.store = \"file\" with leader.enabled: each replica would take over from its own stale file; want state { store = \"nomad\" } (Nomad Variables, shared by the replicas) or \"none\"")
 		}
 	case "nomad", "none":
 	default:
-		return s, fmt.Errorf("sidecar config: state.store = %q: want \"file\" (a local file), \"nomad\" (Nomad Variables) or \"none\"", s.State.Store)
+		return fmt.Errorf("sidecar config: state.store = %q: want \"file\" (a local file), \"nomad\" (Nomad Variables) or \"none\"", c.State.Store)
 	}
-	if s.State.Path == "" {
-		s.State.Path = DefaultStatePath
-	}
-	if s.State.Prefix == "" {
-		s.State.Prefix = DefaultStatePrefix
-	}
-	if s.Leader.Path == "" {
-		s.Leader.Path = DefaultLeaderPath
-	}
-	for _, d := range []struct {
-		field, in string
-		min       time.Duration
-		out       *time.Duration
-	}{{"leader.ttl", s.Leader.TTL, 10 * time.Second, &s.LeaderTTL}, {"leader.lock_delay", s.Leader.LockDelay, time.Second, &s.LeaderDelay}} {
-		*d.out = DefaultLeaderTTL
-		if d.in == "" {
-			continue
-		}
-		v, err := time.ParseDuration(d.in)
-		if err != nil || v < d.min || v > 24*time.Hour {
-			return s, fmt.Errorf("sidecar config: %s = %q: want a duration from %v to 24h, e.g. \"15s\"", d.field, d.in, d.min)
-		}
-		*d.out = v
-	}
-	if s.LogLevel == "" {
-		s.LogLevel = DefaultLogLevel
-	}
-	switch strings.ToLower(s.LogLevel) {
+	switch strings.ToLower(c.LogLevel) {
 	case "trace", "debug", "info", "warn", "error":
 	default:
-		return s, fmt.Errorf("sidecar config: log_level = %q: want trace, debug, info, warn or error", s.LogLevel)
+		return fmt.Errorf("sidecar config: log_level = %q: want trace, debug, info, warn or error", c.LogLevel)
 	}
-	if err := s.resolveQueues(); err != nil {
-		return s, err
-	}
-	return s, nil
+	return c.validateQueues()
 }
+
+// fmtHours spells a bound as the messages always have: "720h", "24h".
+func fmtHours(d time.Duration) string { return strconv.Itoa(int(d.Hours())) + "h" }
 
 // storageName is what a host volume's name or a node meta key may be:
 // Nomad's own rules are looser, but these names go into HCL
 // interpolations (${meta.KEY}) and volume blocks the sidecar writes.
 var storageName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
-// resolveStorage checks the storage block; empty fields keep jobform's
+// validateStorage checks the storage block; empty fields keep jobform's
 // defaults.
-func (s *Settings) resolveStorage() error {
-	if s.Storage == nil {
+func (c *Config) validateStorage() error {
+	if c.Storage == nil {
 		return nil
 	}
-	st := *s.Storage
+	st := *c.Storage
 	for _, f := range []struct{ field, v string }{
 		{"checkpoint_volume", st.CheckpointVolume}, {"merge_volume", st.MergeVolume},
 		{"checkpoint_meta", st.CheckpointMeta}, {"merge_meta", st.MergeMeta},
@@ -484,11 +470,10 @@ func (s *Settings) resolveStorage() error {
 		return fmt.Errorf("sidecar config: storage.mount_dir = %q: want a clean absolute path other than /, e.g. %q", d, "/hadar")
 	}
 	if st.KillTimeout != "" {
-		v, err := time.ParseDuration(st.KillTimeout)
+		v, err := time.ParseDuration(string(st.KillTimeout))
 		if err != nil || v < time.Second || v > time.Hour {
 			return fmt.Errorf("sidecar config: storage.kill_timeout = %q: want a duration from 1s to 1h, e.g. %q (Nomad caps it at the client's max_kill_timeout)", st.KillTimeout, "30s")
 		}
-		s.StorageKillTimeoutD = v
 	}
 	return nil
 }

@@ -27,8 +27,8 @@ state {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Policy != "hadar" || s.RoundD != 90*time.Second || s.GPUTypes["NVIDIA RTX A6000"] != "a6000" || !s.Leader.Enabled ||
-		s.LeaderTTL != 20*time.Second || s.LeaderDelay != DefaultLeaderTTL || s.State.Store != "nomad" || s.HTTP.Address != DefaultHTTPAddress {
+	if s.Policy != "hadar" || s.Round.Duration() != 90*time.Second || s.GPUTypes["NVIDIA RTX A6000"] != "a6000" || !s.Leader.Enabled ||
+		s.Leader.TTL.Duration() != 20*time.Second || s.Leader.LockDelay.Duration() != DefaultLeaderTTL || s.State.Store != "nomad" || s.HTTP.Address != DefaultHTTPAddress {
 		t.Fatalf("settings %+v", s)
 	}
 	// An empty file is the defaults.
@@ -36,7 +36,7 @@ state {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s, err = c.Resolve(); err != nil || s.Policy != DefaultPolicy || s.State.Store != "file" || s.PortLow != 29500 {
+	if s, err = c.Resolve(); err != nil || s.Policy != DefaultPolicy || s.State.Store != "file" || s.RendezvousPorts != "29500-31999" {
 		t.Fatalf("defaults %+v, %v", s, err)
 	}
 	// With an election and no store named, the replicas share Nomad
@@ -105,7 +105,8 @@ func FuzzConfig(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if s.RoundD <= 0 || s.PortLow > s.PortHigh || s.LeaderTTL < 10*time.Second || s.HTTP.Address == "" {
+		lo, hi, ok := s.RendezvousPorts.Bounds()
+		if s.Round.Duration() <= 0 || !ok || lo > hi || s.Leader.TTL.Duration() < 10*time.Second || s.HTTP.Address == "" || s.Learn == nil {
 			t.Fatalf("resolved settings out of range: %+v", s)
 		}
 	})
@@ -132,8 +133,8 @@ func TestLearnTiming(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", tc.src, err)
 		}
-		if s.LearnWarmupD != tc.warmup || s.LearnEvidenceD != tc.evidence {
-			t.Errorf("%q: warm-up %v, evidence %v; want %v, %v", tc.src, s.LearnWarmupD, s.LearnEvidenceD, tc.warmup, tc.evidence)
+		if s.LearnWarmup.Duration() != tc.warmup || s.LearnEvidence.Duration() != tc.evidence {
+			t.Errorf("%q: warm-up %v, evidence %v; want %v, %v", tc.src, s.LearnWarmup, s.LearnEvidence, tc.warmup, tc.evidence)
 		}
 	}
 }
@@ -158,14 +159,14 @@ func TestStorageBlock(t *testing.T) {
 	}
 	want := StorageConfig{CheckpointVolume: "team-ckpt", MergeVolume: "team-merge", MountDir: "/mnt/hadar",
 		CheckpointMeta: "team.ckpt_root", MergeMeta: "team.merge_root", KillTimeout: "2m"}
-	if s.Storage == nil || *s.Storage != want || s.StorageKillTimeoutD != 2*time.Minute {
-		t.Fatalf("storage %+v, kill timeout %v; want %+v, 2m", s.Storage, s.StorageKillTimeoutD, want)
+	if s.Storage == nil || *s.Storage != want || s.Storage.KillTimeout.Duration() != 2*time.Minute {
+		t.Fatalf("storage %+v; want %+v, a kill timeout of 2m", s.Storage, want)
 	}
 	// No block: no shared storage. An empty block: shared storage with
 	// jobform's defaults.
 	s, err = Config{}.Resolve()
-	if err != nil || s.Storage != nil || s.StorageKillTimeoutD != 0 {
-		t.Fatalf("no storage block: %+v, %v, %v", s.Storage, s.StorageKillTimeoutD, err)
+	if err != nil || s.Storage != nil {
+		t.Fatalf("no storage block: %+v, %v", s.Storage, err)
 	}
 	if c, err = ParseConfig("s.hcl", []byte("storage {}\n")); err != nil {
 		t.Fatal(err)
@@ -199,8 +200,8 @@ func TestMaxMinRunTime(t *testing.T) {
 			t.Errorf("%q: error %v, want one containing %q", tc.src, err, tc.err)
 		case tc.err == "" && err != nil:
 			t.Errorf("%q: %v", tc.src, err)
-		case tc.err == "" && s.MaxMinRunTimeD != tc.want:
-			t.Errorf("%q: max_min_run_time %v, want %v", tc.src, s.MaxMinRunTimeD, tc.want)
+		case tc.err == "" && s.MaxMinRunTime.Duration() != tc.want:
+			t.Errorf("%q: max_min_run_time %v, want %v", tc.src, s.MaxMinRunTime, tc.want)
 		}
 	}
 }

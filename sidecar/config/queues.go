@@ -9,14 +9,15 @@ import (
 	"github.com/hadar-sched/hadar/planner/registry"
 )
 
-// resolveQueues checks the queue blocks with planner/queue's own rules
+// validateQueues checks the queue blocks with planner/queue's own rules
 // (the simulator reads the same blocks) and each queue's policy against
 // the schedulers there are: a bad block stops the sidecar at start.
-func (s *Settings) resolveQueues() error {
-	if len(s.Queues) == 0 {
+func (c *Config) validateQueues() error {
+	c.QueueConfig = queue.Config{}
+	if len(c.Queues) == 0 {
 		return nil
 	}
-	qc, err := queue.FromBlocks(s.Queues)
+	qc, err := queue.FromBlocks(c.Queues)
 	if err != nil {
 		return fmt.Errorf("sidecar config: %w", err)
 	}
@@ -25,6 +26,6 @@ func (s *Settings) resolveQueues() error {
 			return fmt.Errorf("sidecar config: queue %q: policy %q: want one of %s (or none: the sidecar's policy)", q.Name, q.Policy, strings.Join(registry.Names(), ", "))
 		}
 	}
-	s.QueueConfig = qc
+	c.QueueConfig = qc
 	return nil
 }
