@@ -32,24 +32,32 @@ func (a *Agent) queuesOn() bool { return len(a.cfg.QueueConfig.Queues) > 0 }
 // scheduler builds the policy the engine runs: inside the queues when
 // there are any (each queue's policy, or the sidecar's), else alone.
 func (a *Agent) scheduler(model speed.Model) (round.Scheduler, error) {
-	o := registry.Options{Speed: model, RestartCost: a.cfg.RestartCost.Duration().Seconds(), MergeCost: a.cfg.MergeCost.Duration().Seconds()}
-	pc := placement.Config{MinRunTime: a.cfg.MinRunTime.Duration().Seconds(), RestartCost: a.cfg.RestartCost.Duration().Seconds()}
+	o, pc := a.plannerOptions(model)
 	if !a.queuesOn() {
 		s, _, err := registry.Build(a.cfg.Policy, a.cfg.Placement, o, pc)
 		return s, err
-	}
-	// The queues hold jobs to the engine's minimum run time: the
-	// sidecar's min_run_time, 0 meaning none (BuildQueues reads 0 as the
-	// default).
-	o.MinRunTime = a.cfg.MinRunTime.Duration().Seconds()
-	if o.MinRunTime == 0 {
-		o.MinRunTime = -1
 	}
 	s, err := registry.BuildQueues(a.cfg.QueueConfig, a.cfg.Policy, a.cfg.Placement, o, pc)
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// plannerOptions are the registry's options and the placer's
+// configuration from the settings. The minimum run time is the engine's
+// (newEngine), with or without queues: the config has defaulted it, so a
+// 0 here is the operator's explicit min_run_time = "0s", none, which
+// registry.Options spells negative (its 0 is the planner's default). The
+// placer has no "none": there 0 is its default, 30 minutes.
+func (a *Agent) plannerOptions(model speed.Model) (registry.Options, placement.Config) {
+	minRun := a.cfg.MinRunTime.Duration().Seconds()
+	restart := a.cfg.RestartCost.Duration().Seconds()
+	o := registry.Options{Speed: model, RestartCost: restart, MergeCost: a.cfg.MergeCost.Duration().Seconds(), MinRunTime: minRun}
+	if minRun == 0 {
+		o.MinRunTime = -1
+	}
+	return o, placement.Config{MinRunTime: minRun, RestartCost: restart}
 }
 
 // placeInQueue puts a job being admitted in its queue: the queue its

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/planner/queue"
+	"github.com/hadar-sched/hadar/planner/speed"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 	"github.com/hadar-sched/hadar/sidecar/wire"
@@ -140,5 +141,34 @@ queue "team-d" {
 	}
 	if js := st.Jobs["default/capped"]; js.Code != queue.ReasonAtLimit {
 		t.Errorf("capped: %+v, want at_limit", js)
+	}
+}
+
+// The planner gets the sidecar's min_run_time as given, with or without
+// queues: an explicit 0 is none (registry.Options' negative; its 0 would
+// be its own 30-minute default), left out it is the config's default.
+func TestPlannerMinRunTime(t *testing.T) {
+	for _, tc := range []struct {
+		src           string
+		options, plac float64
+	}{
+		{`min_run_time = "0s"`, -1, 0},
+		{``, config.DefaultMinRunTime.Seconds(), config.DefaultMinRunTime.Seconds()},
+		{`min_run_time = "10m"`, 600, 600},
+		{"min_run_time = \"0s\"\nqueue \"q\" {\n  namespaces = [\"default\"]\n}", -1, 0},
+	} {
+		c, err := config.ParseConfig("s.hcl", []byte(tc.src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Resolve()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &Agent{cfg: s}
+		o, pc := a.plannerOptions(speed.Model{})
+		if o.MinRunTime != tc.options || pc.MinRunTime != tc.plac {
+			t.Errorf("%q: registry min run time %v, placer's %v; want %v, %v", tc.src, o.MinRunTime, pc.MinRunTime, tc.options, tc.plac)
+		}
 	}
 }
