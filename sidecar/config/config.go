@@ -366,6 +366,11 @@ func (c *Config) Default() {
 // one that is wrong and what would fix it, and sets QueueConfig from the
 // queue blocks.
 func (c *Config) Validate() error {
+	// A Config straight from decoding has nil blocks: an error, not a
+	// panic, for a caller that skipped Default.
+	if c.Nomad == nil || c.HTTP == nil || c.State == nil || c.Leader == nil {
+		return fmt.Errorf("sidecar config: not defaulted (a nomad, http, state or leader block is nil): call Default before Validate, or use Resolve")
+	}
 	if !slices.Contains(registry.Names(), c.Policy) {
 		return fmt.Errorf("sidecar config: policy %q: want one of %s", c.Policy, strings.Join(registry.Names(), ", "))
 	}

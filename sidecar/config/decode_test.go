@@ -269,3 +269,13 @@ func TestResolveKeepsItsInput(t *testing.T) {
 		t.Fatalf("resolved %+v", s)
 	}
 }
+
+// TestValidateBeforeDefault: a caller that skips Default gets an error
+// naming the fix, not a nil dereference.
+func TestValidateBeforeDefault(t *testing.T) {
+	var c Config
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "call Default") {
+		t.Fatalf("Validate of a raw Config: %v; want an error saying to call Default", err)
+	}
+}
