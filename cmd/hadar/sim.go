@@ -363,6 +363,9 @@ func (s *simSetup) buildSchedulers(prof *profile.Profile) error {
 	if f.maxPreempt == 0 {
 		s.placeCfg.MaxPreemptions = -1
 	}
+	if f.minRun <= 0 {
+		s.placeCfg.MinRunTime = -1 // none for the placer too (0 would be its default)
+	}
 	for _, pl := range places {
 		if _, err := placement.New(pl, s.placeCfg); err != nil {
 			return fmt.Errorf("--placement: %w", err)

@@ -488,3 +488,14 @@ func TestTunerStartsAtTheFixedScale(t *testing.T) {
 		}
 	}
 }
+
+// TestMinRunTimeNone: 0 is the placer's default (30 minutes) and a
+// negative value none, as in registry.Options, so that an operator's
+// min_run_time = "0s" holds no job to a minimum before a preemption.
+func TestMinRunTimeNone(t *testing.T) {
+	for _, c := range []struct{ in, want float64 }{{0, DefaultMinRunTime}, {-1, 0}, {600, 600}} {
+		if got := newPolicy(t, Delay, Config{MinRunTime: c.in}).cfg.MinRunTime; got != c.want {
+			t.Errorf("MinRunTime %v: the placer holds jobs %v s, want %v", c.in, got, c.want)
+		}
+	}
+}

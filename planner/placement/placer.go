@@ -55,7 +55,7 @@ type Config struct {
 	// MaxPreemptions bounds how often one job is moved or evicted for a
 	// sensitive job (delay policies; default 2; negative disables
 	// preemption). MinRunTime is the least time a job runs on its GPUs
-	// before it may be preempted (default 1800 s).
+	// before it may be preempted (0: default 1800 s; negative: none).
 	MaxPreemptions int
 	MinRunTime     float64
 	// Margin: a preemption happens only when the waiting job's gain
@@ -88,7 +88,7 @@ func New(name string, cfg Config) (*Policy, error) {
 	if cfg.Speed.Profile == nil {
 		return nil, fmt.Errorf("placement %s: the speed model has no throughput profile", name)
 	}
-	if math.IsNaN(cfg.Scale) || cfg.MaxWait < 0 || cfg.MinRunTime < 0 || cfg.Margin < 0 || cfg.RestartCost < 0 {
+	if math.IsNaN(cfg.Scale) || cfg.MaxWait < 0 || cfg.Margin < 0 || cfg.RestartCost < 0 {
 		return nil, fmt.Errorf("placement %s: scale %v, max wait %v, min run time %v, margin %v, restart cost %v: want numbers >= 0",
 			name, cfg.Scale, cfg.MaxWait, cfg.MinRunTime, cfg.Margin, cfg.RestartCost)
 	}
@@ -102,8 +102,13 @@ func New(name string, cfg Config) (*Policy, error) {
 	if cfg.MaxPreemptions == 0 {
 		cfg.MaxPreemptions = DefaultMaxPreemptions
 	}
-	if cfg.MinRunTime == 0 {
+	switch {
+	case cfg.MinRunTime == 0:
 		cfg.MinRunTime = DefaultMinRunTime
+	case cfg.MinRunTime < 0:
+		// None, spelled as registry.Options spells it: an operator's
+		// min_run_time = "0s" holds no job to a minimum here either.
+		cfg.MinRunTime = 0
 	}
 	if cfg.Margin == 0 {
 		cfg.Margin = DefaultMargin

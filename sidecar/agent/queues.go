@@ -48,8 +48,8 @@ func (a *Agent) scheduler(model speed.Model) (round.Scheduler, error) {
 // configuration from the settings. The minimum run time is the engine's
 // (newEngine), with or without queues: the config has defaulted it, so a
 // 0 here is the operator's explicit min_run_time = "0s", none, which
-// registry.Options spells negative (its 0 is the planner's default). The
-// placer has no "none": there 0 is its default, 30 minutes.
+// registry.Options and placement.Config spell negative (their 0 is the
+// planner's default, 30 minutes).
 func (a *Agent) plannerOptions(model speed.Model) (registry.Options, placement.Config) {
 	minRun := a.cfg.MinRunTime.Duration().Seconds()
 	restart := a.cfg.RestartCost.Duration().Seconds()
@@ -57,7 +57,7 @@ func (a *Agent) plannerOptions(model speed.Model) (registry.Options, placement.C
 	if minRun == 0 {
 		o.MinRunTime = -1
 	}
-	return o, placement.Config{MinRunTime: minRun, RestartCost: restart}
+	return o, placement.Config{MinRunTime: o.MinRunTime, RestartCost: restart}
 }
 
 // placeInQueue puts a job being admitted in its queue: the queue its

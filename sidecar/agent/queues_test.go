@@ -152,10 +152,10 @@ func TestPlannerMinRunTime(t *testing.T) {
 		src           string
 		options, plac float64
 	}{
-		{`min_run_time = "0s"`, -1, 0},
+		{`min_run_time = "0s"`, -1, -1},
 		{``, config.DefaultMinRunTime.Seconds(), config.DefaultMinRunTime.Seconds()},
 		{`min_run_time = "10m"`, 600, 600},
-		{"min_run_time = \"0s\"\nqueue \"q\" {\n  namespaces = [\"default\"]\n}", -1, 0},
+		{"min_run_time = \"0s\"\nqueue \"q\" {\n  namespaces = [\"default\"]\n}", -1, -1},
 	} {
 		c, err := config.ParseConfig("s.hcl", []byte(tc.src))
 		if err != nil {
