@@ -304,8 +304,11 @@ func testTrainStopResume(t *testing.T, version string) {
 	if first.StepsDone < int64(saved) {
 		t.Fatalf("second run started at step %d, want resumed from the checkpoint at %d", first.StepsDone, saved)
 	}
-	logs := taskLog(t, a, alloc2, "stderr") + taskLog(t, a, alloc2, "stdout")
-	if !strings.Contains(logs, "resumed") || !strings.Contains(logs, filepath.Base(ckPath)) {
+	resumedLine := func(logs string) bool {
+		return strings.Contains(logs, "resumed") && strings.Contains(logs, filepath.Base(ckPath))
+	}
+	logs := waitTaskLog(t, a, alloc2, 30*time.Second, resumedLine, "stderr", "stdout")
+	if !resumedLine(logs) {
 		t.Errorf("second run's log does not say it resumed from %s:\n%s", ckPath, logs)
 	}
 	re := waitEvent(t, a, alloc2.ID, "resumed from checkpoint "+ckPath, 10*time.Second)
@@ -741,6 +744,25 @@ func taskLog(t *testing.T, a *harness.Agent, alloc *api.Allocation, stream strin
 		case <-time.After(10 * time.Second):
 			return b.String()
 		}
+	}
+}
+
+// waitTaskLog reads a running task's streams until ok holds of what they
+// say together or within passes: the task's lines reach Nomad's log files
+// through its log collector, seconds behind the task on a loaded machine
+// (make test run 6 read an empty log after the task's first progress).
+func waitTaskLog(t *testing.T, a *harness.Agent, alloc *api.Allocation, within time.Duration, ok func(string) bool, streams ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var b strings.Builder
+		for _, s := range streams {
+			b.WriteString(taskLog(t, a, alloc, s))
+		}
+		if ok(b.String()) || time.Now().After(deadline) {
+			return b.String()
+		}
+		time.Sleep(time.Second)
 	}
 }
 

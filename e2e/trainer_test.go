@@ -588,8 +588,9 @@ func TestTrainerHadarEForks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		log := taskLog(t, &harness.Agent{Client: c.api}, al, "stderr")
-		i := strings.Index(log, "msg=\"hadare: starting from the newest merged round\"")
+		const started = "msg=\"hadare: starting from the newest merged round\""
+		log := waitTaskLog(t, &harness.Agent{Client: c.api}, al, 30*time.Second, func(s string) bool { return strings.Contains(s, started) }, "stderr")
+		i := strings.Index(log, started)
 		if i < 0 {
 			t.Fatalf("copy %d's log does not say where it started:\n%s", unit, log)
 		}
