@@ -1,7 +1,8 @@
 # The hadar sidecar as a Nomad service job (docs/deploy.md): two replicas
 # on two nodes, one leading through a Nomad Variables lock, the state in
 # Nomad Variables, authenticated by the task's workload identity (no token
-# to hand out or rotate), its status API checked by Nomad on /v1/health.
+# to hand out or rotate), its status API checked by Nomad on /v1/health,
+# the leader's address found through the hadar-leader service's check.
 #
 #   nomad namespace apply training                          # where the managed jobs run
 #   nomad acl policy apply -namespace default -job hadar-sidecar \
@@ -166,6 +167,31 @@ job "hadar-sidecar" {
         timeout  = "3s"
         # tls_skip_verify: the check runs from the client agent, which
         # does not hold the status API's CA.
+        tls_skip_verify = true
+      }
+    }
+
+    # The leader's address: every replica registers hadar-leader, and only
+    # the acting one passes its check. Nomad's service API lists every
+    # registration whatever its checks (Nomad keeps check results on the
+    # clients), so the leader is the registration whose allocation's
+    # "hadar leader" check passes (docs/deploy.md, "The leader's address").
+    service {
+      provider = "nomad"
+      name     = "hadar-leader"
+      port     = "http"
+      tags     = ["hadar", "leader"]
+
+      check {
+        name     = "hadar leader"
+        type     = "http"
+        protocol = var.status_tls_cert == "" ? "http" : "https"
+        path     = "/v1/leader"
+        interval = "5s"
+        timeout  = "3s"
+        # A follower fails it by design: deployments wait on "hadar
+        # health" alone.
+        on_update       = "ignore"
         tls_skip_verify = true
       }
     }

@@ -90,6 +90,35 @@ func (d *deployed) leader() (sidecarAlloc, error) {
 	return leaders[0], nil
 }
 
+// checked: Nomad's checks of every replica as the jobspec means them,
+// "hadar health" passing on each and "hadar leader" on the leader alone.
+func (d *deployed) checked() error {
+	rs, err := d.replicas()
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		checks, err := d.mgmt.Allocations().Checks(r.id, nil)
+		if err != nil {
+			return err
+		}
+		got := map[string]string{}
+		for _, ch := range checks {
+			got[ch.Check] = ch.Status + " (" + ch.Output + ")"
+		}
+		want := map[string]string{"hadar health": "success", "hadar leader": "failure"}
+		if r.health.Leader {
+			want["hadar leader"] = "success"
+		}
+		for name, st := range want {
+			if !strings.HasPrefix(got[name], st+" ") {
+				return fmt.Errorf("allocation %s (leader %v): check %q is %q, want %s", r.id, r.health.Leader, name, got[name], st)
+			}
+		}
+	}
+	return nil
+}
+
 // submit registers a managed job in the training namespace.
 func (d *deployed) submit(id string, steps int) {
 	d.t.Helper()
@@ -146,20 +175,11 @@ func (d *deployed) identity(allocID string) (string, time.Time) {
 	return string(tok), time.Unix(claims.Exp, 0)
 }
 
-// TestDeployedSidecar: the sidecar deployed by deploy/hadar-sidecar.nomad.hcl
-// on a cluster with ACLs, as docs/deploy.md says: two replicas through
-// raw_exec, each authenticated by its workload identity alone (the ACL
-// policy of docs/acl bound to the job with `nomad acl policy apply -job`
-// and to the JWT auth method of deploy/ by a binding rule; the identity
-// read from the task's secrets on every request and exchanged for an ACL
-// token), Nomad's health checks on /v1/health passing. The leader places
-// and completes a job; its identity's first token lapses and the sidecar
-// goes on with the renewed ones (logging in again with each); its status
-// API answers Nomad ACL tokens with the namespaces they may read; stopping
-// the leader's allocation hands over to another replica, which places and
-// completes the next job.
-func TestDeployedSidecar(t *testing.T) {
-	skipShort(t)
+// deploySidecar runs the sidecar job of deploy/ on a new cluster with
+// ACLs (a server and two clients, a V100 and a K80 node, names prefixed
+// by prefix) of Nomad version (harness.NomadVersions; "" the default), as
+// docs/deploy.md says, with a lock TTL of ttl.
+func deploySidecar(t *testing.T, prefix, version string, ttl time.Duration) *deployed {
 	root, err := harness.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -168,15 +188,15 @@ func TestDeployedSidecar(t *testing.T) {
 	c.trainer = harness.GoBinary(t, "./cmd/hadar-trainer", "hadar-trainer")
 	hadar := harness.GoBinary(t, "./cmd/hadar", "hadar")
 	c.ckpt, c.merge, c.stateDir = harness.SharedDir(t), harness.SharedDir(t), t.TempDir()
-	c.server = harness.StartAgent(t, harness.Options{Name: "dep-srv", Mode: harness.ModeServer, ACL: true})
+	c.server = harness.StartAgent(t, harness.Options{Name: prefix + "-srv", Mode: harness.ModeServer, ACL: true, NomadVersion: version})
 	c.api = c.server.Client
 	train := fmt.Sprintf("checkpoint_root = %q\nmerge_root = %q\nprogress_poll_interval = \"500ms\"", c.ckpt, c.merge)
 	var clients []*harness.Agent
 	for _, n := range []struct{ name, rack, gpus string }{
-		{"dep-v100", "r1", declare("va", "Tesla V100-SXM2-16GB", "16GiB", 2)},
-		{"dep-k80", "r2", declare("ka", "Tesla K80", "12GiB", 2)},
+		{prefix + "-v100", "r1", declare("va", "Tesla V100-SXM2-16GB", "16GiB", 2)},
+		{prefix + "-k80", "r2", declare("ka", "Tesla K80", "12GiB", 2)},
 	} {
-		a := harness.StartAgent(t, harness.Options{Name: n.name, Mode: harness.ModeClient, Servers: []string{c.server.RPCAddr}, ACL: true, Token: c.server.Token,
+		a := harness.StartAgent(t, harness.Options{Name: n.name, Mode: harness.ModeClient, Servers: []string{c.server.RPCAddr}, ACL: true, Token: c.server.Token, NomadVersion: version,
 			Meta: map[string]string{"rack": n.rack}, Plugins: map[string]string{"hadar-gpu": n.gpus, "hadar-train": train, "raw_exec": "enabled = true"}})
 		c.nodes[a.NodeID], c.ids[n.name] = n.name, a.NodeID
 		clients = append(clients, a)
@@ -204,7 +224,6 @@ min_run_time = "1s"
 gang_timeout = "40s"
 stop_timeout = "30s"
 log_level = "debug"`
-	const ttl = 10 * time.Second
 	d.nomadCLI("job", "run", "-detach",
 		"-var", "hadar_binary="+hadar,
 		"-var", "policy=gavel-maxmin",
@@ -247,28 +266,34 @@ log_level = "debug"`
 		}
 	})
 
+	return d
+}
+
+// TestDeployedSidecar: the sidecar deployed by deploy/hadar-sidecar.nomad.hcl
+// on a cluster with ACLs, as docs/deploy.md says: two replicas through
+// raw_exec, each authenticated by its workload identity alone (the ACL
+// policy of docs/acl bound to the job with `nomad acl policy apply -job`
+// and to the JWT auth method of deploy/ by a binding rule; the identity
+// read from the task's secrets on every request and exchanged for an ACL
+// token), Nomad's checks passing (/v1/health on both, /v1/leader on the
+// leader alone). The leader places and completes a job; its identity's
+// first token lapses and the sidecar goes on with the renewed ones
+// (logging in again with each); its status API answers Nomad ACL tokens
+// with the namespaces they may read; stopping the leader's allocation
+// hands over to another replica, which places and completes the next job.
+func TestDeployedSidecar(t *testing.T) {
+	skipShort(t)
+	const ttl = 10 * time.Second
+	d := deploySidecar(t, "dep", "", ttl)
+	c, clients := d.c, d.clients
+
 	var lead sidecarAlloc
-	c.waitFor("two replicas registered, one leading, Nomad's checks on /v1/health passing on both", 3*time.Minute, func() error {
+	c.waitFor("two replicas registered, one leading, Nomad's checks passing (health on both, leader on the leader)", 3*time.Minute, func() error {
 		var err error
 		if lead, err = d.leader(); err != nil {
 			return err
 		}
-		rs, _ := d.replicas()
-		for _, r := range rs {
-			checks, err := d.mgmt.Allocations().Checks(r.id, nil)
-			if err != nil {
-				return err
-			}
-			if len(checks) == 0 {
-				return fmt.Errorf("allocation %s: no check result yet", r.id)
-			}
-			for _, ch := range checks {
-				if ch.Status != "success" {
-					return fmt.Errorf("allocation %s: check %s is %s (%s)", r.id, ch.Check, ch.Status, ch.Output)
-				}
-			}
-		}
-		return nil
+		return d.checked()
 	})
 	if c.nodes[lead.node] == "" {
 		t.Fatalf("the leader runs on node %s, not one of the cluster's", lead.node)

@@ -28,7 +28,8 @@ import (
 // and its log says to run `hadar auth-method -fix`; `hadar auth-method`
 // reports it in one line and -fix sets the JWKS URL the pack renders from
 // cluster_address; the sidecar then reaches a healthy leader, Nomad's
-// check on /v1/health passing. No file is edited by hand.
+// checks passing (/v1/health on both replicas, /v1/leader on the leader
+// alone). No file is edited by hand.
 func TestPackInstallFromArchive(t *testing.T) {
 	skipShort(t)
 	root, err := harness.RepoRoot()
@@ -174,26 +175,11 @@ func TestPackInstallFromArchive(t *testing.T) {
 	c := &sidecarCluster{t: t, api: srv.Client}
 	d := &deployed{c: c, t: t, mgmt: srv.Client}
 	start := time.Now()
-	c.waitFor("after -fix, two replicas of the pack's job, one leading, Nomad's checks on /v1/health passing", 3*time.Minute, func() error {
+	c.waitFor("after -fix, two replicas of the pack's job, one leading, Nomad's checks passing (/v1/health on both, /v1/leader on the leader alone)", 3*time.Minute, func() error {
 		if _, err := d.leader(); err != nil {
 			return err
 		}
-		rs, _ := d.replicas()
-		for _, r := range rs {
-			checks, err := srv.Client.Allocations().Checks(r.id, nil)
-			if err != nil {
-				return err
-			}
-			if len(checks) == 0 {
-				return fmt.Errorf("allocation %s: no check result yet", r.id)
-			}
-			for _, ch := range checks {
-				if ch.Status != "success" {
-					return fmt.Errorf("allocation %s: check %s is %s (%s)", r.id, ch.Check, ch.Status, ch.Output)
-				}
-			}
-		}
-		return nil
+		return d.checked()
 	})
 	t.Logf("a healthy leader %v after hadar auth-method -fix, on a server at %s", time.Since(start).Round(time.Second), srv.Addr)
 }

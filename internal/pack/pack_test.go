@@ -40,7 +40,7 @@ func TestHadarPackRenders(t *testing.T) {
 		want []string
 	}{
 		"defaults": {nil, []string{`job "hadar-sidecar"`, `command = "/usr/local/bin/hadar"`, `count = 2`, `datacenters = ["*"]`,
-			`auth_method = "hadar-workload"`, `nomad_auth = true`, `allow_insecure_http = true`, `"http://${attr.unique.advertise.address}"`, `JWKSURL": "http://127.0.0.1:4646/.well-known/jwks.json"`}},
+			`auth_method = "hadar-workload"`, `nomad_auth = true`, `allow_insecure_http = true`, `name     = "hadar-leader"`, `path            = "/v1/leader"`, `on_update       = "ignore"`, `"http://${attr.unique.advertise.address}"`, `JWKSURL": "http://127.0.0.1:4646/.well-known/jwks.json"`}},
 		"artifact, TLS, queues, another port": {map[string]any{
 			"hadar_artifact": "https://files.example/hadar_v0.3.0_linux_amd64.tar.gz?checksum=sha256:00", "count": 3,
 			"status_tls_cert": "/etc/hadar/tls.crt", "status_tls_key": "/etc/hadar/tls.key", "auth_method": "", "job_name": "hadar-b",

@@ -66,6 +66,7 @@ func New(src Source, opts Options) *Server {
 		}
 	}
 	s.mux.HandleFunc("GET /v1/health", s.health)
+	s.mux.HandleFunc("GET /v1/leader", s.leader)
 	s.mux.HandleFunc("GET /v1/status", s.status)
 	s.mux.HandleFunc("GET /v1/plan", s.plan)
 	s.mux.HandleFunc("GET /v1/jobs", s.jobs)
@@ -154,12 +155,12 @@ func (s *Server) scoped(r *http.Request, sc scope) *recorder {
 	return rec
 }
 
-// open reports whether a path is served to everyone: the health check
-// (Nomad's service checks and load balancers carry no token; it holds
+// open reports whether a path is served to everyone: the health checks
+// (Nomad's service checks and load balancers carry no token; they hold
 // counts, no job) and the page's own files (no data: the page asks for a
 // token when the API wants one).
 func open(path string) bool {
-	return path == "/v1/health" || path == "/" || strings.HasPrefix(path, "/ui/")
+	return path == "/v1/health" || path == "/v1/leader" || path == "/" || strings.HasPrefix(path, "/ui/")
 }
 
 // scopeKey is the request context's key of the caller's scope.
@@ -231,6 +232,20 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	h := s.src.Health()
 	code := http.StatusOK
 	if !h.OK {
+		code = http.StatusServiceUnavailable
+	}
+	s.write(w, code, h)
+}
+
+// leader is the check only the acting replica passes: 200 on the leader
+// (synced or not: it is the one that acts), 503 on a follower. Nomad's
+// service API lists every replica whatever its checks, so the hadar-leader
+// service's check status is what tells the leader's address
+// (docs/deploy.md, "The leader's address").
+func (s *Server) leader(w http.ResponseWriter, _ *http.Request) {
+	h := s.src.Health()
+	code := http.StatusOK
+	if !h.Leader {
 		code = http.StatusServiceUnavailable
 	}
 	s.write(w, code, h)

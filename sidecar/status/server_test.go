@@ -322,3 +322,43 @@ func selfSigned(t *testing.T, dir string) (string, string, *x509.CertPool) {
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
 }
+
+// replicaSource is a source whose health is a given replica's.
+type replicaSource struct {
+	*fake
+	h wire.Health
+}
+
+func (r replicaSource) Health() wire.Health { return r.h }
+
+// /v1/leader is the check only the acting replica passes, served without
+// a token as /v1/health is (Nomad's checks carry none): 200 on the leader
+// whether or not it has planned yet, 503 on a follower, healthy or not.
+func TestLeaderEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		h    wire.Health
+		code int
+	}{
+		{"leader", wire.Health{OK: true, Leader: true, Replica: "a", Generation: 7}, http.StatusOK},
+		{"leader before its first round", wire.Health{Leader: true, Replica: "a", Problem: "no round planned yet"}, http.StatusOK},
+		{"healthy follower", wire.Health{OK: true, Replica: "b"}, http.StatusServiceUnavailable},
+		{"follower not synced", wire.Health{Replica: "b", Problem: "not yet synced with Nomad"}, http.StatusServiceUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := New(replicaSource{scenario(), tc.h}, Options{Auth: Auth{Token: token}}).Handler()
+			code, _, body := get(t, h, "/v1/leader")
+			if code != tc.code {
+				t.Fatalf("GET /v1/leader: %d, want %d: %s", code, tc.code, body)
+			}
+			var got wire.Health
+			if err := json.Unmarshal([]byte(body), &got); err != nil || got.Leader != tc.h.Leader || got.Replica != tc.h.Replica {
+				t.Fatalf("body %s (%v)", body, err)
+			}
+			// The rest of the API still asks for a token.
+			if code, _, _ := get(t, h, "/v1/status"); code != http.StatusUnauthorized {
+				t.Fatalf("GET /v1/status without a token: %d", code)
+			}
+		})
+	}
+}

@@ -36,6 +36,25 @@ job "[[ template "job_name" . ]]" {
       }
     }
 
+    # Every replica registers it; only the leader passes its check.
+    service {
+      provider = "nomad"
+      name     = "hadar-leader"
+      port     = "http"
+      tags     = ["hadar", "leader"]
+
+      check {
+        name            = "hadar leader"
+        type            = "http"
+        protocol        = [[ if eq (var "status_tls_cert" .) "" ]]"http"[[ else ]]"https"[[ end ]]
+        path            = "/v1/leader"
+        interval        = "5s"
+        timeout         = "3s"
+        on_update       = "ignore"
+        tls_skip_verify = true
+      }
+    }
+
     restart {
       attempts = 10
       interval = "10m"
