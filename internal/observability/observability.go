@@ -20,6 +20,9 @@ import (
 const (
 	DashboardFile = "deploy/grafana/hadar.json"
 	RulesFile     = "deploy/prometheus/hadar-alerts.yml"
+	// PrometheusJobFile runs Prometheus as a Nomad job, its token read
+	// from the job's Nomad Variable.
+	PrometheusJobFile = "deploy/prometheus/prometheus.nomad.hcl"
 )
 
 // Query is one PromQL expression of the dashboard or the rules.

@@ -63,7 +63,7 @@ func Files() []string {
 		"docs/status.md", "docs/observability.md", "docs/jobspec.md", "docs/trainer.md", "docs/results.md",
 		"deploy/hadar-sidecar.nomad.hcl", "deploy/hadar-auth-method.json", "docs/acl/hadar-sidecar.nomad.hcl", "docs/acl/hadar-sidecar.consul.hcl",
 		"deploy/systemd/nomad-client.service", "deploy/systemd/nomad-client-hadar.hcl", "deploy/systemd/hadar-sidecar.service", "deploy/systemd/sidecar.hcl",
-		"deploy/grafana/hadar.json", "deploy/prometheus/hadar-alerts.yml",
+		"deploy/grafana/hadar.json", "deploy/prometheus/hadar-alerts.yml", "deploy/prometheus/prometheus.nomad.hcl", "docs/acl/prometheus.nomad.hcl",
 		"deploy/pack/hadar/metadata.hcl", "deploy/pack/hadar/variables.hcl", "deploy/pack/hadar/README.md",
 		"deploy/pack/hadar/templates/_helpers.tpl", "deploy/pack/hadar/templates/hadar-sidecar.nomad.tpl", "deploy/pack/hadar/templates/hadar-auth-method.json.tpl", "docs/queues.md",
 		"planner/profile/data/LICENSE.gavel"}

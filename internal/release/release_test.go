@@ -64,7 +64,8 @@ func TestArchiveIsReproducible(t *testing.T) {
 	for _, want := range []string{"hadar_v1.2.3_linux_arm64/hadar", "hadar_v1.2.3_linux_arm64/plugins/hadar-gpu", "hadar_v1.2.3_linux_arm64/plugins/hadar-train",
 		"hadar_v1.2.3_linux_arm64/deploy/hadar-sidecar.nomad.hcl", "hadar_v1.2.3_linux_arm64/docs/upgrade.md", "hadar_v1.2.3_linux_arm64/CHANGELOG.md",
 		"hadar_v1.2.3_linux_arm64/deploy/systemd/nomad-client.service", "hadar_v1.2.3_linux_arm64/deploy/systemd/hadar-sidecar.service",
-		"hadar_v1.2.3_linux_arm64/deploy/grafana/hadar.json", "hadar_v1.2.3_linux_arm64/deploy/prometheus/hadar-alerts.yml"} {
+		"hadar_v1.2.3_linux_arm64/deploy/grafana/hadar.json", "hadar_v1.2.3_linux_arm64/deploy/prometheus/hadar-alerts.yml",
+		"hadar_v1.2.3_linux_arm64/deploy/prometheus/prometheus.nomad.hcl", "hadar_v1.2.3_linux_arm64/docs/acl/prometheus.nomad.hcl"} {
 		p, ok := files[want]
 		if !ok {
 			t.Fatalf("the archive lacks %s (has %v)", want, files)
