@@ -151,6 +151,7 @@ func goldenCases() []goldenCase {
 	noNodes := &Access{namespace: func(ns string) bool { return ns == "default" }}
 	return []goldenCase{
 		{"health", "GET /v1/health", "/v1/health", nil, 200},
+		{"leader", "GET /v1/leader", "/v1/leader", nil, 200},
 		{"status", "GET /v1/status", "/v1/status", nil, 200},
 		{"status_ns_default", "GET /v1/status", "/v1/status?namespace=default", nil, 200},
 		{"status_team_token", "GET /v1/status", "/v1/status", team, 200},
