@@ -9,8 +9,10 @@ as ``python SCRIPT`` would, with two differences the contract needs:
   launcher a stop that arrives while the script still imports is lost
   and the task trains on until ``kill_timeout`` ends it with SIGKILL. A
   stop before ``hadar_train.init()`` ends the script at once with exit 0
-  (no step ran: there is nothing to save); one that the script swallows
-  is handed to ``init()``, which then stops the run the same way.
+  (no step ran: there is nothing to save), also when the code it
+  interrupted turned the launcher's exit into another exception (torch's
+  import makes it a ``RuntimeError``); one that the script swallows is
+  handed to ``init()``, which then stops the run the same way.
 - It ends the process itself once the script is done (``os._exit`` with
   the script's status, after its ``atexit`` handlers and threads, each
   waited for a bounded time): interpreter shutdown after a DDP run over
@@ -174,7 +176,17 @@ def _run(argv: List[str]) -> int:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         return exit_status(e.code)
-    except BaseException:
+    except BaseException as e:
+        if _pending is not None:
+            # The stop before init() was raised where the script was, and
+            # the code there made it another exception: importing torch,
+            # its C extension's initialisation turns it into
+            # "RuntimeError: Stopped: 0". The script ended because of the
+            # stop, before it ran a step: exit 0, as Stopped(0) would.
+            name = signal.Signals(_pending).name
+            print(f"hadar_train.run: the script ended with {type(e).__name__}: {e} after {name} came before the run "
+                  "started; exiting 0", file=sys.stderr, flush=True)
+            return 0
         sys.excepthook(*sys.exc_info())
         return 1
     return 0

@@ -84,6 +84,31 @@ class StopBeforeInit(ProcTest):
         prog = read_progress(progress)
         self.assertEqual((prog["state"], prog["steps_done"]), ("stopped", 0), prog)
 
+    def test_a_stop_turned_into_another_exception_exits_0(self) -> None:
+        """The launcher's exit raised where the script was, inside code that
+        turns it into another exception: importing torch, the signal runs
+        the handler inside torch._C's initialisation, which re-raises
+        ``RuntimeError: Stopped: 0`` (seen live on Nomad's exec driver:
+        the stopped task ended with exit 1). The script ended because of
+        the stop, before any step: exit 0."""
+        sleep = textwrap.dedent("""
+            try:
+                time.sleep(120)
+            except BaseException as e:
+                raise RuntimeError(f"{type(e).__name__}: {e}")  # as pybind11 does
+        """)
+        p, _ = self.start_slow(LAUNCHER, sleep, "converted")
+        p.signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=30), 0, p.stderr())
+        self.assertNotIn("init returned", p.stdout())
+        self.assertIn("ended with RuntimeError: Stopped: 0 after SIGTERM came before the run started; exiting 0", p.stderr())
+
+        # Without a stop, an exception is the script's failure: exit 1.
+        failing = self.script("failing.py", "raise RuntimeError('a bug')\n")
+        f = self.start(LAUNCHER + [failing], {}, "failing")
+        self.assertEqual(f.wait(timeout=60), 1, f.stderr())
+        self.assertIn("RuntimeError: a bug", f.stderr())
+
     def test_runs_scripts_and_modules_as_python_does(self) -> None:
         """``SCRIPT ARGS`` and ``-m MODULE ARGS`` run as ``__main__`` with
         their argv and path, and the process ends with the script's status."""
