@@ -105,6 +105,12 @@ type Config struct {
 	// job (a hang, a deadlock, a broken node) shown to the operator; it is
 	// never learned as its model's speed.
 	StallAfter float64
+	// StartsReported says the caller calls Started when every worker a
+	// decision added runs (the sidecar; the simulator starts a placement
+	// at its decision). A job stopped or moved before then, or before its
+	// first step after it, says so in its reason: it was stopped before
+	// it started, or before it trained.
+	StartsReported bool
 }
 
 // Engine is the round engine. Build one with New; feed it what happens
@@ -153,7 +159,11 @@ type job struct {
 	reportedAt             float64
 	trustedDone, trustedAt float64
 	// progressAt is when the job last made a step (0: never).
-	progressAt   float64
+	progressAt float64
+	// setup: the current placement's new workers do not all run yet (a
+	// decision placed them, Started has not been called since); only with
+	// Config.StartsReported.
+	setup        bool
 	reason       round.Reason
 	waitingSince float64
 	// ineligible says why the job can run nowhere, when its eligibility
@@ -708,6 +718,7 @@ func (e *Engine) Started(id string, now float64) error {
 	}
 	if j.view.Running {
 		j.placedAt, j.lastAt = now, -1
+		j.setup = false
 	}
 	return nil
 }
@@ -748,6 +759,7 @@ func (e *Engine) Adopt(id string, p planner.Placement, now float64) error {
 	}
 	j.view.Placement, j.view.Running = clonePlacement(p), true
 	j.placedAt, j.lastAt = now, -1
+	j.setup = false
 	return nil
 }
 
@@ -812,6 +824,7 @@ func (e *Engine) stopped(j *job, now float64) {
 	j.view.Running = false
 	j.view.Placement = planner.Placement{}
 	j.lastAt = -1
+	j.setup = false
 }
 
 // SetNode adds node n or replaces the node of the same ID (a GPU lost or
@@ -1494,6 +1507,11 @@ func (e *Engine) apply(v *round.View, planned []*job, ps []planner.Placement, ki
 		if j.stallNote != "" {
 			jd.Reason.Why += "; " + j.stallNote
 		}
+		if was && (jd.Action == Stop || jd.Action == Move) {
+			if note := e.beforeStart(j, v.Now); note != "" {
+				jd.Reason.Why += "; " + note
+			}
+		}
 		if len(p.Units) == 0 {
 			jd.Position = waiting
 			waiting++
@@ -1501,6 +1519,7 @@ func (e *Engine) apply(v *round.View, planned []*job, ps []planner.Placement, ki
 		} else {
 			if !keptAll || !was {
 				j.placedAt, j.lastAt = v.Now, -1
+				j.setup = e.cfg.StartsReported
 			}
 			j.view.Placement = clonePlacement(p)
 			j.view.Running = true
@@ -1509,6 +1528,24 @@ func (e *Engine) apply(v *round.View, planned []*job, ps []planner.Placement, ki
 		d.Jobs = append(d.Jobs, jd)
 	}
 	return d
+}
+
+// beforeStart says, for the reason of running job j stopped or moved at
+// now, that it had not started there: its workers did not all run yet
+// (task setup: a chroot, an image, GPUs still held by their previous
+// job), or ran without a step since (start-up before training: imports,
+// data, the unit gathering). "" when it trained, or when the caller
+// does not report starts (Config.StartsReported).
+func (e *Engine) beforeStart(j *job, now float64) string {
+	switch {
+	case !e.cfg.StartsReported:
+		return ""
+	case j.setup:
+		return fmt.Sprintf("stopped before it started: its workers were not all running %s after they were placed", secs(now-j.placedAt))
+	case j.progressAt < j.placedAt:
+		return fmt.Sprintf("stopped before it trained: no step in the %s since its workers started", secs(now-j.placedAt))
+	}
+	return ""
 }
 
 func keptFirst(prev, p planner.Placement) bool {

@@ -749,6 +749,78 @@ func TestMinRunTimeCountsFromTheStart(t *testing.T) {
 	}
 }
 
+// TestStoppedBeforeItStartedSaysSo (issue 32, item 5): a job stopped
+// while its workers were still in task setup (Started not called since
+// the decision) says it was stopped before it started; one whose workers
+// ran but made no step since says it was stopped before it trained; one
+// that trained, and any job when the caller reports no starts (the
+// simulator), says neither.
+func TestStoppedBeforeItStartedSaysSo(t *testing.T) {
+	ctx := context.Background()
+	reason := func(d engine.Decision, id string) string {
+		for _, jd := range d.Jobs {
+			if jd.Job == id {
+				return jd.Reason.Why
+			}
+		}
+		t.Fatalf("no decision for %s in %+v", id, d)
+		return ""
+	}
+	for _, reported := range []bool{true, false} {
+		s := &scripted{}
+		e := newEngine(t, s, engine.Config{StartsReported: reported})
+		if err := e.Admit(job("x", 1, 1e9), 0); err != nil {
+			t.Fatal(err)
+		}
+		on := map[string]planner.Placement{"x": place(unit(slot("a", "v100", 1)))}
+		off := map[string]planner.Placement{"x": {}}
+		at := 0.0
+		for _, tc := range []struct {
+			name    string
+			started bool
+			step    bool
+			want    string
+		}{
+			{"in setup", false, false, "stopped before it started: its workers were not all running 30s after they were placed"},
+			{"started, no step", true, false, "stopped before it trained: no step in the 20s since its workers started"},
+			{"trained", true, true, ""},
+		} {
+			s.next = on
+			if d, err := e.Plan(ctx, at, engine.Boundary); err != nil || actions(d)["x"] != engine.Start {
+				t.Fatalf("%s: %v, %v", tc.name, actions(d), err)
+			}
+			if tc.started {
+				if err := e.Started("x", at+10); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.step {
+				if err := e.Progress("x", at+5, at+20); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.next = off
+			d, err := e.Plan(ctx, at+30, engine.Boundary)
+			if err != nil || actions(d)["x"] != engine.Stop {
+				t.Fatalf("%s: %v, %v", tc.name, actions(d), err)
+			}
+			why := reason(d, "x")
+			for _, note := range []string{"stopped before it started", "stopped before it trained"} {
+				if has := strings.Contains(why, note); has != (reported && strings.HasPrefix(tc.want, note)) {
+					t.Errorf("starts reported %v, %s: reason %q", reported, tc.name, why)
+				}
+			}
+			if reported && tc.want != "" && !strings.HasSuffix(why, "; "+tc.want) {
+				t.Errorf("%s: reason %q, want it to end %q", tc.name, why, tc.want)
+			}
+			if js, _ := e.Job("x"); js.Reason.Why != why {
+				t.Errorf("%s: the job's view says %q, the decision %q", tc.name, js.Reason.Why, why)
+			}
+			at += 60
+		}
+	}
+}
+
 type scaled struct {
 	p speed.Profile
 	f float64

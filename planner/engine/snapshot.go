@@ -127,6 +127,9 @@ type jobV1 struct {
 	// StalledOn holds the GPU types the job's own stall keeps it off and
 	// when each was seen (absent in older snapshots: none).
 	StalledOn map[planner.GPUType]float64 `json:"stalled_on,omitempty"`
+	// Setup: the placement's new workers did not all run yet (absent in
+	// older snapshots: they did).
+	Setup bool `json:"setup,omitempty"`
 }
 
 // estimatesV1 is the estimates of versions 1 and 2 (the fields of 2
@@ -183,7 +186,7 @@ func (e *Engine) Snapshot() ([]byte, error) {
 	for _, j := range e.jobs {
 		st.Jobs = append(st.Jobs, jobV1{Job: j.view.Job, Remaining: j.rem, Done: j.done, Running: j.view.Running, Placement: j.view.Placement,
 			Received: j.view.Received, PlacedAt: j.placedAt, LastAt: j.lastAt, ReportedAt: j.reportedAt, TrustedDone: j.trustedDone, TrustedAt: j.trustedAt, LastDone: j.lastDone, ProgressAt: j.progressAt, Reason: j.reason, WaitingSince: j.waitingSince,
-			DeferUntil: j.deferUntil, DeferWhy: j.deferWhy, Eligible: j.eligible, Ineligible: j.ineligible, StalledOn: j.stalledOn})
+			DeferUntil: j.deferUntil, DeferWhy: j.deferWhy, Eligible: j.eligible, Ineligible: j.ineligible, StalledOn: j.stalledOn, Setup: j.setup})
 	}
 	if e.est != nil {
 		es := &estimatesV1{Learn: e.est.learn, Gen: e.est.gen, LearnGen: e.est.learnGen}
@@ -316,7 +319,7 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		j := &job{view: round.JobView{Job: js.Job, Remaining: js.Remaining, Received: slices.Clone(js.Received), Placement: clonePlacement(js.Placement), Running: js.Running, Eligible: el},
 			eligible: el, ineligible: js.Ineligible, stalledOn: stalledOn,
 			rem: js.Remaining, done: js.Done, placedAt: js.PlacedAt, lastAt: js.LastAt, reportedAt: js.ReportedAt, trustedDone: js.TrustedDone, trustedAt: js.TrustedAt, lastDone: js.LastDone, progressAt: js.ProgressAt, reason: js.Reason, waitingSince: js.WaitingSince,
-			deferUntil: js.DeferUntil, deferWhy: js.DeferWhy}
+			deferUntil: js.DeferUntil, deferWhy: js.DeferWhy, setup: js.Setup && js.Running && e.cfg.StartsReported}
 		e.jobs = append(e.jobs, j)
 		e.byID[js.Job.ID] = j
 	}

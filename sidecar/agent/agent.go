@@ -292,7 +292,7 @@ func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates,
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := engine.Config{Round: a.cfg.Round.Duration().Seconds(), Speed: model, MinRunTime: a.cfg.MinRunTime.Duration().Seconds(), MaxMinRunTime: a.cfg.MaxMinRunTime.Duration().Seconds()}
+	cfg := engine.Config{Round: a.cfg.Round.Duration().Seconds(), Speed: model, MinRunTime: a.cfg.MinRunTime.Duration().Seconds(), MaxMinRunTime: a.cfg.MaxMinRunTime.Duration().Seconds(), StartsReported: true}
 	if snapshot != nil {
 		e, err := engine.Restore(snapshot, cfg, sched)
 		return e, est, err
