@@ -63,19 +63,21 @@ func startTorchCluster(t *testing.T, nodes []torchNode) (*sidecarCluster, torchP
 // on the daemon at dockerSock too (none when it is empty).
 func startTorchClusterDocker(t *testing.T, nodes []torchNode, dockerSock string) (*sidecarCluster, torchPaths) {
 	t.Helper()
-	return startTorch(t, nodes, dockerSock, "")
+	return startTorch(t, nodes, dockerSock, "", "")
 }
 
 // startTorchDev is startTorchCluster on one dev agent (server and client)
 // named name, with the GPUs of every entry of gpus (their names unused).
 func startTorchDev(t *testing.T, name string, gpus []torchNode) (*sidecarCluster, torchPaths) {
 	t.Helper()
-	return startTorch(t, gpus, "", name)
+	return startTorch(t, gpus, "", name, "")
 }
 
 // startTorch starts the cluster: a server and a client per node, or, with
-// dev set, one dev agent of that name with all the nodes' GPUs.
-func startTorch(t *testing.T, nodes []torchNode, dockerSock, dev string) (*sidecarCluster, torchPaths) {
+// dev set, one dev agent of that name with all the nodes' GPUs. A
+// non-empty chroot is the clients' chroot_env entries (one "host" =
+// "chroot" line each) in place of the harness's own.
+func startTorch(t *testing.T, nodes []torchNode, dockerSock, dev, chroot string) (*sidecarCluster, torchPaths) {
 	t.Helper()
 	skipShort(t)
 	if err := exec.Command(debianPython, "-c", "import torch, sklearn").Run(); err != nil {
@@ -98,15 +100,27 @@ func startTorch(t *testing.T, nodes []torchNode, dockerSock, dev string) (*sidec
 		c.api = c.server.Client
 	}
 	train := fmt.Sprintf("checkpoint_root = %q\nmerge_root = %q\nprogress_poll_interval = \"500ms\"", c.ckpt, c.merge)
-	// Debian keeps some of torch's libraries (libgloo) in /usr/lib itself;
-	// the chroot takes those files, not the whole of /usr/lib (90,000 files).
-	libs, err := filepath.Glob("/usr/lib/*.so*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var libLines strings.Builder
-	for _, l := range libs {
-		fmt.Fprintf(&libLines, "    %q = %q\n", l, l)
+	if chroot == "" {
+		// Debian keeps some of torch's libraries (libgloo) in /usr/lib
+		// itself; the chroot takes those files, not the whole of /usr/lib
+		// (90,000 files).
+		libs, err := filepath.Glob("/usr/lib/*.so*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var libLines strings.Builder
+		for _, l := range libs {
+			fmt.Fprintf(&libLines, "    %q = %q\n", l, l)
+		}
+		chroot = fmt.Sprintf(`    "/etc"                       = "/etc"
+    "/usr/bin"                   = "/usr/bin"
+    "/usr/lib64"                 = "/lib64"
+    "/usr/lib/x86_64-linux-gnu"  = "/usr/lib/x86_64-linux-gnu"
+    "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" = "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+    "/usr/lib/python3"           = "/usr/lib/python3"
+    "/usr/lib/python3.11"        = "/usr/lib/python3.11"
+%s    %q = "/usr/local/lib/python3.11/dist-packages/hadar_train"
+`, libLines.String(), filepath.Join(p.python, "hadar_train"))
 	}
 	extra := fmt.Sprintf(`client {
   host_volume "hadar-checkpoints" {
@@ -116,17 +130,9 @@ func startTorch(t *testing.T, nodes []torchNode, dockerSock, dev string) (*sidec
     path = %q
   }
   chroot_env {
-    "/etc"                       = "/etc"
-    "/usr/bin"                   = "/usr/bin"
-    "/usr/lib64"                 = "/lib64"
-    "/usr/lib/x86_64-linux-gnu"  = "/usr/lib/x86_64-linux-gnu"
-    "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" = "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
-    "/usr/lib/python3"           = "/usr/lib/python3"
-    "/usr/lib/python3.11"        = "/usr/lib/python3.11"
-%s    %q = "/usr/local/lib/python3.11/dist-packages/hadar_train"
-  }
+%s  }
 }
-`, p.hostCkpt, p.hostMerge, libLines.String(), filepath.Join(p.python, "hadar_train"))
+`, p.hostCkpt, p.hostMerge, chroot)
 	plugins := map[string]string{"hadar-train": train, "raw_exec": "enabled = true"}
 	drivers := []string{"hadar-train", "exec", "raw_exec"}
 	if dockerSock != "" {
@@ -178,6 +184,7 @@ type torchJob struct {
 	forkable   bool
 	throughput string
 	module     string   // hadar_train.examples.<module>
+	script     string   // or a script's path, as the task sees it
 	args       []string // the script's
 	env        map[string]string
 	config     string // more config lines (hadar-train's emulate)
@@ -193,7 +200,11 @@ func (p torchPaths) hcl(j torchJob) string {
 		j.memory = 1024
 	}
 	// Under the library's launcher, as docs/pytorch.md has it.
-	args := append([]string{"-m", "hadar_train.run", "-m", "hadar_train.examples." + j.module}, j.args...)
+	target := []string{"-m", "hadar_train.examples." + j.module}
+	if j.script != "" {
+		target = []string{j.script}
+	}
+	args := append(append([]string{"-m", "hadar_train.run"}, target...), j.args...)
 	quoted := make([]string, len(args))
 	for i, a := range args {
 		quoted[i] = strconv.Quote(a)
