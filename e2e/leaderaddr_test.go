@@ -48,19 +48,19 @@ func (d *deployed) leaderByService() (reg *api.ServiceRegistration, registered i
 
 // statusOK asks the status API at addr for /v1/status with token: 200, and
 // the replica says it leads.
-func statusOK(addr, token string) error {
+func statusOK(addr, token string) (replica string, err error) {
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/status", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer resp.Body.Close()
 	var st wire.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != http.StatusOK || !st.Sidecar.Leader {
-		return fmt.Errorf("GET %s/v1/status: %d, leader %v (%v)", addr, resp.StatusCode, st.Sidecar.Leader, err)
+		return "", fmt.Errorf("GET %s/v1/status: %d, leader %v (%v)", addr, resp.StatusCode, st.Sidecar.Leader, err)
 	}
-	return nil
+	return st.Sidecar.Replica, nil
 }
 
 // TestLeaderServiceAddress: the deployed sidecar's leader is found through
@@ -84,6 +84,7 @@ func TestLeaderServiceAddress(t *testing.T) {
 	token := c.server.Token
 
 	var lead *api.ServiceRegistration
+	var replica string // the leading process (host-pid): a restart in place is another
 	c.waitFor("one hadar-leader registration passing its check, of two", 3*time.Minute, func() error {
 		r, n, err := d.leaderByService()
 		if err != nil {
@@ -93,7 +94,8 @@ func TestLeaderServiceAddress(t *testing.T) {
 			return fmt.Errorf("%d registrations", n)
 		}
 		lead = r
-		return statusOK(fmt.Sprintf("%s:%d", r.Address, r.Port), token)
+		replica, err = statusOK(fmt.Sprintf("%s:%d", r.Address, r.Port), token)
+		return err
 	})
 	t.Logf("leader %s at %s:%d; Nomad's service API lists 2 hadar-leader registrations, 1 passes its check", lead.AllocID, lead.Address, lead.Port)
 
@@ -102,8 +104,11 @@ func TestLeaderServiceAddress(t *testing.T) {
 		t.Fatalf("docs/deploy.md's line for the leader's address prints %q", got)
 	}
 
-	// The address follows the leader: wait until another allocation's
-	// registration passes, its status API says it leads; within bound.
+	// The address follows the leader: wait until the registration that
+	// passes is another leading process's (another allocation's, or, after
+	// a kill, the same allocation's task restarted by Nomad, which may win
+	// the lapsed lock as well as the other replica), its status API saying
+	// it leads; within bound.
 	follow := func(how string, old string, bound time.Duration) *api.ServiceRegistration {
 		t.Helper()
 		start := time.Now()
@@ -113,13 +118,14 @@ func TestLeaderServiceAddress(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if r.AllocID == old {
-				return fmt.Errorf("allocation %s still passes", old)
-			}
-			if err := statusOK(fmt.Sprintf("%s:%d", r.Address, r.Port), token); err != nil {
+			rep, err := statusOK(fmt.Sprintf("%s:%d", r.Address, r.Port), token)
+			if err != nil {
 				return err
 			}
-			next = r
+			if rep == old {
+				return fmt.Errorf("the leading process %s (allocation %s) still passes", old, r.AllocID)
+			}
+			next, replica = r, rep
 			return nil
 		})
 		took := time.Since(start)
@@ -138,7 +144,7 @@ func TestLeaderServiceAddress(t *testing.T) {
 	}
 	// slack: the machine runs other suites beside this one.
 	const slack = 10 * time.Second
-	lead = follow("stopping the leader's allocation", lead.AllocID, 2*time.Second+4*time.Second+5*time.Second+3*time.Second+10*time.Second+slack)
+	lead = follow("stopping the leader's allocation", replica, 2*time.Second+4*time.Second+5*time.Second+3*time.Second+10*time.Second+slack)
 
 	// A killed leader leaves its lock to lapse: 2 x TTL + the lock delay
 	// (1 s), then the same as above.
@@ -146,7 +152,7 @@ func TestLeaderServiceAddress(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	lead = follow("SIGKILL of the leader's process", lead.AllocID, 2*ttl+time.Second+2*time.Second+4*time.Second+5*time.Second+3*time.Second+slack)
+	lead = follow("SIGKILL of the leader's process", replica, 2*ttl+time.Second+2*time.Second+4*time.Second+5*time.Second+3*time.Second+slack)
 
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
