@@ -44,6 +44,20 @@ type Snapshot struct {
 	// allocation holds on its node, of every job (managed or not) in every
 	// namespace. Nomad fits a new allocation into what these leave free.
 	Usage map[string]*Usage
+
+	// byJob indexes allocs by job, each sorted as AllocsOf returns them:
+	// the agent asks for one job's allocations many times a pass, and a
+	// scan of every allocation each time grows with the cluster. freeze
+	// builds it once; a Snapshot built as a literal has none.
+	byJob *allocIndex
+}
+
+// allocIndex is Snapshot.byJob: of indexes the map it was built from, so
+// that a copy of a Snapshot given other Allocs does not use it.
+type allocIndex struct {
+	of   map[string]*Alloc
+	size int
+	jobs map[JobKey][]*Alloc
 }
 
 // Usage is what one live allocation holds of its node's CPU, memory and
@@ -473,20 +487,46 @@ func lessKey(a, b JobKey) bool {
 }
 
 // AllocsOf returns the job's allocations sorted by creation time then ID.
+// The slice may be shared with other callers: do not change it.
 func (s *Snapshot) AllocsOf(k JobKey) []*Alloc {
+	if x := s.byJob; x != nil && x.size == len(s.Allocs) && sameMap(x.of, s.Allocs) {
+		out := x.jobs[k]
+		return out[:len(out):len(out)] // an append copies, never grows the index
+	}
 	var out []*Alloc
 	for _, a := range s.Allocs {
 		if a.Job() == k {
 			out = append(out, a)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].CreateTime.Equal(out[j].CreateTime) {
-			return out[i].CreateTime.Before(out[j].CreateTime)
-		}
-		return out[i].ID < out[j].ID
-	})
+	sortAllocs(out)
 	return out
+}
+
+// indexAllocs builds s.byJob from s.Allocs.
+func (s *Snapshot) indexAllocs() {
+	x := &allocIndex{of: s.Allocs, size: len(s.Allocs), jobs: map[JobKey][]*Alloc{}}
+	for _, a := range s.Allocs {
+		x.jobs[a.Job()] = append(x.jobs[a.Job()], a)
+	}
+	for _, as := range x.jobs {
+		sortAllocs(as)
+	}
+	s.byJob = x
+}
+
+func sortAllocs(as []*Alloc) {
+	sort.Slice(as, func(i, j int) bool {
+		if !as[i].CreateTime.Equal(as[j].CreateTime) {
+			return as[i].CreateTime.Before(as[j].CreateTime)
+		}
+		return as[i].ID < as[j].ID
+	})
+}
+
+// sameMap reports whether a and b are the same map (not merely equal).
+func sameMap(a, b map[string]*Alloc) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // BlockedEvalsOf returns the job's blocked evaluations sorted by ID.

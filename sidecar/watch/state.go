@@ -122,6 +122,7 @@ func (s *state) freeze() *Snapshot {
 		snap.Unmanaged = append(snap.Unmanaged, *h)
 	}
 	sort.Slice(snap.Unmanaged, func(i, j int) bool { return snap.Unmanaged[i].AllocID < snap.Unmanaged[j].AllocID })
+	snap.indexAllocs()
 	return snap
 }
 
