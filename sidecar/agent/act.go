@@ -53,7 +53,7 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 	waited := false
 	for _, jd := range d.Changes() {
 		if mj := byID[jd.Job]; mj != nil {
-			if pw := a.writing[mj.key]; pw != nil {
+			if pw := a.out.inFlight(mj.key); pw != nil {
 				<-pw.done
 				waited = true
 			}
@@ -144,24 +144,11 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 		for _, u := range w.fresh {
 			w.mj.units = max(w.mj.units, u.ID+1)
 		}
-		a.writing[k] = w
-		a.writes.Add(1)
 		inFlight.Add(1)
-		go func() {
-			defer a.writes.Done()
+		a.out.start(k, w, func() {
 			defer inFlight.Done()
-			a.writeSem <- struct{}{}
 			_, w.err = a.applier.BeginReserved(wctx, r, w.job, w.target, w.after)
-			<-a.writeSem
-			a.wmu.Lock()
-			a.written = append(a.written, w)
-			a.wmu.Unlock()
-			close(w.done)
-			select {
-			case a.wrote <- struct{}{}:
-			default:
-			}
-		}()
+		})
 	}
 }
 
@@ -172,14 +159,7 @@ type plannedKey struct{}
 // collectWrites records how the writes that returned went. Called under
 // a.mu.
 func (a *Agent) collectWrites() {
-	a.wmu.Lock()
-	ws := a.written
-	a.written = nil
-	a.wmu.Unlock()
-	for _, w := range ws {
-		if a.writing[w.job.Key] == w {
-			delete(a.writing, w.job.Key)
-		}
+	for _, w := range a.out.collect() {
 		a.finishWrite(w)
 	}
 }
@@ -187,7 +167,7 @@ func (a *Agent) collectWrites() {
 // settleWrites waits for every write in the background and records how
 // each went (shutdown, tests). Called without a.mu.
 func (a *Agent) settleWrites() {
-	a.writes.Wait()
+	a.out.wait()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.collectWrites()

@@ -122,8 +122,8 @@ func TestRoundDoesNotWaitForItsWrites(t *testing.T) {
 	a.settleWrites()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if rec.registers != 10 || len(a.writing) != 0 {
-		t.Fatalf("%d registrations, %d writes pending, want 10 and 0", rec.registers, len(a.writing))
+	if rec.registers != 10 || a.out.pending() != 0 {
+		t.Fatalf("%d registrations, %d writes pending, want 10 and 0", rec.registers, a.out.pending())
 	}
 	decided := 0
 	for _, ev := range a.history {

@@ -92,15 +92,9 @@ type Agent struct {
 	boundary chan struct{}
 	// seen is the view of the cluster the engine was last synced with.
 	seen *watch.Snapshot
-	// writing are the jobs whose write goes out in the background (act),
-	// written those that returned, for collectWrites (under wmu); writes
-	// counts the goroutines, writeSem bounds them, wrote wakes Run.
-	writing  map[watch.JobKey]*pendingWrite
-	wmu      sync.Mutex
-	written  []*pendingWrite
-	writes   sync.WaitGroup
-	writeSem chan struct{}
-	wrote    chan struct{}
+	// out holds the job writes going out in the background (act) until
+	// collectWrites records how they went.
+	out *outbox
 
 	// State: the store, the last journal entry the saved state reflects,
 	// whether the journal is still to be re-checked after a restore, and
@@ -182,7 +176,7 @@ func New(cfg config.Config, client *api.Client, logger hclog.Logger) (*Agent, er
 		nodes: map[string]planner.Node{}, drained: map[string]bool{}, addrs: map[string]string{},
 		models: map[string]map[planner.GPUType][]string{}, ports: apply.NewPorts(portLow, portHigh),
 		boundary: make(chan struct{}, 1),
-		writing:  map[watch.JobKey]*pendingWrite{}, writeSem: make(chan struct{}, writers), wrote: make(chan struct{}, 1),
+		out:      newOutbox(writers),
 	}
 	a.mono = newMonoClock(a.clock())
 	a.progress = w.Progress
@@ -397,7 +391,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case err := <-werr:
 			return watcherEnded(ctx, err)
 		case <-a.watcher.Changes():
-		case <-a.wrote:
+		case <-a.out.wake():
 		case <-tick.C:
 		}
 	}

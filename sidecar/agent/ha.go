@@ -122,7 +122,7 @@ func (a *Agent) campaign(ctx context.Context) {
 		}
 		// Writes of an earlier lease still going out (refused by the
 		// fence) end before the state is reloaded under them.
-		a.writes.Wait()
+		a.out.wait()
 		a.mu.Lock()
 		// The previous leader's state is the latest (a shared store);
 		// restore it before acting on it.
