@@ -96,15 +96,8 @@ type Agent struct {
 	// collectWrites records how they went.
 	out *outbox
 
-	// State: the store, the last journal entry the saved state reflects,
-	// whether the journal is still to be re-checked after a restore, and
-	// the Nomad index the current plan was made on.
-	store      state.Store
-	journalMu  sync.Mutex
-	journalSeq uint64
-	recheck    bool
-	planIndex  atomic.Uint64
-	saveErr    error
+	// ledger is the state store and where the agent stands in it.
+	ledger ledger
 
 	// lead is this replica's part in the election.
 	lead
@@ -222,7 +215,7 @@ func (a *Agent) fence(ctx context.Context, w apply.Write) error {
 			return err
 		}
 	}
-	if a.store == nil {
+	if a.ledger.store == nil {
 		return nil
 	}
 	return a.journal(ctx, w)
@@ -246,7 +239,7 @@ func (a *Agent) Close() error {
 	a.settleWrites()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.store == nil {
+	if a.ledger.store == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -257,10 +250,10 @@ func (a *Agent) Close() error {
 		// never overwrite the leader's in a shared store.
 		err = a.save(ctx, a.watcher.Stats().Index)
 	}
-	if cerr := a.store.Close(); err == nil {
+	if cerr := a.ledger.store.Close(); err == nil {
 		err = cerr
 	}
-	a.store = nil
+	a.ledger.store = nil
 	return err
 }
 
@@ -435,7 +428,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	start := a.clock()
-	a.planIndex.Store(snap.Index)
+	a.ledger.planIndex.Store(snap.Index)
 	a.cycles++
 	a.collectWrites()
 	var stepped []apply.Outcome
@@ -492,12 +485,11 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	}
 	if acting && (d.Kind != engine.None || boundary || len(stepped) > 0) {
 		if err := a.save(ctx, snap.Index); err != nil {
-			if a.saveErr == nil {
-				a.log.Error("saving the state failed: a restart now would rebuild from Nomad alone", "store", a.store.Where(), "error", err)
+			if a.ledger.saved(err) {
+				a.log.Error("saving the state failed: a restart now would rebuild from Nomad alone", "store", a.ledger.store.Where(), "error", err)
 			}
-			a.saveErr = err
 		} else {
-			a.saveErr = nil
+			a.ledger.saved(nil)
 		}
 	}
 	return nil

@@ -179,8 +179,8 @@ func (a *Agent) Health() wire.Health {
 		h.Problem = "not yet synced with Nomad"
 	case a.rounds == 0:
 		h.Problem = "no round planned yet"
-	case a.saveErr != nil:
-		h.Problem = "the state cannot be saved: " + a.saveErr.Error()
+	case a.ledger.saveErr != nil:
+		h.Problem = "the state cannot be saved: " + a.ledger.saveErr.Error()
 	default:
 		h.OK = true
 	}

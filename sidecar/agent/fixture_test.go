@@ -112,14 +112,14 @@ func TestRestoresEveryReleasesState(t *testing.T) {
 			if err := save(); err != nil {
 				t.Fatalf("saving the restored state: %v", err)
 			}
-			if err := a.store.Close(); err != nil {
+			if err := a.ledger.store.Close(); err != nil {
 				t.Fatal(err)
 			}
 			again, err := New(s, client, nil)
 			if err != nil {
 				t.Fatalf("the state saved from %s does not restore: %v", dir, err)
 			}
-			defer again.store.Close()
+			defer again.ledger.store.Close()
 			if len(again.jobs) != len(jobs) || len(again.history) != len(history) || again.rounds != rounds {
 				t.Fatalf("saved and restored: %d jobs, %d decisions, %d rounds; before: %d, %d, %d", len(again.jobs), len(again.history), again.rounds, len(jobs), len(history), rounds)
 			}

@@ -176,10 +176,10 @@ func (a *Agent) resign() {
 // reload restores the engine from the store, when it holds a state, in
 // place of what this replica built while following. Called under a.mu.
 func (a *Agent) reload(ctx context.Context) error {
-	if a.store == nil {
+	if a.ledger.store == nil {
 		return nil
 	}
-	saved, err := a.store.Load(ctx)
+	saved, err := a.ledger.store.Load(ctx)
 	if err != nil || saved == nil {
 		return err
 	}
@@ -187,5 +187,5 @@ func (a *Agent) reload(ctx context.Context) error {
 		a.prof.Forget(mj.model)
 	}
 	a.jobs, a.nodes, a.drained = map[watch.JobKey]*managed{}, map[string]planner.Node{}, map[string]bool{}
-	return a.openState(ctx, a.store)
+	return a.openState(ctx, a.ledger.store)
 }

@@ -38,11 +38,11 @@ func TestLearningTimingOnRestore(t *testing.T) {
 	saveFrom := func(t *testing.T, a *Agent) *memStore {
 		t.Helper()
 		m := &memStore{}
-		a.store = m
+		a.ledger.store = m
 		if err := a.save(context.Background(), 1); err != nil {
 			t.Fatal(err)
 		}
-		a.store = nil
+		a.ledger.store = nil
 		return m
 	}
 	shortState := saveFrom(t, short)

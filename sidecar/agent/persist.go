@@ -40,7 +40,7 @@ type jobBook struct {
 // restores the engine and the bookkeeping from it. A state it cannot read
 // stops the sidecar: it never plans on half-loaded state.
 func (a *Agent) openState(ctx context.Context, store state.Store) error {
-	a.store = store
+	a.ledger.store = store
 	if store == nil {
 		return nil
 	}
@@ -96,15 +96,14 @@ func (a *Agent) openState(ctx context.Context, store state.Store) error {
 	}
 	a.drained = drained
 	a.history, a.rounds, a.next = st.History, st.Rounds, st.Next
-	a.journalSeq = saved.JournalSeq
-	a.recheck = true
+	a.ledger.restored(saved.JournalSeq)
 	a.log.Info("state restored", "store", store.Where(), "saved_at", saved.At, "jobs", len(jobs), "nodes", len(nodes), "rounds", st.Rounds)
 	return nil
 }
 
 // save writes the engine's snapshot and the bookkeeping to the store.
 func (a *Agent) save(ctx context.Context, index uint64) error {
-	if a.store == nil {
+	if a.ledger.store == nil {
 		return nil
 	}
 	eng, err := a.eng.Snapshot()
@@ -120,15 +119,12 @@ func (a *Agent) save(ctx context.Context, index uint64) error {
 	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
-	a.journalMu.Lock()
-	seq := a.journalSeq
-	a.journalMu.Unlock()
-	return a.store.Save(ctx, &state.Saved{Engine: eng, Agent: raw, At: a.clock(), Index: index, JournalSeq: seq, Leader: a.leaderID(), Generation: a.generation()})
+	return a.ledger.store.Save(ctx, &state.Saved{Engine: eng, Agent: raw, At: a.clock(), Index: index, JournalSeq: a.ledger.journalSeq(), Leader: a.leaderID(), Generation: a.generation()})
 }
 
 // journal records a write in the store's journal (apply.Config.Journal).
 func (a *Agent) journal(ctx context.Context, w apply.Write) error {
-	planned := a.planIndex.Load()
+	planned := a.ledger.planIndex.Load()
 	if idx, ok := ctx.Value(plannedKey{}).(uint64); ok {
 		planned = idx // a write that went out in the background
 	}
@@ -137,13 +133,11 @@ func (a *Agent) journal(ctx context.Context, w apply.Write) error {
 	for _, u := range w.Units {
 		e.Units = append(e.Units, u.Planner())
 	}
-	seq, err := a.store.Append(ctx, e)
+	seq, err := a.ledger.store.Append(ctx, e)
 	if err != nil {
 		return err
 	}
-	a.journalMu.Lock()
-	a.journalSeq = max(a.journalSeq, seq)
-	a.journalMu.Unlock()
+	a.ledger.appended(seq)
 	return nil
 }
 
@@ -161,13 +155,13 @@ func generationOf(ctx context.Context) uint64 {
 // applied entry is applied if the job carries that placement, else it was
 // not made; either way nothing is re-applied (the engine follows Nomad).
 func (a *Agent) recheckJournal(ctx context.Context, snap *watch.Snapshot) {
-	if !a.recheck || a.store == nil {
+	from, ok := a.ledger.takeRecheck()
+	if !ok {
 		return
 	}
-	a.recheck = false
-	es, err := a.store.Journal(ctx, a.journalSeq)
+	es, err := a.ledger.store.Journal(ctx, from)
 	if err != nil {
-		a.log.Warn("journal unreadable: relying on Nomad alone", "store", a.store.Where(), "error", err)
+		a.log.Warn("journal unreadable: relying on Nomad alone", "store", a.ledger.store.Where(), "error", err)
 		return
 	}
 	applied := map[string]bool{}
