@@ -310,7 +310,7 @@ func (a *Agent) target(mj *managed, j *watch.Job, jd engine.JobDecision) (target
 				nu.Workers = append(nu.Workers, jobform.Worker{Node: sl.Node, Type: sl.Type, Models: a.workerModels(mj, sl.Node, sl.Type)})
 			}
 		}
-		addr := a.addrs[nu.Workers[0].Node]
+		addr := a.cluster.addr(nu.Workers[0].Node)
 		for i := range nu.Workers {
 			nu.Workers[i].Addr = addr
 		}
@@ -336,7 +336,7 @@ func (a *Agent) workerModels(mj *managed, node string, t planner.GPUType) []stri
 	if f, ok := mj.feas.Nodes[node]; ok && len(f.Models[t]) > 0 {
 		return f.Models[t]
 	}
-	return a.models[node][t]
+	return a.cluster.deviceModels(node, t)
 }
 
 // unitOf finds the written unit on exactly the GPUs of u.

@@ -21,7 +21,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/contract"
-	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/belief"
 	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/planner/profile"
@@ -62,10 +61,8 @@ type Agent struct {
 	// leaving holds the GPUs each job with an operation in flight gives
 	// up: a later decision's start on them waits for its workers to end.
 	leaving map[watch.JobKey]map[gpuSlot]int
-	nodes   map[string]planner.Node // what the engine was told, by ID
-	drained map[string]bool
-	addrs   map[string]string                       // node address by ID
-	models  map[string]map[planner.GPUType][]string // device models per node and type
+	// cluster mirrors the nodes the engine was told of (mirror.go).
+	cluster mirror
 	last    engine.Decision
 	history []wire.Event
 	rounds  int
@@ -90,8 +87,6 @@ type Agent struct {
 	// it read instead of reading themselves; boundary wakes it after each.
 	ahead    atomic.Bool
 	boundary chan struct{}
-	// seen is the view of the cluster the engine was last synced with.
-	seen *watch.Snapshot
 	// out holds the job writes going out in the background (act) until
 	// collectWrites records how they went.
 	out *outbox
@@ -166,8 +161,7 @@ func New(cfg config.Config, client *api.Client, logger hclog.Logger) (*Agent, er
 	a := &Agent{
 		id: fmt.Sprintf("%s-%d", host, os.Getpid()), cfg: cfg, log: logger, client: client, watcher: w, types: config.NewGPUTypes(cfg.GPUTypes),
 		clock: time.Now, jobs: map[watch.JobKey]*managed{}, invalid: map[watch.JobKey]invalidJob{}, leaving: map[watch.JobKey]map[gpuSlot]int{},
-		nodes: map[string]planner.Node{}, drained: map[string]bool{}, addrs: map[string]string{},
-		models: map[string]map[planner.GPUType][]string{}, ports: apply.NewPorts(portLow, portHigh),
+		ports:    apply.NewPorts(portLow, portHigh),
 		boundary: make(chan struct{}, 1),
 		out:      newOutbox(writers),
 	}
@@ -444,7 +438,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	if err := a.sync(snap, now); err != nil {
 		return err
 	}
-	a.seen = snap
+	a.cluster.synced(snap)
 	acting := a.acting()
 	if acting {
 		a.recheckJournal(ctx, snap)

@@ -105,7 +105,8 @@ func (a *Agent) minRunView(own time.Duration, queueName string) (float64, string
 func (a *Agent) unitView(u planner.Unit) wire.UnitView {
 	var uv wire.UnitView
 	for _, sl := range u.Slots {
-		uv.Slots = append(uv.Slots, wire.SlotView{Node: sl.Node, Rack: a.nodes[sl.Node].Rack, Type: string(sl.Type), Count: sl.Count})
+		n, _ := a.cluster.node(sl.Node)
+		uv.Slots = append(uv.Slots, wire.SlotView{Node: sl.Node, Rack: n.Rack, Type: string(sl.Type), Count: sl.Count})
 	}
 	return uv
 }

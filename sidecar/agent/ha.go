@@ -10,7 +10,6 @@ import (
 	consul "github.com/hashicorp/consul/api"
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/leader"
 	"github.com/hadar-sched/hadar/sidecar/watch"
@@ -186,6 +185,7 @@ func (a *Agent) reload(ctx context.Context) error {
 	for _, mj := range a.jobs {
 		a.prof.Forget(mj.model)
 	}
-	a.jobs, a.nodes, a.drained = map[watch.JobKey]*managed{}, map[string]planner.Node{}, map[string]bool{}
+	a.jobs = map[watch.JobKey]*managed{}
+	a.cluster.restore(nil, nil)
 	return a.openState(ctx, a.ledger.store)
 }

@@ -69,10 +69,7 @@ func (a *Agent) observe(snap *watch.Snapshot, leader bool) wire.Observation {
 	// Free GPUs per type where new work may go: what the pending class of
 	// a waiting job is judged against.
 	free := map[planner.GPUType]float64{}
-	for id, n := range a.nodes {
-		if a.drained[id] {
-			continue
-		}
+	for id, n := range a.cluster.open() {
 		for t, c := range n.GPUs {
 			free[t] += float64(max(0, c-managedUse[nt{id, t}]-otherUse[nt{id, t}]))
 		}
@@ -80,7 +77,7 @@ func (a *Agent) observe(snap *watch.Snapshot, leader bool) wire.Observation {
 
 	for _, n := range snap.Nodes {
 		no := wire.NodeObservation{ID: n.ID, Name: n.Name, Rack: n.Rack, Status: n.Status, Schedulable: n.Schedulable()}
-		if pn, ok := a.nodes[n.ID]; ok {
+		if pn, ok := a.cluster.node(n.ID); ok {
 			no.Planned, no.Rack = true, pn.Rack
 		}
 		if no.Rack == "" {

@@ -90,11 +90,10 @@ func (a *Agent) openState(ctx context.Context, store state.Store) error {
 	}
 	a.eng, a.est, a.jobs = eng, est, jobs
 	nodes, drained := eng.Nodes()
+	a.cluster.restore(nodes, drained)
 	for _, n := range nodes {
-		a.nodes[n.ID] = n
 		a.net.SetNode(belief.Node{ID: n.ID, Rack: n.Rack, GPUs: n.GPUs})
 	}
-	a.drained = drained
 	a.history, a.rounds, a.next = st.History, st.Rounds, st.Next
 	a.ledger.restored(saved.JournalSeq)
 	a.log.Info("state restored", "store", store.Where(), "saved_at", saved.At, "jobs", len(jobs), "nodes", len(nodes), "rounds", st.Rounds)

@@ -140,8 +140,8 @@ func (a *Agent) ReadAhead(ctx context.Context) {
 		// their allocations agree.
 		a.mu.Lock()
 		var reads []progressRead
-		if a.seen != nil {
-			reads = a.progressReads(a.seen)
+		if seen := a.cluster.view(); seen != nil {
+			reads = a.progressReads(seen)
 		}
 		a.mu.Unlock()
 		best := a.readProgress(ctx, reads)

@@ -78,7 +78,7 @@ func sameResult(a, b feasible.Result) bool {
 // allowsAll reports whether res lets the job use every GPU type of every
 // node the engine plans on.
 func (a *Agent) allowsAll(res feasible.Result) bool {
-	for id, n := range a.nodes {
+	for id, n := range a.cluster.all() {
 		for t, k := range n.GPUs {
 			if k > 0 && !res.Allows(id, t) {
 				return false
@@ -110,8 +110,7 @@ func (a *Agent) plannerNode(n *watch.Node) (planner.Node, bool) {
 		}
 		models[t] = append(models[t], g.Model)
 	}
-	a.models[n.ID] = models
-	a.addrs[n.ID] = n.Address
+	a.cluster.describe(n.ID, n.Address, models)
 	a.net.SetNode(belief.Node{ID: n.ID, Rack: pn.Rack, GPUs: pn.GPUs, Meta: n.Meta})
 	if len(pn.GPUs) == 0 {
 		return planner.Node{}, false
@@ -134,22 +133,18 @@ func (a *Agent) syncNodes(snap *watch.Snapshot, now float64) error {
 			drain[id] = !n.Schedulable()
 		}
 	}
-	for _, id := range slices.Sorted(maps.Keys(a.nodes)) {
-		if _, ok := want[id]; ok {
-			continue
-		}
+	for _, id := range a.cluster.gone(want) {
 		hit, err := a.eng.RemoveNode(id, now)
 		if err != nil {
 			return fmt.Errorf("node %s left: %w", id, err)
 		}
 		a.log.Info("node left the plan", "node", id, "jobs_interrupted", len(hit))
 		a.net.RemoveNode(id)
-		delete(a.nodes, id)
-		delete(a.drained, id)
+		a.cluster.remove(id)
 	}
 	var changed []planner.Node
 	for _, id := range slices.Sorted(maps.Keys(want)) {
-		if old, ok := a.nodes[id]; !ok || old.Rack != want[id].Rack || !maps.Equal(old.GPUs, want[id].GPUs) {
+		if a.cluster.changed(want[id]) {
 			changed = append(changed, want[id])
 		}
 	}
@@ -159,18 +154,18 @@ func (a *Agent) syncNodes(snap *watch.Snapshot, now float64) error {
 			return fmt.Errorf("nodes: %w", err)
 		}
 		for _, n := range changed {
-			a.nodes[n.ID] = n
+			a.cluster.set(n)
 		}
 		if len(hit) > 0 {
 			a.log.Info("GPUs lost under running jobs", "jobs_interrupted", hit)
 		}
 	}
 	for id, d := range drain {
-		if a.drained[id] != d {
+		if a.cluster.draining(id) != d {
 			if err := a.eng.Drain(id, d, now); err != nil {
 				return err
 			}
-			a.drained[id] = d
+			a.cluster.setDrain(id, d)
 		}
 	}
 	return nil
@@ -633,7 +628,7 @@ func (a *Agent) usedPorts(snap *watch.Snapshot) map[string][]int {
 		if !ok || al.Terminal() {
 			continue
 		}
-		if addr := a.addrs[al.NodeID]; addr != "" {
+		if addr := a.cluster.addr(al.NodeID); addr != "" {
 			out[addr] = append(out[addr], port)
 		}
 	}
