@@ -126,12 +126,12 @@ func TestRoundDoesNotWaitForItsWrites(t *testing.T) {
 		t.Fatalf("%d registrations, %d writes pending, want 10 and 0", rec.registers, a.out.pending())
 	}
 	decided := 0
-	for _, ev := range a.history {
+	for _, ev := range a.record.history {
 		if ev.Result == "" && ev.Action != "" {
 			decided++
 		}
 	}
 	if decided != 10 {
-		t.Fatalf("%d decisions recorded as applied, want 10: %+v", decided, a.history)
+		t.Fatalf("%d decisions recorded as applied, want 10: %+v", decided, a.record.history)
 	}
 }

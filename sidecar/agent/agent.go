@@ -63,14 +63,8 @@ type Agent struct {
 	leaving map[watch.JobKey]map[gpuSlot]int
 	// cluster mirrors the nodes the engine was told of (mirror.go).
 	cluster mirror
-	last    engine.Decision
-	history []wire.Event
-	rounds  int
-	// cycles counts the cycles run (wire.Health.Cycles).
-	cycles int
-	// repairs counts plans the engine had to mend, by kind (placement: a
-	// job's placement replaced; fallback: a failed solve replaced).
-	repairs map[string]int
+	// record is what the agent decided (record.go).
+	record record
 	// learning is the overlay file reloaded and the gaps warned of (overlay.go).
 	learning learnState
 	queues   queueState // the team queues (queues.go)
@@ -134,9 +128,6 @@ type invalidJob struct {
 	held bool
 	spec jobspec.Spec
 }
-
-// maxHistory bounds the decisions kept for the status API.
-const maxHistory = 500
 
 // New builds an agent on a Nomad client from a resolved configuration
 // (config.Config.Resolve); it does not contact Nomad yet.
@@ -423,7 +414,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	defer a.mu.Unlock()
 	start := a.clock()
 	a.ledger.planIndex.Store(snap.Index)
-	a.cycles++
+	a.record.cycle()
 	a.collectWrites()
 	var stepped []apply.Outcome
 	if sctx, cancel, ok := a.underLease(ctx); ok {
@@ -462,7 +453,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 		defer func() { a.onCycle(kind, a.clock().Sub(start)) }()
 	}
 	if boundary {
-		a.rounds++
+		a.record.round()
 		a.next = a.clock().Add(a.cfg.Round.Duration())
 		select {
 		case a.boundary <- struct{}{}:
@@ -472,7 +463,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	a.noteRepairs(d, acting)
 	a.warnGaps(acting)
 	if d.Kind != engine.None {
-		a.last = d
+		a.record.decided(d)
 		if acting {
 			a.act(ctx, snap, d)
 		}
@@ -500,10 +491,7 @@ func (a *Agent) noteRepairs(d engine.Decision, acting bool) {
 		if r.Job == "" {
 			kind = wire.RepairFallback
 		}
-		if a.repairs == nil {
-			a.repairs = map[string]int{}
-		}
-		a.repairs[kind]++
+		a.record.repaired(kind)
 		a.log.Warn("the scheduler's plan was repaired; the other jobs go ahead", "policy", a.cfg.Policy, "kind", kind, "job", r.Job, "why", r.Why)
 	}
 }
@@ -544,12 +532,8 @@ func (a *Agent) outcome(o apply.Outcome, snap *watch.Snapshot) {
 	}
 }
 
-func (a *Agent) note(ev wire.Event) {
-	a.history = append(a.history, ev)
-	if len(a.history) > maxHistory {
-		a.history = a.history[len(a.history)-maxHistory:]
-	}
-}
+// note records ev in the agent's history.
+func (a *Agent) note(ev wire.Event) { a.record.note(ev) }
 
 // engineID is the engine's job ID of a Nomad job.
 func engineID(k watch.JobKey) string { return k.String() }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"maps"
 	"math"
 	"sort"
 	"strings"
@@ -25,10 +24,11 @@ func (a *Agent) Plan() wire.PlanView {
 }
 
 func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
-	v := wire.PlanView{Time: time.Unix(0, int64(a.last.Time*1e9)), Kind: wireKind(a.last.Kind), Policy: a.cfg.Policy, Placement: a.cfg.Placement,
-		DryRun: a.cfg.DryRun, Round: a.rounds, NextRound: a.next, Jobs: []wire.JobView{}, Refused: []wire.RefusedJob{}}
+	last := a.record.last
+	v := wire.PlanView{Time: time.Unix(0, int64(last.Time*1e9)), Kind: wireKind(last.Kind), Policy: a.cfg.Policy, Placement: a.cfg.Placement,
+		DryRun: a.cfg.DryRun, Round: a.record.rounds, NextRound: a.next, Jobs: []wire.JobView{}, Refused: []wire.RefusedJob{}}
 	decided := map[string]engine.JobDecision{}
-	for _, jd := range a.last.Jobs {
+	for _, jd := range last.Jobs {
 		decided[jd.Job] = jd
 	}
 	now := a.now()
@@ -147,13 +147,7 @@ func (a *Agent) Job(id string) (wire.JobView, []wire.Event, bool) {
 	defer a.mu.Unlock()
 	for _, jv := range p.Jobs {
 		if jv.ID == id || jv.Job == id {
-			var evs []wire.Event
-			for _, ev := range a.history {
-				if ev.Job == jv.ID {
-					evs = append(evs, ev)
-				}
-			}
-			return jv, evs, true
+			return jv, a.record.eventsOf(jv.ID), true
 		}
 	}
 	return wire.JobView{}, nil, false
@@ -163,7 +157,7 @@ func (a *Agent) Job(id string) (wire.JobView, []wire.Event, bool) {
 func (a *Agent) History() []wire.Event {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return append([]wire.Event(nil), a.history...)
+	return a.record.events()
 }
 
 // Health reports whether the sidecar is synced with Nomad and planning.
@@ -172,13 +166,13 @@ func (a *Agent) Health() wire.Health {
 	snap := a.watcher.Snapshot()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	h := wire.Health{Synced: snap.Synced, Index: st.Index, LastPlan: time.Unix(0, int64(a.last.Time*1e9)), Rounds: a.rounds, Cycles: a.cycles,
-		Jobs: len(a.jobs), Refused: len(a.invalid), InFlight: len(a.applier.Ops()), Writes: a.applier.Writes(), Repairs: maps.Clone(a.repairs), DryRun: a.cfg.DryRun,
+	h := wire.Health{Synced: snap.Synced, Index: st.Index, LastPlan: time.Unix(0, int64(a.record.last.Time*1e9)), Rounds: a.record.rounds, Cycles: a.record.cycles,
+		Jobs: len(a.jobs), Refused: len(a.invalid), InFlight: len(a.applier.Ops()), Writes: a.applier.Writes(), Repairs: a.record.repairCounts(), DryRun: a.cfg.DryRun,
 		Leader: a.leading(), Replica: a.id, Generation: a.generation(), LeaderGained: int(a.gained.Load()), LeaderLost: int(a.lost.Load())}
 	switch {
 	case snap.Synced.IsZero():
 		h.Problem = "not yet synced with Nomad"
-	case a.rounds == 0:
+	case a.record.rounds == 0:
 		h.Problem = "no round planned yet"
 	case a.ledger.saveErr != nil:
 		h.Problem = "the state cannot be saved: " + a.ledger.saveErr.Error()

@@ -78,10 +78,10 @@ func TestRestoresEveryReleasesState(t *testing.T) {
 					placed++
 				}
 			}
-			if placed == 0 || len(a.history) == 0 || a.rounds == 0 {
-				t.Fatalf("restored %d jobs (%d placed), %d decisions, %d rounds: the fixture's sidecar placed jobs over several rounds", len(a.jobs), placed, len(a.history), a.rounds)
+			if placed == 0 || len(a.record.history) == 0 || a.record.rounds == 0 {
+				t.Fatalf("restored %d jobs (%d placed), %d decisions, %d rounds: the fixture's sidecar placed jobs over several rounds", len(a.jobs), placed, len(a.record.history), a.record.rounds)
 			}
-			jobs, history, rounds := a.jobs, a.history, a.rounds
+			jobs, history, rounds := a.jobs, a.record.history, a.record.rounds
 			save := func() error {
 				a.mu.Lock()
 				defer a.mu.Unlock()
@@ -120,8 +120,8 @@ func TestRestoresEveryReleasesState(t *testing.T) {
 				t.Fatalf("the state saved from %s does not restore: %v", dir, err)
 			}
 			defer again.ledger.store.Close()
-			if len(again.jobs) != len(jobs) || len(again.history) != len(history) || again.rounds != rounds {
-				t.Fatalf("saved and restored: %d jobs, %d decisions, %d rounds; before: %d, %d, %d", len(again.jobs), len(again.history), again.rounds, len(jobs), len(history), rounds)
+			if len(again.jobs) != len(jobs) || len(again.record.history) != len(history) || again.record.rounds != rounds {
+				t.Fatalf("saved and restored: %d jobs, %d decisions, %d rounds; before: %d, %d, %d", len(again.jobs), len(again.record.history), again.record.rounds, len(jobs), len(history), rounds)
 			}
 			after := states(again)
 			for k, mj := range jobs {

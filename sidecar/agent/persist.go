@@ -94,7 +94,8 @@ func (a *Agent) openState(ctx context.Context, store state.Store) error {
 	for _, n := range nodes {
 		a.net.SetNode(belief.Node{ID: n.ID, Rack: n.Rack, GPUs: n.GPUs})
 	}
-	a.history, a.rounds, a.next = st.History, st.Rounds, st.Next
+	a.record.restore(st.History, st.Rounds)
+	a.next = st.Next
 	a.ledger.restored(saved.JournalSeq)
 	a.log.Info("state restored", "store", store.Where(), "saved_at", saved.At, "jobs", len(jobs), "nodes", len(nodes), "rounds", st.Rounds)
 	return nil
@@ -109,7 +110,7 @@ func (a *Agent) save(ctx context.Context, index uint64) error {
 	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
-	st := agentStateV1{History: a.history, Rounds: a.rounds, Next: a.next}
+	st := agentStateV1{History: a.record.history, Rounds: a.record.rounds, Next: a.next}
 	for _, k := range sortedKeys(a.jobs) {
 		mj := a.jobs[k]
 		st.Jobs = append(st.Jobs, jobBook{Spec: mj.spec, Version: mj.version, Units: mj.units, Failures: mj.failures, Refusals: mj.refusals})

@@ -231,7 +231,7 @@ func TestSyncAdmitsReconcilesAndFinishes(t *testing.T) {
 		if _, ok := a.eng.Job(engineID(run)); ok || a.jobs[run] != nil {
 			t.Fatalf("after %d failures the job is still planned", n)
 		}
-		if last := a.history[len(a.history)-1]; !strings.Contains(last.Result, "failed for good") {
+		if last := a.record.history[len(a.record.history)-1]; !strings.Contains(last.Result, "failed for good") {
 			t.Fatalf("history %+v", last)
 		}
 	}
@@ -259,7 +259,7 @@ func TestSyncFinishesACompleteJob(t *testing.T) {
 	if _, ok := a.eng.Job(engineID(k)); ok || a.jobs[k] != nil {
 		t.Fatal("a complete job is still planned")
 	}
-	if last := a.history[len(a.history)-1]; last.Result != "complete" {
+	if last := a.record.history[len(a.record.history)-1]; last.Result != "complete" {
 		t.Fatalf("history %+v", last)
 	}
 }
