@@ -14,13 +14,11 @@ import (
 	"os"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner/belief"
 	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/planner/profile"
@@ -72,15 +70,8 @@ type Agent struct {
 	ports    *apply.Ports
 	warned   map[string]time.Time
 	onCycle  func(engine.Kind, time.Duration) // see OnCycle; under mu
-	// progress reads a job's training progress (the watcher's reader).
-	progress func(context.Context, *watch.Alloc) (*contract.Progress, error)
-	// progressEvery is ReadAhead's period between boundaries (tests
-	// shorten it).
-	progressEvery time.Duration
-	// ahead is set while ReadAhead runs: boundaries then use the progress
-	// it read instead of reading themselves; boundary wakes it after each.
-	ahead    atomic.Bool
-	boundary chan struct{}
+	// ahead is how progress is read, and ReadAhead's state (readahead.go).
+	ahead readAhead
 	// out holds the job writes going out in the background (act) until
 	// collectWrites records how they went.
 	out *outbox
@@ -152,13 +143,11 @@ func New(cfg config.Config, client *api.Client, logger hclog.Logger) (*Agent, er
 	a := &Agent{
 		id: fmt.Sprintf("%s-%d", host, os.Getpid()), cfg: cfg, log: logger, client: client, watcher: w, types: config.NewGPUTypes(cfg.GPUTypes),
 		clock: time.Now, jobs: map[watch.JobKey]*managed{}, invalid: map[watch.JobKey]invalidJob{}, leaving: map[watch.JobKey]map[gpuSlot]int{},
-		ports:    apply.NewPorts(portLow, portHigh),
-		boundary: make(chan struct{}, 1),
-		out:      newOutbox(writers),
+		ports: apply.NewPorts(portLow, portHigh),
+		out:   newOutbox(writers),
 	}
 	a.mono = newMonoClock(a.clock())
-	a.progress = w.Progress
-	a.progressEvery = progressEvery
+	a.ahead.init(w.Progress, progressEvery)
 	a.feas = feasible.NewEvaluator(a.types.Type)
 	a.prof = belief.NewProfile(base)
 	if err := a.loadOverlay(); err != nil {
@@ -436,7 +425,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 		a.noteRefusals(ctx, snap)
 	}
 	boundary := force || !a.clock().Before(a.next)
-	if boundary && !a.ahead.Load() {
+	if boundary && !a.ahead.running() {
 		a.applyProgress(a.readProgress(ctx, a.progressReads(snap)))
 		now = a.now()
 	}
@@ -455,10 +444,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	if boundary {
 		a.record.round()
 		a.next = a.clock().Add(a.cfg.Round.Duration())
-		select {
-		case a.boundary <- struct{}{}:
-		default:
-		}
+		a.ahead.passed()
 	}
 	a.noteRepairs(d, acting)
 	a.warnGaps(acting)

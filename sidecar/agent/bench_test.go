@@ -237,7 +237,7 @@ func benchRound(b *testing.B, policy string, durable bool) {
 		a.lease.Store(l)
 	}
 	steps := 0.0
-	a.progress = func(context.Context, *watch.Alloc) (*contract.Progress, error) {
+	a.ahead.read = func(context.Context, *watch.Alloc) (*contract.Progress, error) {
 		return &contract.Progress{StepsDone: int64(steps)}, nil
 	}
 	ctx := context.Background()

@@ -58,7 +58,7 @@ func (a *Agent) readProgress(ctx context.Context, reads []progressRead) map[stri
 			defer func() { <-sem }()
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			p, err := a.progress(rctx, r.alloc)
+			p, err := a.ahead.read(rctx, r.alloc)
 			if err != nil {
 				done[i] = -1
 				return
@@ -113,8 +113,8 @@ const progressEvery = 5 * time.Second
 // next one, and the engine plans on its estimates meanwhile. Run starts
 // it; a caller driving Cycle itself may run it beside.
 func (a *Agent) ReadAhead(ctx context.Context) {
-	a.ahead.Store(true)
-	defer a.ahead.Store(false)
+	a.ahead.on.Store(true)
+	defer a.ahead.on.Store(false)
 	took := time.Second
 	last := a.clock()
 	for {
@@ -123,7 +123,7 @@ func (a *Agent) ReadAhead(ctx context.Context) {
 		a.mu.Unlock()
 		lead := min(took*3/2+time.Second, a.cfg.Round.Duration()/2)
 		at, between := next.Add(-lead), false
-		if every := max(a.progressEvery, 2*took); last.Add(every).Before(at) {
+		if every := a.ahead.period(took); last.Add(every).Before(at) {
 			at, between = last.Add(every), true
 		}
 		if wait := at.Sub(a.clock()); wait > 0 {
@@ -161,10 +161,8 @@ func (a *Agent) ReadAhead(ctx context.Context) {
 		// during the sweep) before reading for the one after; a signal
 		// left from an earlier boundary is not it.
 		for swept.Equal(next) {
-			select {
-			case <-ctx.Done():
+			if !a.ahead.wait(ctx) {
 				return
-			case <-a.boundary:
 			}
 			a.mu.Lock()
 			swept = a.next

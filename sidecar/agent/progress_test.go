@@ -38,7 +38,7 @@ func TestBoundaryPlansOnProgressReadAhead(t *testing.T) {
 	var mu sync.Mutex
 	gate, asked := make(chan struct{}), make(chan struct{}, 1000)
 	steps := int64(0)
-	a.progress = func(ctx context.Context, _ *watch.Alloc) (*contract.Progress, error) {
+	a.ahead.read = func(ctx context.Context, _ *watch.Alloc) (*contract.Progress, error) {
 		asked <- struct{}{}
 		select {
 		case <-gate:
@@ -82,7 +82,7 @@ func TestBoundaryPlansOnProgressReadAhead(t *testing.T) {
 	defer cancel()
 	wg.Add(1)
 	go func() { defer wg.Done(); a.ReadAhead(ctx) }()
-	for !a.ahead.Load() {
+	for !a.ahead.running() {
 		time.Sleep(time.Millisecond)
 	}
 	// ReadAhead sweeps before the boundary, and the sweep hangs.
@@ -132,7 +132,7 @@ func TestBoundaryPlansOnProgressReadAhead(t *testing.T) {
 	// Without ReadAhead, the boundary reads itself.
 	cancel()
 	wg.Wait()
-	if a.ahead.Load() {
+	if a.ahead.running() {
 		t.Fatal("ReadAhead still marked as running after it returned")
 	}
 	mu.Lock()
@@ -170,10 +170,10 @@ func TestProgressReadBetweenBoundaries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.progressEvery = 100 * time.Millisecond
+	a.ahead.every = 100 * time.Millisecond
 	var mu sync.Mutex
 	steps := int64(0)
-	a.progress = func(context.Context, *watch.Alloc) (*contract.Progress, error) {
+	a.ahead.read = func(context.Context, *watch.Alloc) (*contract.Progress, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		return &contract.Progress{StepsDone: steps}, nil
