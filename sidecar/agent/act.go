@@ -32,7 +32,7 @@ type pendingWrite struct {
 	after  []watch.JobKey
 	ev     wire.Event
 	err    error
-	leaves bool          // it set a.leaving for its job
+	leaves bool          // it set its job's GPUs leaving (roster)
 	done   chan struct{} // closed once the write returned
 }
 
@@ -45,7 +45,7 @@ type pendingWrite struct {
 // taken for the truth, and starts on the GPUs it gives up wait for it.
 func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision) {
 	byID := map[string]*managed{}
-	for _, mj := range a.jobs {
+	for mj := range a.roster.all() {
 		byID[mj.id] = mj
 	}
 	// A job whose previous write is still going out: that write returns
@@ -81,14 +81,10 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 	// A job starting on GPUs another job leaves, in this decision (a swap
 	// under time-slicing) or in an earlier one still stopping, is written
 	// once that job's workers have ended.
-	for k := range a.leaving {
-		if a.applier.InFlight(k) == nil {
-			delete(a.leaving, k)
-		}
-	}
+	a.roster.settleLeaving(func(k watch.JobKey) bool { return a.applier.InFlight(k) == nil })
 	for _, w := range ws {
 		if w.err == nil {
-			delete(a.leaving, w.job.Key) // its new decision replaces the old
+			a.roster.left(w.job.Key) // its new decision replaces the old
 		}
 	}
 	for _, w := range ws {
@@ -100,8 +96,8 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 				w.after = append(w.after, x.job.Key)
 			}
 		}
-		for _, k := range sortedLeaving(a.leaving) {
-			if k != w.job.Key && takesFrom(w.fresh, a.leaving[k]) {
+		for _, k := range a.roster.leavingKeys() {
+			if k != w.job.Key && takesFrom(w.fresh, a.roster.leavingGPUs(k)) {
 				w.after = append(w.after, k)
 			}
 		}
@@ -139,7 +135,8 @@ func (a *Agent) act(ctx context.Context, snap *watch.Snapshot, d engine.Decision
 		// Until the write returns, the GPUs it gives up count as leaving:
 		// a later start on them waits for it.
 		if rel := released(w.jd); len(rel) > 0 {
-			a.leaving[k], w.leaves = rel, true
+			a.roster.leaves(k, rel)
+			w.leaves = true
 		}
 		for _, u := range w.fresh {
 			w.mj.units = max(w.mj.units, u.ID+1)
@@ -183,7 +180,7 @@ func (a *Agent) finishWrite(w *pendingWrite) {
 			a.ports.Give(u.Workers[0].Addr, u.Port)
 		}
 		if w.leaves {
-			delete(a.leaving, w.job.Key)
+			a.roster.left(w.job.Key)
 		}
 		ev.Result = "not applied: " + err.Error()
 		if errors.Is(err, apply.ErrConflict) {
@@ -233,16 +230,6 @@ func released(jd engine.JobDecision) map[gpuSlot]int {
 			delete(out, k)
 		}
 	}
-	return out
-}
-
-// sortedLeaving lists the jobs of leaving in a stable order.
-func sortedLeaving(m map[watch.JobKey]map[gpuSlot]int) []watch.JobKey {
-	out := make([]watch.JobKey, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out
 }
 

@@ -51,14 +51,12 @@ type Agent struct {
 	// mono is the engine's clock (now): monotonic within the process.
 	mono *monoClock
 
-	mu      sync.Mutex // guards the rest; HTTP handlers read under it
-	eng     *engine.Engine
-	est     *engine.Estimates
-	jobs    map[watch.JobKey]*managed
-	invalid map[watch.JobKey]invalidJob
-	// leaving holds the GPUs each job with an operation in flight gives
-	// up: a later decision's start on them waits for its workers to end.
-	leaving map[watch.JobKey]map[gpuSlot]int
+	mu  sync.Mutex // guards the rest; HTTP handlers read under it
+	eng *engine.Engine
+	est *engine.Estimates
+	// roster is the managed jobs: admitted, refused, and the GPUs each gives
+	// up while its write is in flight (registry.go).
+	roster roster
 	// cluster mirrors the nodes the engine was told of (mirror.go).
 	cluster mirror
 	// record is what the agent decided (record.go).
@@ -142,7 +140,7 @@ func New(cfg config.Config, client *api.Client, logger hclog.Logger) (*Agent, er
 	portLow, portHigh, _ := cfg.RendezvousPorts.Bounds() // validated with the config
 	a := &Agent{
 		id: fmt.Sprintf("%s-%d", host, os.Getpid()), cfg: cfg, log: logger, client: client, watcher: w, types: config.NewGPUTypes(cfg.GPUTypes),
-		clock: time.Now, jobs: map[watch.JobKey]*managed{}, invalid: map[watch.JobKey]invalidJob{}, leaving: map[watch.JobKey]map[gpuSlot]int{},
+		clock: time.Now, roster: newRoster(),
 		ports: apply.NewPorts(portLow, portHigh),
 		out:   newOutbox(writers),
 	}
@@ -484,7 +482,7 @@ func (a *Agent) noteRepairs(d engine.Decision, acting bool) {
 
 // outcome records how an operation ended.
 func (a *Agent) outcome(o apply.Outcome, snap *watch.Snapshot) {
-	mj := a.jobs[o.Key]
+	mj := a.roster.job(o.Key)
 	switch o.Phase {
 	case apply.Failed:
 		a.note(wire.Event{Time: a.clock(), Job: o.Key.String(), Result: "failed: " + o.Err.Error()})

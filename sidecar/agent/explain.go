@@ -41,7 +41,7 @@ func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
 		}
 		a.queueView(&jv, st.Job.Queue)
 		var mj *managed
-		for _, m := range a.jobs {
+		for m := range a.roster.all() {
 			if m.id == st.Job.ID {
 				mj = m
 			}
@@ -76,8 +76,9 @@ func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
 		}
 		v.Jobs = append(v.Jobs, jv)
 	}
-	for _, k := range sortedKeys(a.invalid) {
-		v.Refused = append(v.Refused, wire.RefusedJob{Job: k.String(), Error: a.invalid[k].err.Error()})
+	for _, k := range a.roster.refused() {
+		iv, _ := a.roster.refusal(k)
+		v.Refused = append(v.Refused, wire.RefusedJob{Job: k.String(), Error: iv.err.Error()})
 	}
 	return v
 }
@@ -167,7 +168,7 @@ func (a *Agent) Health() wire.Health {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h := wire.Health{Synced: snap.Synced, Index: st.Index, LastPlan: time.Unix(0, int64(a.record.last.Time*1e9)), Rounds: a.record.rounds, Cycles: a.record.cycles,
-		Jobs: len(a.jobs), Refused: len(a.invalid), InFlight: len(a.applier.Ops()), Writes: a.applier.Writes(), Repairs: a.record.repairCounts(), DryRun: a.cfg.DryRun,
+		Jobs: a.roster.count(), Refused: a.roster.refusedCount(), InFlight: len(a.applier.Ops()), Writes: a.applier.Writes(), Repairs: a.record.repairCounts(), DryRun: a.cfg.DryRun,
 		Leader: a.leading(), Replica: a.id, Generation: a.generation(), LeaderGained: int(a.gained.Load()), LeaderLost: int(a.lost.Load())}
 	switch {
 	case snap.Synced.IsZero():

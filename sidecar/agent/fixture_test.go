@@ -69,7 +69,7 @@ func TestRestoresEveryReleasesState(t *testing.T) {
 			}
 			before := states(a)
 			placed := 0
-			for k, mj := range a.jobs {
+			for k, mj := range a.roster.jobs {
 				st, ok := before[mj.id]
 				if !ok {
 					t.Errorf("job %s is in the bookkeeping but not in the engine", k)
@@ -79,9 +79,9 @@ func TestRestoresEveryReleasesState(t *testing.T) {
 				}
 			}
 			if placed == 0 || len(a.record.history) == 0 || a.record.rounds == 0 {
-				t.Fatalf("restored %d jobs (%d placed), %d decisions, %d rounds: the fixture's sidecar placed jobs over several rounds", len(a.jobs), placed, len(a.record.history), a.record.rounds)
+				t.Fatalf("restored %d jobs (%d placed), %d decisions, %d rounds: the fixture's sidecar placed jobs over several rounds", a.roster.count(), placed, len(a.record.history), a.record.rounds)
 			}
-			jobs, history, rounds := a.jobs, a.record.history, a.record.rounds
+			jobs, history, rounds := a.roster.jobs, a.record.history, a.record.rounds
 			save := func() error {
 				a.mu.Lock()
 				defer a.mu.Unlock()
@@ -120,12 +120,12 @@ func TestRestoresEveryReleasesState(t *testing.T) {
 				t.Fatalf("the state saved from %s does not restore: %v", dir, err)
 			}
 			defer again.ledger.store.Close()
-			if len(again.jobs) != len(jobs) || len(again.record.history) != len(history) || again.record.rounds != rounds {
-				t.Fatalf("saved and restored: %d jobs, %d decisions, %d rounds; before: %d, %d, %d", len(again.jobs), len(again.record.history), again.record.rounds, len(jobs), len(history), rounds)
+			if again.roster.count() != len(jobs) || len(again.record.history) != len(history) || again.record.rounds != rounds {
+				t.Fatalf("saved and restored: %d jobs, %d decisions, %d rounds; before: %d, %d, %d", again.roster.count(), len(again.record.history), again.record.rounds, len(jobs), len(history), rounds)
 			}
 			after := states(again)
 			for k, mj := range jobs {
-				if got := again.jobs[k]; got == nil || got.units != mj.units || got.version != mj.version {
+				if got := again.roster.job(k); got == nil || got.units != mj.units || got.version != mj.version {
 					t.Fatalf("job %s: restored %+v, saved %+v", k, got, mj)
 				}
 				if b, g := before[mj.id], after[mj.id]; !reflect.DeepEqual(b.Placement, g.Placement) || b.Done != g.Done || b.Running != g.Running {

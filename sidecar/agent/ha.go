@@ -12,7 +12,6 @@ import (
 
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/leader"
-	"github.com/hadar-sched/hadar/sidecar/watch"
 )
 
 // errNotLeader fences writes: a replica that does not hold a valid lease
@@ -182,10 +181,10 @@ func (a *Agent) reload(ctx context.Context) error {
 	if err != nil || saved == nil {
 		return err
 	}
-	for _, mj := range a.jobs {
+	for mj := range a.roster.all() {
 		a.prof.Forget(mj.model)
 	}
-	a.jobs = map[watch.JobKey]*managed{}
+	a.roster.restore(nil)
 	a.cluster.restore(nil, nil)
 	return a.openState(ctx, a.ledger.store)
 }

@@ -67,10 +67,10 @@ func TestAnUnknownModelOnANewTypeIsPlannedAndTheOverlayReloads(t *testing.T) {
 	if err := a.sync(snap, now); err != nil {
 		t.Fatal(err)
 	}
-	if iv, bad := a.invalid[key]; bad {
+	if iv, bad := a.roster.refusal(key); bad {
 		t.Fatalf("the job of an unknown model at 3 workers was refused: %v", iv.err)
 	}
-	if _, ok := a.jobs[key]; !ok {
+	if a.roster.job(key) == nil {
 		t.Fatal("the job was not admitted")
 	}
 	d, err := a.plan(context.Background(), now, engine.Boundary, true)

@@ -69,7 +69,7 @@ func TestLearningTimingOnRestore(t *testing.T) {
 				!strings.Contains(err.Error(), "learn_evidence") || !strings.Contains(err.Error(), "set them back")):
 				t.Fatalf("restore under other timing: err = %v; want a refusal naming learn_warmup, learn_evidence and the fix", err)
 			}
-			if tc.wantErr && len(a.jobs) != 0 {
+			if tc.wantErr && a.roster.count() != 0 {
 				t.Fatal("a refused state left jobs behind")
 			}
 		})

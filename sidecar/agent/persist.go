@@ -88,7 +88,8 @@ func (a *Agent) openState(ctx context.Context, store state.Store) error {
 		// saved time rather than waiting for the wall clock.
 		a.log.Warn("saved state's engine time is ahead of this host's clock: engine time runs on from it", "ahead", time.Duration(ahead*float64(time.Second)).String())
 	}
-	a.eng, a.est, a.jobs = eng, est, jobs
+	a.eng, a.est = eng, est
+	a.roster.restore(jobs)
 	nodes, drained := eng.Nodes()
 	a.cluster.restore(nodes, drained)
 	for _, n := range nodes {
@@ -111,8 +112,8 @@ func (a *Agent) save(ctx context.Context, index uint64) error {
 		return fmt.Errorf("state: %w", err)
 	}
 	st := agentStateV1{History: a.record.history, Rounds: a.record.rounds, Next: a.next}
-	for _, k := range sortedKeys(a.jobs) {
-		mj := a.jobs[k]
+	for _, k := range a.roster.keys() {
+		mj := a.roster.job(k)
 		st.Jobs = append(st.Jobs, jobBook{Spec: mj.spec, Version: mj.version, Units: mj.units, Failures: mj.failures, Refusals: mj.refusals})
 	}
 	raw, err := jsonMarshal(st)

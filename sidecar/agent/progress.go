@@ -28,8 +28,8 @@ type progressRead struct {
 // Called under a.mu.
 func (a *Agent) progressReads(snap *watch.Snapshot) []progressRead {
 	var reads []progressRead
-	for _, k := range sortedKeys(a.jobs) {
-		mj := a.jobs[k]
+	for _, k := range a.roster.keys() {
+		mj := a.roster.job(k)
 		if st, ok := a.eng.Job(mj.id); !ok || !st.Running {
 			continue
 		}

@@ -40,8 +40,8 @@ func (a *Agent) noteRefusals(ctx context.Context, snap *watch.Snapshot) {
 	if !ok {
 		return
 	}
-	for _, k := range sortedKeys(a.invalid) {
-		iv := a.invalid[k]
+	for _, k := range a.roster.refused() {
+		iv, _ := a.roster.refusal(k)
 		j := snap.Jobs[k]
 		if j == nil || j.Raw == nil || iv.noted == j.JobModifyIndex || j.Stop || !idle(snap, j) {
 			continue
@@ -57,7 +57,7 @@ func (a *Agent) noteRefusals(ctx context.Context, snap *watch.Snapshot) {
 		}
 		if slices.ContainsFunc(j.Raw.Constraints, func(c *api.Constraint) bool { return c != nil && c.LTarget == ErrorAttribute && c.RTarget == msg }) {
 			iv.noted = j.JobModifyIndex
-			a.invalid[k] = iv
+			a.roster.refuse(k, iv)
 			continue
 		}
 		job := *j.Raw
@@ -74,13 +74,13 @@ func (a *Agent) noteRefusals(ctx context.Context, snap *watch.Snapshot) {
 			a.log.Warn("could not write the error onto the job", "job", k.String(), "error", err)
 			iv.noted = j.JobModifyIndex
 		}
-		a.invalid[k] = iv
+		a.roster.refuse(k, iv)
 	}
 	for _, j := range snap.ManagedJobs() {
 		if j.Raw == nil || j.Spec == nil || j.Stop || !hasNote(j.Raw) || !idle(snap, j) {
 			continue
 		}
-		if _, refused := a.invalid[j.Key()]; refused {
+		if _, refused := a.roster.refusal(j.Key()); refused {
 			continue // held (failed on every start): its note stays
 		}
 		job := *j.Raw

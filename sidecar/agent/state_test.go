@@ -65,7 +65,7 @@ func FuzzSavedState(f *testing.F) {
 			if !errors.Is(err, state.ErrUnreadable) {
 				t.Fatalf("not an unreadable-state error: %v", err)
 			}
-			if len(a.jobs) != 0 {
+			if a.roster.count() != 0 {
 				t.Fatal("a refused state left jobs behind")
 			}
 		}

@@ -46,8 +46,8 @@ func (a *Agent) sync(snap *watch.Snapshot, now float64) error {
 // every node's every type allows is left unrestricted (nil): most jobs,
 // and nothing to keep in the engine's snapshot.
 func (a *Agent) syncEligibility(snap *watch.Snapshot, now float64) error {
-	for _, k := range sortedKeys(a.jobs) {
-		mj := a.jobs[k]
+	for _, k := range a.roster.keys() {
+		mj := a.roster.job(k)
 		j := snap.Jobs[k]
 		if j == nil || j.Spec == nil {
 			continue
@@ -175,7 +175,7 @@ func (a *Agent) syncNodes(snap *watch.Snapshot, now float64) error {
 // allocations of work the engine does not plan: jobs hadar does not manage,
 // and managed jobs it does not plan (a spec it refuses, an admission it
 // refused). Never offered to the planner, though still the cluster's
-// capacity. Called after syncJobs, so a.jobs is current.
+// capacity. Called after syncJobs, so the roster is current.
 func (a *Agent) heldGPUs(snap *watch.Snapshot) map[string]map[planner.GPUType]int {
 	out := map[string]map[planner.GPUType]int{}
 	add := func(node string, gpus map[string]int) {
@@ -194,7 +194,7 @@ func (a *Agent) heldGPUs(snap *watch.Snapshot) map[string]map[planner.GPUType]in
 		add(h.NodeID, h.GPUs)
 	}
 	for _, al := range snap.Allocs {
-		if _, planned := a.jobs[al.Job()]; !planned && !al.Terminal() {
+		if a.roster.job(al.Job()) == nil && !al.Terminal() {
 			add(al.NodeID, al.GPUs)
 		}
 	}
@@ -206,11 +206,11 @@ func (a *Agent) syncJobs(snap *watch.Snapshot, now float64) {
 	for _, j := range snap.ManagedJobs() {
 		k := j.Key()
 		seen[k] = true
-		mj := a.jobs[k]
+		mj := a.roster.job(k)
 		if j.SpecErr != nil {
-			if iv, ok := a.invalid[k]; !ok || iv.err.Error() != j.SpecErr.Error() {
+			if iv, ok := a.roster.refusal(k); !ok || iv.err.Error() != j.SpecErr.Error() {
 				a.log.Error("managed job refused: fix its jobspec", "job", k.String(), "error", j.SpecErr.Error())
-				a.invalid[k] = invalidJob{err: j.SpecErr, index: j.JobModifyIndex}
+				a.roster.refuse(k, invalidJob{err: j.SpecErr, index: j.JobModifyIndex})
 			}
 			if mj != nil {
 				a.forget(mj, now)
@@ -220,15 +220,15 @@ func (a *Agent) syncJobs(snap *watch.Snapshot, now float64) {
 		if j.Spec == nil {
 			continue
 		}
-		if iv, ok := a.invalid[k]; ok && iv.held {
+		if iv, ok := a.roster.refusal(k); ok && iv.held {
 			if a.stillHeld(iv, j) {
 				continue
 			}
 			a.log.Info("held job changed by its owner: planning it again", "job", k.String())
-			delete(a.invalid, k)
+			a.roster.unrefuse(k)
 		}
-		if iv, ok := a.invalid[k]; ok && !iv.admission {
-			delete(a.invalid, k) // the spec parses now; an admission refusal stays until admitted
+		if iv, ok := a.roster.refusal(k); ok && !iv.admission {
+			a.roster.unrefuse(k) // the spec parses now; an admission refusal stays until admitted
 		}
 		if mj != nil && j.Version != mj.version && !mj.spec.Same(*j.Spec) {
 			a.log.Info("managed job's contract changed: planning it afresh", "job", k.String())
@@ -252,17 +252,13 @@ func (a *Agent) syncJobs(snap *watch.Snapshot, now float64) {
 			a.admit(snap, j, now)
 		}
 	}
-	for _, k := range sortedKeys(a.jobs) {
+	for _, k := range a.roster.keys() {
 		if !seen[k] {
 			a.log.Info("managed job is gone", "job", k.String())
-			a.forget(a.jobs[k], now)
+			a.forget(a.roster.job(k), now)
 		}
 	}
-	for k := range a.invalid {
-		if !seen[k] {
-			delete(a.invalid, k)
-		}
-	}
+	a.roster.keepRefused(seen)
 }
 
 // stillHeld says whether a job held for failing on every start stays
@@ -303,17 +299,16 @@ func (a *Agent) admit(snap *watch.Snapshot, j *watch.Job, now float64) {
 		a.prof.Forget(model)
 		fe := &jobspec.FieldError{Job: s.JobID, Namespace: s.Namespace, Field: jobspec.KeyModel, Value: s.Model,
 			Want: fmt.Sprintf("a job the throughput profile can plan: %v; give hadar.throughput for the GPU types it runs on, or a profiled hadar.workers", err)}
-		if iv, ok := a.invalid[k]; !ok || iv.err.Error() != fe.Error() {
+		if iv, ok := a.roster.refusal(k); !ok || iv.err.Error() != fe.Error() {
 			a.log.Error("managed job refused", "job", k.String(), "error", fe.Error())
-			a.invalid[k] = invalidJob{err: fe, index: j.JobModifyIndex, admission: true}
+			a.roster.refuse(k, invalidJob{err: fe, index: j.JobModifyIndex, admission: true})
 		}
 		return
 	}
-	delete(a.invalid, k)
 	a.net.SetSensitivity(jb.ID, s.Sensitivity)
 	mj := &managed{key: k, id: jb.ID, spec: s, version: j.Version, model: model, arrival: j.SubmitTime}
 	mj.units = nextUnit(snap, j)
-	a.jobs[k] = mj
+	a.roster.admitted(mj) // ends its admission refusal
 	a.log.Info("managed job admitted", "job", k.String(), "model", s.Model, "workers", s.Workers, "steps", s.Steps)
 }
 
@@ -368,7 +363,7 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 			a.note(wire.Event{Time: a.clock(), Job: mj.id, Result: "complete"})
 		}
 		a.prof.Forget(mj.model)
-		delete(a.jobs, mj.key)
+		a.roster.drop(mj.key)
 	case failed != "":
 		a.failedRun(snap, mj, j.Version, failed, now)
 	}
@@ -411,7 +406,7 @@ func (a *Agent) failedRun(snap *watch.Snapshot, mj *managed, version uint64, fai
 		j := snap.Jobs[mj.key]
 		a.forget(mj, now)
 		if j != nil {
-			a.invalid[mj.key] = invalidJob{err: errors.New(msg), index: j.JobModifyIndex, held: true, spec: mj.spec}
+			a.roster.refuse(mj.key, invalidJob{err: errors.New(msg), index: j.JobModifyIndex, held: true, spec: mj.spec})
 		}
 		return
 	}
@@ -499,7 +494,7 @@ func (a *Agent) forget(mj *managed, now float64) {
 	}
 	a.applier.Cancel(mj.key)
 	a.prof.Forget(mj.model)
-	delete(a.jobs, mj.key)
+	a.roster.drop(mj.key)
 }
 
 // running returns the units of a job Nomad runs now: written in its spec,
@@ -538,8 +533,8 @@ func running(snap *watch.Snapshot, j *watch.Job) ([]jobform.Unit, error) {
 // flight equal to what Nomad runs: Nomad is the truth (a write refused, a
 // gang rolled back, workers that died, a person's edit).
 func (a *Agent) reconcile(snap *watch.Snapshot, now float64) {
-	for _, k := range sortedKeys(a.jobs) {
-		mj := a.jobs[k]
+	for _, k := range a.roster.keys() {
+		mj := a.roster.job(k)
 		j := snap.Jobs[k]
 		if j == nil || j.Spec == nil || a.applier.InFlight(k) != nil {
 			continue

@@ -191,10 +191,10 @@ func TestSyncAdmitsReconcilesAndFinishes(t *testing.T) {
 
 	// Admission.
 	sync(now)
-	if _, ok := a.jobs[run]; !ok {
+	if a.roster.job(run) == nil {
 		t.Fatal("the valid job was not admitted")
 	}
-	if iv, ok := a.invalid[watch.JobKey{Namespace: "default", ID: "bad"}]; !ok || !strings.Contains(iv.err.Error(), "hadar.steps") {
+	if iv, ok := a.roster.refusal(watch.JobKey{Namespace: "default", ID: "bad"}); !ok || !strings.Contains(iv.err.Error(), "hadar.steps") {
 		t.Fatalf("the bad spec: %+v, %v", iv, ok)
 	}
 	if st, _ := a.eng.Job(engineID(run)); st.Running {
@@ -219,16 +219,16 @@ func TestSyncAdmitsReconcilesAndFinishes(t *testing.T) {
 		sync(now + 1 + float64(n))
 		if n < maxFailures {
 			st, ok := a.eng.Job(engineID(run))
-			if !ok || st.Running || a.jobs[run].failures != n {
-				t.Fatalf("failure %d: planned %v, running %v, failures %d", n, ok, st.Running, a.jobs[run].failures)
+			if !ok || st.Running || a.roster.job(run).failures != n {
+				t.Fatalf("failure %d: planned %v, running %v, failures %d", n, ok, st.Running, a.roster.job(run).failures)
 			}
 			sync(now + 1.5 + float64(n)) // the same run, seen again: not another failure
-			if a.jobs[run].failures != n {
-				t.Fatalf("failure %d counted %d times", n, a.jobs[run].failures)
+			if a.roster.job(run).failures != n {
+				t.Fatalf("failure %d counted %d times", n, a.roster.job(run).failures)
 			}
 			continue
 		}
-		if _, ok := a.eng.Job(engineID(run)); ok || a.jobs[run] != nil {
+		if _, ok := a.eng.Job(engineID(run)); ok || a.roster.job(run) != nil {
 			t.Fatalf("after %d failures the job is still planned", n)
 		}
 		if last := a.record.history[len(a.record.history)-1]; !strings.Contains(last.Result, "failed for good") {
@@ -256,7 +256,7 @@ func TestSyncFinishesACompleteJob(t *testing.T) {
 	if err := a.sync(snap, now+1); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := a.eng.Job(engineID(k)); ok || a.jobs[k] != nil {
+	if _, ok := a.eng.Job(engineID(k)); ok || a.roster.job(k) != nil {
 		t.Fatal("a complete job is still planned")
 	}
 	if last := a.record.history[len(a.record.history)-1]; last.Result != "complete" {
@@ -337,7 +337,7 @@ func TestSyncReadmitsAChangedPriorityQueueOrDevice(t *testing.T) {
 			if err := a.sync(snap, now); err != nil {
 				t.Fatal(err)
 			}
-			if a.jobs[k] == nil {
+			if a.roster.job(k) == nil {
 				t.Fatal("not admitted")
 			}
 			j := snap.Jobs[k]
@@ -347,7 +347,7 @@ func TestSyncReadmitsAChangedPriorityQueueOrDevice(t *testing.T) {
 			if err := a.sync(snap, now+1); err != nil {
 				t.Fatal(err)
 			}
-			mj := a.jobs[k]
+			mj := a.roster.job(k)
 			if mj == nil || !mj.spec.Same(s) {
 				t.Fatalf("after the new version the job is planned with %+v, want %+v", mj, s)
 			}
@@ -439,7 +439,7 @@ func TestFailingStartsBackOffThenHold(t *testing.T) {
 			break
 		}
 		st, ok := a.eng.Job(engineID(k))
-		if !ok || st.Running || a.jobs[k].failures != n {
+		if !ok || st.Running || a.roster.job(k).failures != n {
 			t.Fatalf("failure %d: planned %v, running %v", n, ok, st.Running)
 		}
 		// It waits out its back-off, saying why.
@@ -460,7 +460,7 @@ func TestFailingStartsBackOffThenHold(t *testing.T) {
 			t.Fatalf("failure %d: %q: want a back-off of %v", n, st.Reason.Why, wait)
 		}
 	}
-	if _, ok := a.eng.Job(engineID(k)); ok || a.jobs[k] != nil {
+	if _, ok := a.eng.Job(engineID(k)); ok || a.roster.job(k) != nil {
 		t.Fatal("after the third refusal for the same reason the job is still planned")
 	}
 	view := a.planView(snap)
@@ -518,7 +518,7 @@ func TestJustSubmittedJobsNotFoundIsNotBackedOff(t *testing.T) {
 	cycle(false)
 	a.mu.Lock()
 	st, _ := a.eng.Job(engineID(k))
-	refusals := a.jobs[k].refusals
+	refusals := a.roster.job(k).refusals
 	a.mu.Unlock()
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
@@ -547,7 +547,7 @@ func TestTransientWriteErrorIsNotARefusal(t *testing.T) {
 		a.settleWrites()
 	}
 	a.mu.Lock()
-	refusals := a.jobs[k].refusals
+	refusals := a.roster.job(k).refusals
 	a.mu.Unlock()
 	rec.mu.Lock()
 	failed := 3 - rec.failRegisters
