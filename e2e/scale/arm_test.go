@@ -355,9 +355,12 @@ func (s *sampler) tick() {
 
 // cycleLog records the sidecar's cycles.
 type cycleLog struct {
-	mu     sync.Mutex
-	cycles []time.Duration
-	rounds []time.Duration
+	mu sync.Mutex
+	// sidecar is the sidecar's log, read when it stopped: a check made
+	// after the arm (TestScaleSmoke's against `hadar sim`) keeps it.
+	sidecar []byte
+	cycles  []time.Duration
+	rounds  []time.Duration
 	// writes and requests at each round boundary, cumulative.
 	writes, requests []int
 	// inRound are the requests each boundary cycle made itself, by kind.
@@ -541,8 +544,11 @@ func (r *run) startSidecar(t *testing.T, server *harness.Agent, policy string) (
 					t.Errorf("keeping the sidecar's log: %v", err)
 				}
 			}
+			b, _ := os.ReadFile(logPath)
+			log.mu.Lock()
+			log.sidecar = b
+			log.mu.Unlock()
 			if t.Failed() {
-				b, _ := os.ReadFile(logPath)
 				t.Logf("sidecar log (last 8 KiB):\n%s", b[max(0, len(b)-8192):])
 			}
 		})
@@ -674,6 +680,9 @@ func (r *run) arm(t *testing.T, policy string) Result {
 		st := a.Watcher().Stats()
 		res.ProgressReads, res.ProgressErrors, res.Relists = st.ProgressReads, st.ProgressErrors, st.Relists
 		stopS()
+		cl.mu.Lock()
+		res.sidecarLog = cl.sidecar
+		cl.mu.Unlock()
 		res.Requests = ct.Counts()
 		res.ProgressLatency, res.RegisterLatency, res.PlanLatency = ct.Latency("progress read"), ct.Latency("register"), ct.Latency("plan")
 	}

@@ -27,6 +27,9 @@ type Setup struct {
 // times the compression); the others are wall time.
 type Result struct {
 	Arm string
+	// sidecarLog is the sidecar's log in its arm (none in Nomad's), kept
+	// by a test whose check of the arm fails.
+	sidecarLog []byte
 	// Compression: simulated seconds per wall second in this arm.
 	Compression float64
 	Completed   int

@@ -107,6 +107,9 @@ func TestScaleSmoke(t *testing.T) {
 		if r.MakespanSim > 1.5*r.PredMakespan+slack || r.AvgJCTSim > 1.5*r.PredAvgJCT+slack {
 			t.Errorf("%s: live makespan %.0f s and average JCT %.0f s, `hadar sim` %.0f s and %.0f s (allowance 1.5 times plus %.0f s, from placements in %s at p99): the live run is far behind its prediction",
 				r.Arm, r.MakespanSim, r.AvgJCTSim, r.PredMakespan, r.PredAvgJCT, slack, r.RunningP99)
+			// Which jobs fell behind, and why (a back-off, a refusal),
+			// is in the sidecar's decisions.
+			harness.KeepLog(t, "sidecar-"+r.Arm+".log", r.sidecarLog)
 		}
 	}
 }
