@@ -82,7 +82,7 @@ func docsChroot(t *testing.T, page string) []string {
 // page recommends (its /srv/training holding the script, the library
 // where pip would put it). One dev agent declares 2 V100 and 2 K80, room
 // for two of the three units: gavel-maxmin in 30 s rounds (min_run_time
-// 60s, from when a job's workers run: with 1s, on a loaded machine where
+// 30s, from when a job's workers run: with 1s, on a loaded machine where
 // a worker's start-up takes most of a round, jobs were moved before they
 // trained a step) stops and resumes them across rounds. Every job completes, every
 // task ends 0 (a stop lost on exec's PID 1, or an exit that hangs, ends in
@@ -130,10 +130,13 @@ func TestPyTorchScriptFromTheDocs(t *testing.T) {
 	// What pip install ./python would have put in /usr/local/lib/python3.11.
 	fmt.Fprintf(&chroot, "    %q = %q\n", filepath.Join(root, "python", "hadar_train"), "/usr/local/lib/python3.11/dist-packages/hadar_train")
 
-	// 80 s of training a job at most at the pace, more than a job's
-	// minimum run time less its start-up: a job runs at least a minute
-	// once its workers run, then gavel-maxmin may give its GPUs to the job
-	// that waits.
+	// 80 s of training a job at the pace. Its minimum run time counts
+	// from when its workers all run, so a job is preemptible from 30 s
+	// to 80 s into its training: a window longer than a round, so some
+	// round falls in it however fast the machine starts the workers, and
+	// gavel-maxmin gives the waiting job GPUs then. (With 60 s the window
+	// was 20 s: on a quick machine the rounds at +60 s and +90 s both
+	// missed it, and no job was stopped.)
 	const steps = 160
 	const pace = "2" // steps/s
 	// The reference: the script uninterrupted, a unit of two on this
@@ -157,7 +160,7 @@ func TestPyTorchScriptFromTheDocs(t *testing.T) {
 		{"", "sv", modelV100, "16GiB", 2},
 		{"", "sk", modelK80, "12GiB", 2},
 	}, "", "docs-dev", chroot.String())
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Round: "30s", MinRunTime: "60s", GangTimeout: "2m", StopTimeout: "2m", Storage: &config.StorageConfig{}})
+	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Round: "30s", MinRunTime: "30s", GangTimeout: "2m", StopTimeout: "2m", Storage: &config.StorageConfig{}})
 	emulate := fmt.Sprintf("        emulate {\n          steps_per_sec = {\n            %q = %s\n            %q = %s\n          }\n        }\n", modelV100, pace, modelK80, pace)
 	// The exec job first: it starts in the first round, and is the one
 	// whose stop the kernel would drop without the launcher.

@@ -84,6 +84,17 @@ type runConfig struct {
 	// Timeout bounds one arm's workload in wall time, past the last
 	// submission.
 	Timeout time.Duration
+	// MinRun is the sidecar's min_run_time and `hadar sim`'s, in simulated
+	// time; 0 is the sidecar's default (minRunSim).
+	MinRun time.Duration
+}
+
+// minRun is the run's minimum run time, simulated.
+func (r *run) minRun() time.Duration {
+	if r.cfg.MinRun > 0 {
+		return r.cfg.MinRun
+	}
+	return minRunSim
 }
 
 // run is the cluster and trace every arm of a run shares.
@@ -497,7 +508,7 @@ func (r *run) startSidecar(t *testing.T, server *harness.Agent, policy string) (
 	policy, ha := strings.CutSuffix(policy, "+ha")
 	cfg := config.Config{
 		Nomad: &config.NomadConfig{Address: server.Addr}, Policy: policy, Placement: "pack",
-		Round: config.Duration(r.wall(roundSim).String()), RestartCost: config.Duration(r.wall(restartSim).String()), MinRunTime: config.Duration(r.wall(minRunSim).String()),
+		Round: config.Duration(r.wall(roundSim).String()), RestartCost: config.Duration(r.wall(restartSim).String()), MinRunTime: config.Duration(r.wall(r.minRun()).String()),
 		GangTimeout: config.Duration(max(r.wall(rendezvousSim/2), time.Second).String()),
 		Profile:     profPath, Learn: &learn, State: &config.StateConfig{Store: "file", Path: filepath.Join(dir, "sidecar.db")},
 	}
@@ -843,7 +854,7 @@ func (r *run) loop(res *Result, cl *cycleLog) {
 func (r *run) predict(t *testing.T, res *Result) {
 	t.Helper()
 	policy, _ := strings.CutSuffix(res.Arm, "+ha")
-	p, err := Predict(context.Background(), r.cluster.Planner, r.jobs, r.prof, policy, roundSim.Seconds(), restartSim.Seconds(), minRunSim.Seconds())
+	p, err := Predict(context.Background(), r.cluster.Planner, r.jobs, r.prof, policy, roundSim.Seconds(), restartSim.Seconds(), r.minRun().Seconds())
 	if err != nil {
 		t.Fatal(err)
 	}
