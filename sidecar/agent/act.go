@@ -399,7 +399,7 @@ func (a *Agent) backOff(mj *managed, why error) {
 		wait = min(10*time.Second<<min(mj.refusals, 5), 5*time.Minute)
 		mj.refusals++
 	}
-	if err := a.eng.Defer(mj.id, a.now()+wait.Seconds(), why.Error(), a.now()); err != nil {
+	if err := a.core.eng.Defer(mj.id, a.now()+wait.Seconds(), why.Error(), a.now()); err != nil {
 		a.log.Debug("defer", "job", mj.id, "error", err)
 	}
 }

@@ -109,7 +109,7 @@ func TestRoundDoesNotWaitForItsWrites(t *testing.T) {
 	}
 	a.mu.Lock()
 	running := 0
-	for _, st := range a.eng.Jobs() {
+	for _, st := range a.core.eng.Jobs() {
 		if st.Running {
 			running++
 		}

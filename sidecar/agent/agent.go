@@ -19,9 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hadar-sched/hadar/planner/belief"
 	"github.com/hadar-sched/hadar/planner/engine"
-	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/planner/speed"
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/config"
@@ -35,25 +33,19 @@ import (
 
 // Agent is one sidecar.
 type Agent struct {
-	cfg     config.Config
-	id      string // this replica's ID (journal, leader election)
-	log     hclog.Logger
-	client  *api.Client
-	watcher *watch.Watcher
-	applier *apply.Applier
-	prof    *belief.Profile
-	// feas says where each managed job may run by Nomad's own placement
-	// rules (cached across cycles).
-	feas  *feasible.Evaluator
-	net   *belief.Network
-	types config.GPUTypes
+	cfg config.Config
+	id  string // this replica's ID (journal, leader election)
+	log hclog.Logger
+	// collaborators are the Nomad client, the watcher, the applier, the
+	// feasibility cache, the beliefs and the GPU types (collab.go).
+	collaborators
 	clock func() time.Time
 	// mono is the engine's clock (now): monotonic within the process.
 	mono *monoClock
 
-	mu  sync.Mutex // guards the rest; HTTP handlers read under it
-	eng *engine.Engine
-	est *engine.Estimates
+	mu sync.Mutex // guards the rest; HTTP handlers read under it
+	// core is the round engine and its estimates (core.go).
+	core core
 	// roster is the managed jobs: admitted, refused, and the GPUs each gives
 	// up while its write is in flight (registry.go).
 	roster roster
@@ -64,10 +56,10 @@ type Agent struct {
 	// learning is the overlay file reloaded and the gaps warned of (overlay.go).
 	learning learnState
 	queues   queueState // the team queues (queues.go)
-	next     time.Time  // next round boundary
-	ports    *apply.Ports
-	warned   map[string]time.Time
-	onCycle  func(engine.Kind, time.Duration) // see OnCycle; under mu
+	// pace is when the next boundary is due, the warnings silenced, and
+	// who is told of each cycle (pace.go).
+	pace  pacer
+	ports *apply.Ports
 	// ahead is how progress is read, and ReadAhead's state (readahead.go).
 	ahead readAhead
 	// out holds the job writes going out in the background (act) until
@@ -124,37 +116,22 @@ func New(cfg config.Config, client *api.Client, logger hclog.Logger) (*Agent, er
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	var base speed.Profile = profile.Default()
-	if cfg.Profile != "" {
-		p, err := profile.Load(cfg.Profile)
-		if err != nil {
-			return nil, fmt.Errorf("sidecar config: profile: %w", err)
-		}
-		base = p
-	}
-	w, err := watch.New(client, watch.Config{Namespaces: cfg.Namespaces, RackMetaKey: cfg.RackMetaKey}, logger)
-	if err != nil {
-		return nil, err
-	}
 	host, _ := os.Hostname()
 	portLow, portHigh, _ := cfg.RendezvousPorts.Bounds() // validated with the config
 	a := &Agent{
-		id: fmt.Sprintf("%s-%d", host, os.Getpid()), cfg: cfg, log: logger, client: client, watcher: w, types: config.NewGPUTypes(cfg.GPUTypes),
+		id: fmt.Sprintf("%s-%d", host, os.Getpid()), cfg: cfg, log: logger,
 		clock: time.Now, roster: newRoster(),
 		ports: apply.NewPorts(portLow, portHigh),
 		out:   newOutbox(writers),
 	}
-	a.mono = newMonoClock(a.clock())
-	a.ahead.init(w.Progress, progressEvery)
-	a.feas = feasible.NewEvaluator(a.types.Type)
-	a.prof = belief.NewProfile(base)
-	if err := a.loadOverlay(); err != nil {
+	var err error
+	if a.collaborators, err = newCollaborators(cfg, client, logger, a.loadOverlay); err != nil {
 		return nil, err
 	}
-	if a.net, err = belief.NewNetwork(a.prof, nil); err != nil {
-		return nil, fmt.Errorf("sidecar: the network model: %w", err)
-	}
-	if a.eng, a.est, err = a.newEngine(); err != nil {
+	a.mono = newMonoClock(a.clock())
+	a.ahead.init(a.watcher.Progress, progressEvery)
+	a.core.build = a.buildEngine
+	if err := a.core.start(); err != nil {
 		return nil, err
 	}
 	store, err := openStore(cfg, client)
@@ -235,12 +212,9 @@ func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 // the journal (without an election: its ID, generation 0).
 func (a *Agent) leaderID() string { return a.id }
 
-// newEngine builds the estimates, the scheduler with its placement policy,
-// and an engine over them: a fresh one, or one restored from a snapshot.
-func (a *Agent) newEngine() (*engine.Engine, *engine.Estimates, error) {
-	return a.buildEngine(nil)
-}
-
+// buildEngine builds the estimates, the scheduler with its placement
+// policy, and an engine over them: a fresh one, or (snapshot not nil) one
+// restored from a snapshot. It is the core's build.
 func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates, error) {
 	est, err := engine.NewEstimates(a.prof, a.learnConfig())
 	if err != nil {
@@ -261,23 +235,14 @@ func (a *Agent) buildEngine(snapshot []byte) (*engine.Engine, *engine.Estimates,
 }
 
 // plan plans on the engine when this replica acts, else (a dry run, a
-// follower) on a copy of it: nothing is written then, so the engine must
-// not believe the decisions ran.
+// follower) on a copy of it (core.plan), and keeps the queues' status of
+// the engine it planned on.
 func (a *Agent) plan(ctx context.Context, now float64, kind engine.Kind, acting bool) (engine.Decision, error) {
-	if acting {
-		defer a.noteQueues(a.eng)
-		return a.eng.Plan(ctx, now, kind)
+	d, on, err := a.core.plan(ctx, now, kind, acting)
+	if on != nil {
+		a.noteQueues(on)
 	}
-	data, err := a.eng.Snapshot()
-	if err != nil {
-		return engine.Decision{}, err
-	}
-	scratch, _, err := a.buildEngine(data)
-	if err != nil {
-		return engine.Decision{}, err
-	}
-	defer a.noteQueues(scratch)
-	return scratch.Plan(ctx, now, kind)
+	return d, err
 }
 
 // now is the engine time of the process's monotonic clock (monoClock),
@@ -285,7 +250,7 @@ func (a *Agent) plan(ctx context.Context, now float64, kind engine.Kind, acting 
 // deferred a job must not make the engine refuse the round. Called under
 // a.mu.
 func (a *Agent) now() float64 {
-	return max(a.mono.now(), a.eng.Now())
+	return a.core.now(a.mono.now())
 }
 
 // OnCycle registers f to be told each cycle's kind (Fill or Boundary) and
@@ -294,7 +259,7 @@ func (a *Agent) now() float64 {
 func (a *Agent) OnCycle(f func(engine.Kind, time.Duration)) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.onCycle = f
+	a.pace.report(f)
 }
 
 // Watcher exposes the watcher (status, metrics).
@@ -342,7 +307,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		go func() { defer campaigning.Done(); a.campaign(ctx) }()
 	}
 	a.mu.Lock()
-	a.next = a.clock()
+	a.pace.planAt(a.clock())
 	a.mu.Unlock()
 	tick := time.NewTicker(stepInterval)
 	defer tick.Stop()
@@ -422,7 +387,7 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 		a.recheckJournal(ctx, snap)
 		a.noteRefusals(ctx, snap)
 	}
-	boundary := force || !a.clock().Before(a.next)
+	boundary := force || a.pace.due(a.clock())
 	if boundary && !a.ahead.running() {
 		a.applyProgress(a.readProgress(ctx, a.progressReads(snap)))
 		now = a.now()
@@ -436,12 +401,12 @@ func (a *Agent) cycleOn(ctx context.Context, snap *watch.Snapshot, force bool) e
 	if err != nil {
 		return fmt.Errorf("plan: %w", err)
 	}
-	if a.onCycle != nil {
-		defer func() { a.onCycle(kind, a.clock().Sub(start)) }()
+	if a.pace.reporting() {
+		defer func() { a.pace.cycled(kind, a.clock().Sub(start)) }()
 	}
 	if boundary {
 		a.record.round()
-		a.next = a.clock().Add(a.cfg.Round.Duration())
+		a.pace.planned(a.clock(), a.cfg.Round.Duration())
 		a.ahead.passed()
 	}
 	a.noteRepairs(d, acting)
@@ -508,7 +473,7 @@ func (a *Agent) outcome(o apply.Outcome, snap *watch.Snapshot) {
 			mj.refusals = 0
 			if o.Started {
 				// Run time counts from here: task setup is not run time.
-				if err := a.eng.Started(mj.id, a.now()); err != nil {
+				if err := a.core.eng.Started(mj.id, a.now()); err != nil {
 					a.log.Debug("started", "job", mj.id, "error", err)
 				}
 			}

@@ -52,7 +52,7 @@ func TestEngineClockIgnoresWallSteps(t *testing.T) {
 	plan := func() float64 {
 		t.Helper()
 		now := a.now()
-		if _, err := a.eng.Plan(context.Background(), now, engine.Fill); err != nil {
+		if _, err := a.core.eng.Plan(context.Background(), now, engine.Fill); err != nil {
 			t.Fatal(err)
 		}
 		return now
@@ -80,10 +80,10 @@ func TestRestoreAheadOfTheWallClock(t *testing.T) {
 	wall := time.Unix(1_800_000_000, 0)
 	ahead := float64(wall.Add(30*24*time.Hour).UnixNano()) / 1e9
 	src := newBareAgent(t)
-	if _, err := src.eng.Plan(context.Background(), ahead, engine.Fill); err != nil {
+	if _, err := src.core.eng.Plan(context.Background(), ahead, engine.Fill); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := src.eng.Snapshot()
+	snap, err := src.core.eng.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}

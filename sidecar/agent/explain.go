@@ -26,13 +26,13 @@ func (a *Agent) Plan() wire.PlanView {
 func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
 	last := a.record.last
 	v := wire.PlanView{Time: time.Unix(0, int64(last.Time*1e9)), Kind: wireKind(last.Kind), Policy: a.cfg.Policy, Placement: a.cfg.Placement,
-		DryRun: a.cfg.DryRun, Round: a.record.rounds, NextRound: a.next, Jobs: []wire.JobView{}, Refused: []wire.RefusedJob{}}
+		DryRun: a.cfg.DryRun, Round: a.record.rounds, NextRound: a.pace.nextRound(), Jobs: []wire.JobView{}, Refused: []wire.RefusedJob{}}
 	decided := map[string]engine.JobDecision{}
 	for _, jd := range last.Jobs {
 		decided[jd.Job] = jd
 	}
 	now := a.now()
-	for _, st := range a.eng.Jobs() {
+	for _, st := range a.core.eng.Jobs() {
 		jv := wire.JobView{ID: st.Job.ID, Workers: st.Job.ScaleFactor, Weight: st.Job.Weight, Model: st.Job.Model,
 			StepsDone: st.Done, Steps: st.Job.TotalSteps, Rate: st.Rate, ETA: st.ETA, Reason: wireReason(st.Reason), Position: -1, StalledS: st.StalledS}
 		if st.ReportedAt > 0 {

@@ -62,7 +62,7 @@ func TestRestoresEveryReleasesState(t *testing.T) {
 			}
 			states := func(a *Agent) map[string]engine.JobState {
 				out := map[string]engine.JobState{}
-				for _, j := range a.eng.Jobs() {
+				for _, j := range a.core.eng.Jobs() {
 					out[j.Job.ID] = j
 				}
 				return out

@@ -136,7 +136,7 @@ func (a *Agent) campaign(ctx context.Context) {
 		}
 		a.lease.Store(l)
 		a.gained.Add(1)
-		a.next = a.clock() // plan a round boundary at once
+		a.pace.planAt(a.clock()) // plan a round boundary at once
 		a.mu.Unlock()
 		a.log.Info("leading", "replica", a.id, "generation", l.Generation)
 		select {

@@ -16,9 +16,9 @@ import (
 func (a *Agent) Learned(ref planner.GPUType) wire.Learned {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := wire.Learned{Time: a.clock(), Learning: *a.cfg.Learn, Figures: wireFigures(a.est.Learned()), Gaps: wireGaps(a.est.Gaps())}
+	out := wire.Learned{Time: a.clock(), Learning: *a.cfg.Learn, Figures: wireFigures(a.core.est.Learned()), Gaps: wireGaps(a.core.est.Gaps())}
 	if ref = a.reference(ref); ref != "" {
-		if ts, ok := a.est.TypeSpeeds(ref); ok {
+		if ts, ok := a.core.est.TypeSpeeds(ref); ok {
 			out.Reference, out.TypeSpeeds = string(ref), wireTypeSpeeds(ts)
 		}
 	}
@@ -35,7 +35,7 @@ func (a *Agent) ExportProfile(ref planner.GPUType) ([]byte, error) {
 	if ref == "" {
 		return nil, fmt.Errorf("no GPU type has a figure yet to give relative speeds against: give ?reference=TYPE")
 	}
-	p, err := a.est.Export(fmt.Sprintf("learned by hadar sidecar %s", a.id), ref)
+	p, err := a.core.est.Export(fmt.Sprintf("learned by hadar sidecar %s", a.id), ref)
 	if err != nil {
 		return nil, err
 	}
@@ -52,10 +52,10 @@ func (a *Agent) reference(ref planner.GPUType) planner.GPUType {
 	if ref != "" {
 		return ref
 	}
-	types := a.eng.Types()
+	types := a.core.eng.Types()
 	slices.Sort(types)
 	for _, t := range types {
-		if _, ok := a.est.TypeSpeeds(t); ok {
+		if _, ok := a.core.est.TypeSpeeds(t); ok {
 			return t
 		}
 	}
@@ -70,7 +70,7 @@ func (a *Agent) warnGaps(acting bool) {
 		return
 	}
 	now := map[engine.Gap]bool{}
-	for _, g := range a.est.Gaps() {
+	for _, g := range a.core.est.Gaps() {
 		now[g] = true
 		if !a.learning.gapsWarned[g] {
 			a.log.Warn("no throughput estimate: jobs of this model are planned as if the type were as slow as their slowest estimated one; give the type's speed relative to another (relative_speeds in the profile overlay) or let a job run there", "model", g.Model, "type", g.Type, "why", g.Why)

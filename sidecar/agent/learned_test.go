@@ -125,7 +125,7 @@ func TestAnUnknownModelOnANewTypeIsPlannedAndTheOverlayReloads(t *testing.T) {
 	if len(a.learning.gapsWarned) != 0 {
 		t.Errorf("a closed gap is still remembered: %v", a.learning.gapsWarned)
 	}
-	ke, err := a.est.Estimate("my-new-llm", 3, "h100")
+	ke, err := a.core.est.Estimate("my-new-llm", 3, "h100")
 	if err != nil || ke.Source == "none" || !(ke.Value > 0) {
 		t.Errorf("my-new-llm on h100 after the overlay: %+v, %v", ke, err)
 	}
@@ -202,19 +202,19 @@ func TestLearnedFiguresSurviveARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range ids {
-		if err := a.eng.Adopt(id, planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{{Node: "n1", Type: "h100", Count: 1}}}}}, now); err != nil {
+		if err := a.core.eng.Adopt(id, planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{{Node: "n1", Type: "h100", Count: 1}}}}}, now); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Each makes 10 steps/s there, reported every 30 s for 10 minutes.
 	for s := 30.0; s <= 600; s += 30 {
 		for _, id := range ids {
-			if err := a.eng.Progress(id, 10*s, now+s); err != nil {
+			if err := a.core.eng.Progress(id, 10*s, now+s); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	ke, err := a.est.Estimate("my-new-llm", 1, "h100")
+	ke, err := a.core.est.Estimate("my-new-llm", 1, "h100")
 	if err != nil || ke.Source != "learned" || ke.Value < 9 || ke.Value > 11 {
 		a.mu.Unlock()
 		t.Fatalf("after 10 minutes at 10 steps/s: %+v, %v", ke, err)
@@ -244,7 +244,7 @@ func TestLearnedFiguresSurviveARestart(t *testing.T) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if ke, err := b.est.Estimate("my-new-llm", 1, "h100"); err != nil || ke.Source != "learned" || ke.Value != fig.Rate {
+	if ke, err := b.core.est.Estimate("my-new-llm", 1, "h100"); err != nil || ke.Source != "learned" || ke.Value != fig.Rate {
 		t.Errorf("a new job of the model would start from %+v, %v; want the learned %v", ke, err, fig.Rate)
 	}
 }

@@ -32,7 +32,7 @@ func TestLearningTimingOnRestore(t *testing.T) {
 		return a
 	}
 	short := agentWith(t, "5s", "20s")
-	if l := short.est.Learning(); l.Warmup != 5 || l.MinEvidence != 20 || l.FirstEvidence != 20 {
+	if l := short.core.est.Learning(); l.Warmup != 5 || l.MinEvidence != 20 || l.FirstEvidence != 20 {
 		t.Fatalf("learning %+v; want warm-up 5 s, evidence 20 s, first evidence 20 s", l)
 	}
 	saveFrom := func(t *testing.T, a *Agent) *memStore {

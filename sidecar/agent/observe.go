@@ -31,7 +31,7 @@ func (a *Agent) observe(snap *watch.Snapshot, leader bool) wire.Observation {
 	holders := map[nt][]wire.Holder{}
 	managedUse := map[nt]int{}
 	states := map[string]int{}
-	eng := a.eng.Jobs()
+	eng := a.core.eng.Jobs()
 	for i, st := range eng {
 		states[st.Job.ID] = i
 		if !st.Running {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/hadar-sched/hadar/planner/belief"
 	"github.com/hadar-sched/hadar/planner/engine"
 )
 
@@ -27,9 +28,9 @@ type learnState struct {
 // overlayEvery is how often the overlay file is looked at for a change.
 const overlayEvery = 5 * time.Second
 
-// loadOverlay loads the configured overlay at start: one that does not
-// load stops the sidecar, as the profile does.
-func (a *Agent) loadOverlay() error {
+// loadOverlay loads the configured overlay into p at start: one that does
+// not load stops the sidecar, as the profile does.
+func (a *Agent) loadOverlay(p *belief.Profile) error {
 	path := a.cfg.ProfileOverlay
 	if path == "" {
 		return nil
@@ -38,7 +39,7 @@ func (a *Agent) loadOverlay() error {
 	if err != nil {
 		return errors.Join(errors.New("sidecar config: profile_overlay"), err)
 	}
-	if err := a.prof.LoadOverlay(path); err != nil {
+	if err := p.LoadOverlay(path); err != nil {
 		return errors.Join(errors.New("sidecar config: profile_overlay"), err)
 	}
 	a.learning.overlayMod, a.learning.overlaySize, a.learning.overlayChecked = fi.ModTime(), fi.Size(), a.clock()

@@ -67,7 +67,7 @@ func (a *Agent) openState(ctx context.Context, store state.Store) error {
 		jobs[k] = &managed{key: k, id: engineID(k), spec: b.Spec, version: b.Version, model: a.declare(b.Spec),
 			units: b.Units, failures: b.Failures, refusals: b.Refusals}
 	}
-	eng, est, err := a.buildEngine(saved.Engine)
+	eng, est, err := a.core.build(saved.Engine)
 	if err != nil {
 		for _, mj := range jobs {
 			a.prof.Forget(mj.model)
@@ -88,7 +88,7 @@ func (a *Agent) openState(ctx context.Context, store state.Store) error {
 		// saved time rather than waiting for the wall clock.
 		a.log.Warn("saved state's engine time is ahead of this host's clock: engine time runs on from it", "ahead", time.Duration(ahead*float64(time.Second)).String())
 	}
-	a.eng, a.est = eng, est
+	a.core.adopt(eng, est)
 	a.roster.restore(jobs)
 	nodes, drained := eng.Nodes()
 	a.cluster.restore(nodes, drained)
@@ -96,7 +96,7 @@ func (a *Agent) openState(ctx context.Context, store state.Store) error {
 		a.net.SetNode(belief.Node{ID: n.ID, Rack: n.Rack, GPUs: n.GPUs})
 	}
 	a.record.restore(st.History, st.Rounds)
-	a.next = st.Next
+	a.pace.planAt(st.Next)
 	a.ledger.restored(saved.JournalSeq)
 	a.log.Info("state restored", "store", store.Where(), "saved_at", saved.At, "jobs", len(jobs), "nodes", len(nodes), "rounds", st.Rounds)
 	return nil
@@ -107,11 +107,11 @@ func (a *Agent) save(ctx context.Context, index uint64) error {
 	if a.ledger.store == nil {
 		return nil
 	}
-	eng, err := a.eng.Snapshot()
+	eng, err := a.core.eng.Snapshot()
 	if err != nil {
 		return fmt.Errorf("state: %w", err)
 	}
-	st := agentStateV1{History: a.record.history, Rounds: a.record.rounds, Next: a.next}
+	st := agentStateV1{History: a.record.history, Rounds: a.record.rounds, Next: a.pace.nextRound()}
 	for _, k := range a.roster.keys() {
 		mj := a.roster.job(k)
 		st.Jobs = append(st.Jobs, jobBook{Spec: mj.spec, Version: mj.version, Units: mj.units, Failures: mj.failures, Refusals: mj.refusals})

@@ -30,7 +30,7 @@ func (a *Agent) progressReads(snap *watch.Snapshot) []progressRead {
 	var reads []progressRead
 	for _, k := range a.roster.keys() {
 		mj := a.roster.job(k)
-		if st, ok := a.eng.Job(mj.id); !ok || !st.Running {
+		if st, ok := a.core.eng.Job(mj.id); !ok || !st.Running {
 			continue
 		}
 		for _, al := range snap.AllocsOf(k) {
@@ -81,10 +81,10 @@ func (a *Agent) readProgress(ctx context.Context, reads []progressRead) map[stri
 func (a *Agent) applyProgress(best map[string]float64) {
 	now := a.now()
 	for _, id := range slices.Sorted(maps.Keys(best)) {
-		if st, ok := a.eng.Job(id); !ok || !st.Running {
+		if st, ok := a.core.eng.Job(id); !ok || !st.Running {
 			continue
 		}
-		if err := a.eng.Progress(id, best[id], now); err != nil {
+		if err := a.core.eng.Progress(id, best[id], now); err != nil {
 			if errors.Is(err, engine.ErrImplausible) {
 				// Once per job: its file keeps saying it every read.
 				a.warnOnce("progress:"+id, "a job's progress report was not taken as written (its progress file is the job's own)", "job", id, "error", err)
@@ -119,7 +119,7 @@ func (a *Agent) ReadAhead(ctx context.Context) {
 	last := a.clock()
 	for {
 		a.mu.Lock()
-		next := a.next
+		next := a.pace.nextRound()
 		a.mu.Unlock()
 		lead := min(took*3/2+time.Second, a.cfg.Round.Duration()/2)
 		at, between := next.Add(-lead), false
@@ -150,7 +150,7 @@ func (a *Agent) ReadAhead(ctx context.Context) {
 		}
 		a.mu.Lock()
 		a.applyProgress(best)
-		swept := a.next
+		swept := a.pace.nextRound()
 		a.mu.Unlock()
 		last = a.clock()
 		took = last.Sub(start)
@@ -165,7 +165,7 @@ func (a *Agent) ReadAhead(ctx context.Context) {
 				return
 			}
 			a.mu.Lock()
-			swept = a.next
+			swept = a.pace.nextRound()
 			a.mu.Unlock()
 		}
 	}

@@ -66,7 +66,7 @@ func TestBoundaryPlansOnProgressReadAhead(t *testing.T) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		var ids []string
-		for _, st := range a.eng.Jobs() {
+		for _, st := range a.core.eng.Jobs() {
 			if st.Running {
 				ids = append(ids, st.Job.ID)
 			}
@@ -108,13 +108,13 @@ func TestBoundaryPlansOnProgressReadAhead(t *testing.T) {
 	for {
 		a.mu.Lock()
 		got := 0
-		for _, st := range a.eng.Jobs() {
+		for _, st := range a.core.eng.Jobs() {
 			if st.Running && st.Done == 42 {
 				got++
 			}
 		}
 		want := 0
-		for _, st := range a.eng.Jobs() {
+		for _, st := range a.core.eng.Jobs() {
 			if st.Running {
 				want++
 			}
@@ -143,7 +143,7 @@ func TestBoundaryPlansOnProgressReadAhead(t *testing.T) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, st := range a.eng.Jobs() {
+	for _, st := range a.core.eng.Jobs() {
 		if st.Running && st.Done != 50 {
 			t.Fatalf("job %s: %v steps done after a boundary with no ReadAhead, want the 50 it read", st.Job.ID, st.Done)
 		}

@@ -81,7 +81,7 @@ queue "team-d" {
 		a.mu.Unlock()
 		t.Fatal(err)
 	}
-	if got := a.eng.Scheduler().Name(); got != "queues(gavel-maxmin)" {
+	if got := a.core.eng.Scheduler().Name(); got != "queues(gavel-maxmin)" {
 		t.Errorf("scheduler %q, want queues(gavel-maxmin)", got)
 	}
 	want := map[string]struct {
@@ -89,7 +89,7 @@ queue "team-d" {
 		priority int
 	}{"plain": {"team-a", 50}, "chosen": {"team-b", 70}, "refused": {"team-a", 50}}
 	for id, w := range want {
-		st, ok := a.eng.Job(engineID(watch.JobKey{Namespace: "default", ID: id}))
+		st, ok := a.core.eng.Job(engineID(watch.JobKey{Namespace: "default", ID: id}))
 		if !ok || st.Job.Queue != w.queue || st.Job.Priority != w.priority {
 			t.Errorf("job %s: queue %q priority %d (admitted %v), want %q, %d", id, st.Job.Queue, st.Job.Priority, ok, w.queue, w.priority)
 		}

@@ -38,7 +38,7 @@ func (a *Agent) sync(snap *watch.Snapshot, now float64) error {
 	if err := a.syncEligibility(snap, now); err != nil {
 		return err
 	}
-	return a.eng.SetHeld(a.heldGPUs(snap), now)
+	return a.core.eng.SetHeld(a.heldGPUs(snap), now)
 }
 
 // syncEligibility tells the engine where each managed job may run by
@@ -61,7 +61,7 @@ func (a *Agent) syncEligibility(snap *watch.Snapshot, now float64) error {
 		if !a.allowsAll(res) {
 			el = res.Allowed()
 		}
-		if err := a.eng.SetEligible(mj.id, el, res.Why, now); err != nil {
+		if err := a.core.eng.SetEligible(mj.id, el, res.Why, now); err != nil {
 			return fmt.Errorf("job %s: %w", mj.id, err)
 		}
 	}
@@ -134,7 +134,7 @@ func (a *Agent) syncNodes(snap *watch.Snapshot, now float64) error {
 		}
 	}
 	for _, id := range a.cluster.gone(want) {
-		hit, err := a.eng.RemoveNode(id, now)
+		hit, err := a.core.eng.RemoveNode(id, now)
 		if err != nil {
 			return fmt.Errorf("node %s left: %w", id, err)
 		}
@@ -149,7 +149,7 @@ func (a *Agent) syncNodes(snap *watch.Snapshot, now float64) error {
 		}
 	}
 	if len(changed) > 0 {
-		hit, err := a.eng.SetNodes(changed, now)
+		hit, err := a.core.eng.SetNodes(changed, now)
 		if err != nil {
 			return fmt.Errorf("nodes: %w", err)
 		}
@@ -162,7 +162,7 @@ func (a *Agent) syncNodes(snap *watch.Snapshot, now float64) error {
 	}
 	for id, d := range drain {
 		if a.cluster.draining(id) != d {
-			if err := a.eng.Drain(id, d, now); err != nil {
+			if err := a.core.eng.Drain(id, d, now); err != nil {
 				return err
 			}
 			a.cluster.setDrain(id, d)
@@ -295,7 +295,7 @@ func (a *Agent) admit(snap *watch.Snapshot, j *watch.Job, now float64) {
 	}
 	jb := s.Job(engineID(k), arrival)
 	a.placeInQueue(&jb, s, k)
-	if err := a.eng.Admit(jb, now); err != nil {
+	if err := a.core.eng.Admit(jb, now); err != nil {
 		a.prof.Forget(model)
 		fe := &jobspec.FieldError{Job: s.JobID, Namespace: s.Namespace, Field: jobspec.KeyModel, Value: s.Model,
 			Want: fmt.Sprintf("a job the throughput profile can plan: %v; give hadar.throughput for the GPU types it runs on, or a profiled hadar.workers", err)}
@@ -358,7 +358,7 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 	}
 	switch {
 	case complete && failed == "":
-		if err := a.eng.Complete(mj.id, now); err == nil {
+		if err := a.core.eng.Complete(mj.id, now); err == nil {
 			a.log.Info("managed job complete", "job", mj.key.String())
 			a.note(wire.Event{Time: a.clock(), Job: mj.id, Result: "complete"})
 		}
@@ -412,11 +412,11 @@ func (a *Agent) failedRun(snap *watch.Snapshot, mj *managed, version uint64, fai
 	}
 	wait := min(failureBackoffBase<<(mj.failures-1), failureBackoffCap)
 	a.log.Warn("managed job's workers failed: restarting it from its checkpoint after a back-off", "job", mj.key.String(), "failure", mj.failures, "reason", reason, "retry_in", wait)
-	if err := a.eng.Interrupt(mj.id, now); err != nil {
+	if err := a.core.eng.Interrupt(mj.id, now); err != nil {
 		a.log.Debug("interrupt", "job", mj.id, "error", err)
 	}
 	why := fmt.Sprintf("its workers failed (%d of %d tries): %s", mj.failures, maxFailures+1, reason)
-	if err := a.eng.Defer(mj.id, now+wait.Seconds(), why, now); err != nil {
+	if err := a.core.eng.Defer(mj.id, now+wait.Seconds(), why, now); err != nil {
 		a.log.Debug("defer", "job", mj.id, "error", err)
 	}
 }
@@ -489,7 +489,7 @@ func shortID(id string) string {
 func (a *Agent) forget(mj *managed, now float64) {
 	// Complete and Fail both take the job out; a failure is also logged
 	// and noted by the caller.
-	if err := a.eng.Fail(mj.id, now); err != nil {
+	if err := a.core.eng.Fail(mj.id, now); err != nil {
 		a.log.Debug("forget", "job", mj.id, "error", err)
 	}
 	a.applier.Cancel(mj.key)
@@ -539,7 +539,7 @@ func (a *Agent) reconcile(snap *watch.Snapshot, now float64) {
 		if j == nil || j.Spec == nil || a.applier.InFlight(k) != nil {
 			continue
 		}
-		st, ok := a.eng.Job(mj.id)
+		st, ok := a.core.eng.Job(mj.id)
 		if !ok {
 			continue
 		}
@@ -558,15 +558,15 @@ func (a *Agent) reconcile(snap *watch.Snapshot, now float64) {
 		if len(obs.Units) == 0 {
 			if st.Running {
 				a.log.Info("job no longer runs in Nomad: it waits for a new placement", "job", mj.id)
-				if err := a.eng.Interrupt(mj.id, now); err != nil {
+				if err := a.core.eng.Interrupt(mj.id, now); err != nil {
 					a.log.Error("interrupt", "job", mj.id, "error", err)
 				}
 			}
 			continue
 		}
-		if err := a.eng.Adopt(mj.id, obs, now); err != nil {
+		if err := a.core.eng.Adopt(mj.id, obs, now); err != nil {
 			a.log.Warn("job runs where the plan cannot hold it: it will be moved", "job", mj.id, "error", err)
-			if err := a.eng.Interrupt(mj.id, now); err != nil {
+			if err := a.core.eng.Interrupt(mj.id, now); err != nil {
 				a.log.Error("interrupt", "job", mj.id, "error", err)
 			}
 			continue
@@ -630,36 +630,11 @@ func (a *Agent) usedPorts(snap *watch.Snapshot) map[string][]int {
 	return out
 }
 
-// warnTTL is how long a warning stays silenced; maxWarned how many keys
-// are remembered at most (issue 31, item 11: the map only grew).
-const (
-	warnTTL   = time.Hour
-	maxWarned = 1024
-)
-
 // warnOnce logs a warning the first time key is seen, and again once
 // warnTTL has passed.
 func (a *Agent) warnOnce(key, msg string, args ...any) {
-	now := a.clock()
-	if a.warned == nil {
-		a.warned = map[string]time.Time{}
-	}
-	if at, ok := a.warned[key]; ok && now.Sub(at) < warnTTL && !at.After(now) {
+	if a.pace.silenced(key, a.clock()) {
 		return
 	}
-	if len(a.warned) >= maxWarned {
-		oldest := ""
-		for k, at := range a.warned {
-			if now.Sub(at) >= warnTTL {
-				delete(a.warned, k)
-			} else if oldest == "" || at.Before(a.warned[oldest]) {
-				oldest = k
-			}
-		}
-		if len(a.warned) >= maxWarned {
-			delete(a.warned, oldest)
-		}
-	}
-	a.warned[key] = now
 	a.log.Warn(msg, args...)
 }

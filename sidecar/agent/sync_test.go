@@ -67,7 +67,7 @@ func TestGPUsOfARefusedManagedJobAreHeld(t *testing.T) {
 	a.settleWrites()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st, ok := a.eng.Job(engineID(watch.JobKey{Namespace: "default", ID: "waiting"}))
+	st, ok := a.core.eng.Job(engineID(watch.JobKey{Namespace: "default", ID: "waiting"}))
 	if !ok {
 		t.Fatal("the valid job was not admitted")
 	}
@@ -88,7 +88,7 @@ func TestGPUsOfARefusedManagedJobAreHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ = a.eng.Job(engineID(watch.JobKey{Namespace: "default", ID: "waiting"}))
+	st, _ = a.core.eng.Job(engineID(watch.JobKey{Namespace: "default", ID: "waiting"}))
 	if !st.Running || st.Placement.Units[0].Slots[0] != (planner.Slot{Node: "n1", Type: "v100", Count: 1}) {
 		t.Fatalf("after the refused job's worker ended: running %v on %v", st.Running, st.Placement)
 	}
@@ -133,11 +133,11 @@ func TestPlansFollowNomadsPlacementRules(t *testing.T) {
 	a.settleWrites()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	st, _ := a.eng.Job(engineID(watch.JobKey{Namespace: "default", ID: "not-n1"}))
+	st, _ := a.core.eng.Job(engineID(watch.JobKey{Namespace: "default", ID: "not-n1"}))
 	if !st.Running || st.Placement.Units[0].Slots[0].Node != "n2" {
 		t.Fatalf("not-n1 runs %v on %v: want n2, the one node its constraint allows", st.Running, st.Placement)
 	}
-	st, _ = a.eng.Job(engineID(watch.JobKey{Namespace: "default", ID: "windows"}))
+	st, _ = a.core.eng.Job(engineID(watch.JobKey{Namespace: "default", ID: "windows"}))
 	if st.Running || !strings.Contains(st.Reason.Why, "kernel.name") {
 		t.Fatalf("a job no node can run: running %v, why %q", st.Running, st.Reason.Why)
 	}
@@ -197,14 +197,14 @@ func TestSyncAdmitsReconcilesAndFinishes(t *testing.T) {
 	if iv, ok := a.roster.refusal(watch.JobKey{Namespace: "default", ID: "bad"}); !ok || !strings.Contains(iv.err.Error(), "hadar.steps") {
 		t.Fatalf("the bad spec: %+v, %v", iv, ok)
 	}
-	if st, _ := a.eng.Job(engineID(run)); st.Running {
+	if st, _ := a.core.eng.Job(engineID(run)); st.Running {
 		t.Fatal("admitted as running")
 	}
 
 	// Nomad runs it on n2 (a restart found it so): adopted there.
 	placedJob(t, snap, rec, "run", "n2", api.AllocClientStatusRunning)
 	sync(now + 1)
-	st, _ := a.eng.Job(engineID(run))
+	st, _ := a.core.eng.Job(engineID(run))
 	if !st.Running || st.Placement.Units[0].Slots[0].Node != "n2" {
 		t.Fatalf("not adopted where Nomad runs it: %v on %v", st.Running, st.Placement)
 	}
@@ -218,7 +218,7 @@ func TestSyncAdmitsReconcilesAndFinishes(t *testing.T) {
 		snap.Jobs[run].Status, snap.Jobs[run].Version = "dead", uint64(n)
 		sync(now + 1 + float64(n))
 		if n < maxFailures {
-			st, ok := a.eng.Job(engineID(run))
+			st, ok := a.core.eng.Job(engineID(run))
 			if !ok || st.Running || a.roster.job(run).failures != n {
 				t.Fatalf("failure %d: planned %v, running %v, failures %d", n, ok, st.Running, a.roster.job(run).failures)
 			}
@@ -228,7 +228,7 @@ func TestSyncAdmitsReconcilesAndFinishes(t *testing.T) {
 			}
 			continue
 		}
-		if _, ok := a.eng.Job(engineID(run)); ok || a.roster.job(run) != nil {
+		if _, ok := a.core.eng.Job(engineID(run)); ok || a.roster.job(run) != nil {
 			t.Fatalf("after %d failures the job is still planned", n)
 		}
 		if last := a.record.history[len(a.record.history)-1]; !strings.Contains(last.Result, "failed for good") {
@@ -256,7 +256,7 @@ func TestSyncFinishesACompleteJob(t *testing.T) {
 	if err := a.sync(snap, now+1); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := a.eng.Job(engineID(k)); ok || a.roster.job(k) != nil {
+	if _, ok := a.core.eng.Job(engineID(k)); ok || a.roster.job(k) != nil {
 		t.Fatal("a complete job is still planned")
 	}
 	if last := a.record.history[len(a.record.history)-1]; last.Result != "complete" {
@@ -351,7 +351,7 @@ func TestSyncReadmitsAChangedPriorityQueueOrDevice(t *testing.T) {
 			if mj == nil || !mj.spec.Same(s) {
 				t.Fatalf("after the new version the job is planned with %+v, want %+v", mj, s)
 			}
-			if st, ok := a.eng.Job(engineID(k)); !ok || st.Job.Priority != s.Priority {
+			if st, ok := a.core.eng.Job(engineID(k)); !ok || st.Job.Priority != s.Priority {
 				t.Fatalf("engine job priority %d (planned %v), want %d", st.Job.Priority, ok, s.Priority)
 			}
 		})
@@ -385,7 +385,7 @@ func TestAuthorsMinRunTimeIsCapped(t *testing.T) {
 	if err := a.sync(snap, a.now()); err != nil {
 		t.Fatal(err)
 	}
-	if st, ok := a.eng.Job(engineID(k)); !ok || st.Job.MinRunTime != 3600 {
+	if st, ok := a.core.eng.Job(engineID(k)); !ok || st.Job.MinRunTime != 3600 {
 		t.Fatalf("the engine holds the job to %v s (planned %v), want the cap 3600", st.Job.MinRunTime, ok)
 	}
 	for _, jv := range a.planView(snap).Jobs {
@@ -438,7 +438,7 @@ func TestFailingStartsBackOffThenHold(t *testing.T) {
 		if n == maxFailures {
 			break
 		}
-		st, ok := a.eng.Job(engineID(k))
+		st, ok := a.core.eng.Job(engineID(k))
 		if !ok || st.Running || a.roster.job(k).failures != n {
 			t.Fatalf("failure %d: planned %v, running %v", n, ok, st.Running)
 		}
@@ -450,7 +450,7 @@ func TestFailingStartsBackOffThenHold(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, _ = a.eng.Job(engineID(k))
+		st, _ = a.core.eng.Job(engineID(k))
 		wait := failureBackoffBase << (n - 1)
 		if st.Running || !strings.Contains(st.Reason.Why, "deferred for") || !strings.Contains(st.Reason.Why, refusal) {
 			t.Fatalf("failure %d: running %v, why %q: want it deferred with the driver's reason", n, st.Running, st.Reason.Why)
@@ -460,7 +460,7 @@ func TestFailingStartsBackOffThenHold(t *testing.T) {
 			t.Fatalf("failure %d: %q: want a back-off of %v", n, st.Reason.Why, wait)
 		}
 	}
-	if _, ok := a.eng.Job(engineID(k)); ok || a.roster.job(k) != nil {
+	if _, ok := a.core.eng.Job(engineID(k)); ok || a.roster.job(k) != nil {
 		t.Fatal("after the third refusal for the same reason the job is still planned")
 	}
 	view := a.planView(snap)
@@ -473,7 +473,7 @@ func TestFailingStartsBackOffThenHold(t *testing.T) {
 	snap.Jobs[k].Status = "pending"
 	for range 3 {
 		sync()
-		if _, ok := a.eng.Job(engineID(k)); ok {
+		if _, ok := a.core.eng.Job(engineID(k)); ok {
 			t.Fatal("the held job was admitted again")
 		}
 	}
@@ -484,7 +484,7 @@ func TestFailingStartsBackOffThenHold(t *testing.T) {
 	wj.SubmitTime, wj.Status = snap.Jobs[k].SubmitTime, "pending"
 	snap.Jobs[k] = wj
 	sync()
-	if _, ok := a.eng.Job(engineID(k)); !ok || len(a.planView(snap).Refused) != 0 {
+	if _, ok := a.core.eng.Job(engineID(k)); !ok || len(a.planView(snap).Refused) != 0 {
 		t.Fatal("the job its owner registered again is still held")
 	}
 }
@@ -517,7 +517,7 @@ func TestJustSubmittedJobsNotFoundIsNotBackedOff(t *testing.T) {
 	rec.mu.Unlock()
 	cycle(false)
 	a.mu.Lock()
-	st, _ := a.eng.Job(engineID(k))
+	st, _ := a.core.eng.Job(engineID(k))
 	refusals := a.roster.job(k).refusals
 	a.mu.Unlock()
 	rec.mu.Lock()
