@@ -42,14 +42,10 @@ func (t *Telemetry) sampleQueues() {
 		t.gauge(s.Name, s.Value, queueLabels(s.Labels)...)
 	}
 	cur := queues.Counters(st)
-	var grew map[queues.CounterKey]uint64
-	if t.lastQueues != nil {
-		grew = queues.Increments(t.lastQueues, cur)
-	}
+	grew := t.seen.queuesGrew(cur)
 	for k := range cur {
 		t.inc("hadar_queue_preemptions_total", int(grew[k]), lbl("queue", k.Queue), lbl("reason", k.Reason))
 	}
-	t.lastQueues = cur
 }
 
 func queueLabels(ls [][2]string) []metrics.Label {

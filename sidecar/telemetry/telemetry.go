@@ -26,7 +26,6 @@ import (
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/sidecar/apply"
-	"github.com/hadar-sched/hadar/sidecar/queues"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
@@ -88,25 +87,13 @@ type Telemetry struct {
 	rounds    *prometheus.HistogramVec
 
 	mu sync.Mutex // guards what follows
-	// baseRounds is the round count restored from the state at start:
-	// the counter counts this process's rounds.
-	baseRounds int
-	lastRounds int
-	lastWatch  watch.Stats
-	lastWrites map[string]int
-	// lastRepairs is Health.Repairs at the previous sample.
-	lastRepairs map[string]int
-	// lastGained and lastLost are Health.LeaderGained and LeaderLost at
-	// the previous sample.
-	lastGained, lastLost int
-	cursor               cursor
-	prev                 map[string]memo      // jobs at the previous sample, by ID
-	explained            map[string]time.Time // jobs whose last stop a decision explains
-	counters             map[string]counterKey
-	// lastQueues are the queues' preemption totals at the previous
-	// sample (queues.go).
-	lastQueues map[queues.CounterKey]uint64
-	util       utilRing
+	// seen are the running totals at the previous sample (totals.go).
+	seen      totals
+	cursor    cursor
+	prev      map[string]memo      // jobs at the previous sample, by ID
+	explained map[string]time.Time // jobs whose last stop a decision explains
+	counters  map[string]counterKey
+	util      utilRing
 }
 
 // memo is what a sample remembers of a job for the next one.
@@ -127,7 +114,7 @@ type counterKey struct {
 func New(src Source, opts Options) (*Telemetry, error) {
 	opts = opts.withDefaults()
 	t := &Telemetry{src: src, opts: opts, log: opts.Logger, reg: prometheus.NewRegistry(), policy: metrics.Label{Name: "policy", Value: opts.Policy},
-		prev: map[string]memo{}, explained: map[string]time.Time{}, counters: map[string]counterKey{}, lastWrites: map[string]int{}, lastRepairs: map[string]int{},
+		prev: map[string]memo{}, explained: map[string]time.Time{}, counters: map[string]counterKey{},
 		util: utilRing{max: opts.UtilPoints, step: opts.UtilStep}}
 	// The sink registers itself on a registry of its own: /metrics
 	// gathers through t.gather, which gives each family its help text
@@ -162,7 +149,7 @@ func New(src Source, opts Options) (*Telemetry, error) {
 	}
 
 	h := src.Health()
-	t.baseRounds, t.lastRounds = h.Rounds, h.Rounds
+	t.seen = newTotals(h)
 	t.cursor.after(src.History())
 	// Counters every operator expects to see from the start, at zero.
 	for _, a := range []wire.Action{wire.ActionStart, wire.ActionStop, wire.ActionMove, wire.ActionFork, wire.ActionUnfork} {
@@ -187,12 +174,10 @@ func New(src Source, opts Options) (*Telemetry, error) {
 	}
 	for _, k := range []string{wire.RepairPlacement, wire.RepairFallback} {
 		t.inc("hadar_plan_repairs_total", 0, lbl("kind", k))
-		t.lastRepairs[k] = h.Repairs[k]
 	}
 	for _, to := range []string{"leader", "follower"} {
 		t.inc("hadar_leader_changes_total", 0, lbl("to", to))
 	}
-	t.lastGained, t.lastLost = h.LeaderGained, h.LeaderLost
 	for _, n := range []string{"hadar_rounds_total", "hadar_rewrite_conflicts_total", "hadar_nomad_reconnects_total", "hadar_nomad_relists_total"} {
 		t.inc(n, 0)
 	}
@@ -389,33 +374,7 @@ func (t *Telemetry) sampleGPUs(obs wire.Observation) {
 }
 
 // sampleCounts turns the agent's running totals into counter increments.
-func (t *Telemetry) sampleCounts(h wire.Health, ws watch.Stats) {
-	if h.Rounds >= t.lastRounds {
-		t.inc("hadar_rounds_total", h.Rounds-t.lastRounds)
-	}
-	t.lastRounds = h.Rounds
-	t.inc("hadar_nomad_api_errors_total", int(ws.APIErrors-t.lastWatch.APIErrors), lbl("source", "watch"))
-	t.inc("hadar_nomad_api_errors_total", int(ws.ProgressErrors-t.lastWatch.ProgressErrors), lbl("source", "progress"))
-	t.inc("hadar_nomad_reconnects_total", int(ws.Reconnects-t.lastWatch.Reconnects))
-	t.inc("hadar_nomad_relists_total", int(ws.Relists-t.lastWatch.Relists))
-	t.lastWatch = ws
-	for kind, n := range h.Writes {
-		d := n - t.lastWrites[kind]
-		t.inc("hadar_nomad_writes_total", d, lbl("kind", kind))
-		if kind == "rollback" {
-			// Each rollback write removes a gang's started workers.
-			t.inc("hadar_evictions_total", d, lbl("reason", ReasonRolledBack))
-		}
-		t.lastWrites[kind] = n
-	}
-	for kind, n := range h.Repairs {
-		t.inc("hadar_plan_repairs_total", n-t.lastRepairs[kind], lbl("kind", kind))
-		t.lastRepairs[kind] = n
-	}
-	t.inc("hadar_leader_changes_total", h.LeaderGained-t.lastGained, lbl("to", "leader"))
-	t.inc("hadar_leader_changes_total", h.LeaderLost-t.lastLost, lbl("to", "follower"))
-	t.lastGained, t.lastLost = h.LeaderGained, h.LeaderLost
-}
+func (t *Telemetry) sampleCounts(h wire.Health, ws watch.Stats) { t.seen.advance(h, ws, t.inc) }
 
 // LearnedSource is a Source that learns throughputs (the agent): its
 // figures become gauges.
