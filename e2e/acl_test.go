@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 )
 
 // TestSidecarLeastPrivilege: on a cluster with ACLs enabled, the sidecar
@@ -41,7 +42,7 @@ func TestSidecarLeastPrivilege(t *testing.T) {
 	if _, err := c.api.Namespaces().Register(&api.Namespace{Name: "training"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/internal/demo"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 )
 
 // demoRun is one hadar-demo process started by a test.
@@ -37,7 +38,7 @@ type demoRun struct {
 // short` on ports reserved for this test, its output captured.
 func startDemo(t *testing.T) *demoRun {
 	t.Helper()
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +289,7 @@ func TestDemoInterrupted(t *testing.T) {
 		if len(demoProcesses(st, "nomad agent")) == 0 {
 			t.Fatal("no agent outlived the killed demo: nothing for stop to do, the test proves nothing")
 		}
-		root, _ := harness.RepoRoot()
+		root, _ := hostpath.RepoRoot()
 		stop := exec.Command(filepath.Join(root, "bin", "hadar-demo"), "stop", "-out", d.out)
 		out, err := stop.CombinedOutput()
 		if err != nil {

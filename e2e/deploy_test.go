@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
@@ -180,7 +181,7 @@ func (d *deployed) identity(allocID string) (string, time.Time) {
 // by prefix) of Nomad version (harness.NomadVersions; "" the default), as
 // docs/deploy.md says, with a lock TTL of ttl.
 func deploySidecar(t *testing.T, prefix, version string, ttl time.Duration) *deployed {
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

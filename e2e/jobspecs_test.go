@@ -13,6 +13,7 @@ import (
 
 	"github.com/hadar-sched/hadar/e2e/harness"
 	"github.com/hadar-sched/hadar/internal/demo"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
@@ -214,7 +215,7 @@ func wantProfilePaces(t *testing.T, job *api.Job, model string) {
 // dispatches a child that runs to the end with the steps given.
 func TestJobspecs(t *testing.T) {
 	skipShort(t)
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
@@ -169,7 +170,7 @@ func docsLeaderLine(t *testing.T, d *deployed) string {
 		t.Log("no jq: docs/deploy.md's line for the leader's address is not run")
 		return ""
 	}
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +225,7 @@ func taskPID(t *testing.T, d *deployed, allocID string) int {
 // docs/observability.md says and waits until Prometheus scrapes both
 // replicas with one leading; then looks for the token where it must not be.
 func runPrometheusJob(t *testing.T, d *deployed, promBin string) {
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 	"github.com/hadar-sched/hadar/internal/observability"
 	"github.com/hadar-sched/hadar/planner/queue"
 	"github.com/hadar-sched/hadar/sidecar/config"
@@ -230,7 +231,7 @@ func TestDashboardOnPrometheus(t *testing.T) {
 	if err != nil {
 		t.Skip("no promtool installed (Debian's prometheus package ships it; `make prometheus`)")
 	}
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 	"github.com/hadar-sched/hadar/internal/pack"
 	"github.com/hadar-sched/hadar/internal/release"
 )
@@ -32,7 +33,7 @@ import (
 // alone). No file is edited by hand.
 func TestPackInstallFromArchive(t *testing.T) {
 	skipShort(t)
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

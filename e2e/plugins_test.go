@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 )
 
 // inventory is the hadar-gpu plugin block of the test node: a mixed
@@ -117,7 +118,7 @@ progress_poll_interval = "500ms"`, checkpointRoot, mergeRoot),
 // trainer as the value of its "trainer" variable.
 func parseJobspec(t *testing.T, a *harness.Agent, name, trainer string, vars ...string) *api.Job {
 	t.Helper()
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

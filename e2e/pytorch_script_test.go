@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 )
@@ -95,7 +96,7 @@ func docsChroot(t *testing.T, page string) []string {
 // out/e2e-logs when it fails.
 func TestPyTorchScriptFromTheDocs(t *testing.T) {
 	skipShort(t)
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

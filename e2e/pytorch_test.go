@@ -21,6 +21,7 @@ import (
 
 	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
 	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
@@ -83,7 +84,7 @@ func startTorch(t *testing.T, nodes []torchNode, dockerSock, dev, chroot string)
 	if err := exec.Command(debianPython, "-c", "import torch, sklearn").Run(); err != nil {
 		t.Skipf("%s cannot import torch and sklearn (%v): apt-get install python3-torch python3-sklearn, as make test does", debianPython, err)
 	}
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -633,7 +634,7 @@ const (
 // run: a kernel or a sandbox without what containers need).
 func startDocker(t *testing.T) (sock, why string) {
 	t.Helper()
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -765,7 +766,7 @@ func TestPyTorchDDPOnDocker(t *testing.T) {
 	sock, why := startDocker(t)
 	c, p := startTorchClusterDocker(t, []torchNode{{"dk-a", "dk", modelV100, "16GiB", 2}}, sock)
 	const steps = 200
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 	"github.com/hadar-sched/hadar/planner/queue"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/wire"
@@ -179,7 +179,7 @@ func TestQueuesPageInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
-	if root, err := harness.RepoRoot(); err == nil {
+	if root, err := hostpath.RepoRoot(); err == nil {
 		if err := os.MkdirAll(filepath.Join(root, "out"), 0o755); err == nil {
 			os.WriteFile(filepath.Join(root, "out", "queues-page.png"), shot, 0o644)
 		}

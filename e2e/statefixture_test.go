@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/state"
 )
@@ -37,7 +38,7 @@ func TestWriteStateFixtures(t *testing.T) {
 	if !*stateFixtures {
 		t.Skip("the state fixtures' generator: run with -state-fixtures to write sidecar/state/testdata/v" + fmt.Sprint(state.Version))
 	}
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
@@ -649,7 +650,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	if err := os.WriteFile(path, shot, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if root, err := harness.RepoRoot(); err == nil {
+	if root, err := hostpath.RepoRoot(); err == nil {
 		if err := os.MkdirAll(filepath.Join(root, "out"), 0o755); err == nil {
 			os.WriteFile(filepath.Join(root, "out", "status-page.png"), shot, 0o644)
 		}

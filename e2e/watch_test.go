@@ -21,6 +21,7 @@ import (
 
 	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 )
@@ -824,7 +825,7 @@ func firstStreamIndex(t *testing.T, c *api.Client, index uint64) uint64 {
 // as a valid managed job and waits at the gate.
 func TestWatchDocExample(t *testing.T) {
 	skipShort(t)
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

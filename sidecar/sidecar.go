@@ -16,13 +16,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hadar-sched/hadar/internal/version"
 	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/nomadclient"
 	"github.com/hadar-sched/hadar/sidecar/status"
 	"github.com/hadar-sched/hadar/sidecar/telemetry"
 	"github.com/hadar-sched/hadar/sidecar/wire"
+	"github.com/hadar-sched/hadar/version"
 )
 
 // Options is one sidecar: its configuration, resolved

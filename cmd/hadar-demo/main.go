@@ -6,7 +6,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -21,7 +20,8 @@ import (
 	"time"
 
 	"github.com/hadar-sched/hadar/internal/demo"
-	"github.com/hadar-sched/hadar/internal/version"
+	"github.com/hadar-sched/hadar/internal/hostpath"
+	"github.com/hadar-sched/hadar/version"
 )
 
 func main() {
@@ -128,9 +128,9 @@ func parseFlags(args []string, stderr io.Writer) (demo.Options, error) {
 		}
 	}
 	if o.Repo == "" {
-		root, err := repoRoot()
+		root, err := hostpath.RepoRoot()
 		if err != nil {
-			return o, err
+			return o, fmt.Errorf("%w: run from the checkout, or give -repo", err)
 		}
 		o.Repo = root
 	}
@@ -138,25 +138,6 @@ func parseFlags(args []string, stderr io.Writer) (demo.Options, error) {
 		o.Bin = filepath.Join(o.Repo, "bin")
 	}
 	return o, nil
-}
-
-// repoRoot finds the repository from the working directory upwards.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.Contains(b, []byte("module github.com/hadar-sched/hadar\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("the hadar repository is not above the working directory: run from the checkout, or give -repo")
-		}
-		dir = parent
-	}
 }
 
 // stop stops the demo recorded under -out (it tears itself down), then

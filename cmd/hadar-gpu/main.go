@@ -9,7 +9,7 @@ import (
 	"github.com/hadar-sched/hadar/driver/device"
 	"github.com/hadar-sched/hadar/driver/lifeline"
 	"github.com/hadar-sched/hadar/driver/plugin"
-	"github.com/hadar-sched/hadar/internal/version"
+	"github.com/hadar-sched/hadar/version"
 )
 
 func main() {

@@ -12,7 +12,7 @@ import (
 	"github.com/hadar-sched/hadar/driver/plugin"
 	"github.com/hadar-sched/hadar/driver/supervise"
 	"github.com/hadar-sched/hadar/driver/train"
-	"github.com/hadar-sched/hadar/internal/version"
+	"github.com/hadar-sched/hadar/version"
 )
 
 func main() {

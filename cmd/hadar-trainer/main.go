@@ -11,8 +11,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/hadar-sched/hadar/internal/version"
 	"github.com/hadar-sched/hadar/trainer/run"
+	"github.com/hadar-sched/hadar/version"
 )
 
 func main() {

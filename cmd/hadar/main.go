@@ -10,7 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/hadar-sched/hadar/internal/version"
+	"github.com/hadar-sched/hadar/version"
 )
 
 const usage = `usage: hadar <command> [flags]

@@ -82,12 +82,11 @@ func loadSimQueues(path, modes string, cluster planner.Cluster, jobs []planner.J
 // inside the queues.
 func (sq simQueues) build(mode, policy, place string, o registry.Options, pc placement.Config) (round.Scheduler, placement.Placer, error) {
 	if mode == modeFlat {
-		return registry.Build(policy, place, o, pc)
+		return registry.Scheduler(policy, place, nil, o, pc)
 	}
 	cfg := sq.cfg
 	cfg.Static = mode == modeStatic
-	s, err := registry.BuildQueues(cfg, policy, place, o, pc)
-	return s, nil, err
+	return registry.Scheduler(policy, place, &cfg, o, pc)
 }
 
 // label names a run: the policy (and placement), and the queue mode when

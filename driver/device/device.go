@@ -19,7 +19,7 @@ import (
 	"github.com/hadar-sched/hadar/driver/device/nvml"
 	"github.com/hadar-sched/hadar/driver/plugin"
 	"github.com/hadar-sched/hadar/driver/plugin/hclspec"
-	"github.com/hadar-sched/hadar/internal/version"
+	"github.com/hadar-sched/hadar/version"
 )
 
 const (

@@ -28,7 +28,7 @@ import (
 	"github.com/hadar-sched/hadar/driver/plugin/hclspec"
 	"github.com/hadar-sched/hadar/driver/supervise"
 	"github.com/hadar-sched/hadar/driver/supervise/cgroup"
-	"github.com/hadar-sched/hadar/internal/version"
+	"github.com/hadar-sched/hadar/version"
 )
 
 const (

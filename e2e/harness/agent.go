@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/internal/hostpath"
 )
 
 // Mode is what an agent runs.
@@ -531,8 +533,8 @@ func (a *Agent) collectAllocs(t host, allocs []*api.AllocationListStub) {
 		}
 	}
 	err := Eventually(context.Background(), 30*time.Second, 250*time.Millisecond, func() error {
-		if m := mountsUnder([]string{a.Dir}); len(m) > 0 {
-			return fmt.Errorf("%d mounts left, e.g. %s", len(m), m[0].point)
+		if m := hostpath.MountsUnder([]string{a.Dir}); len(m) > 0 {
+			return fmt.Errorf("%d mounts left, e.g. %s", len(m), m[0].Point)
 		}
 		if cg := allocCgroups(mine); len(cg) > 0 {
 			return fmt.Errorf("%d task cgroups left, e.g. %s", len(cg), cg[0])
@@ -563,13 +565,13 @@ func (a *Agent) removeLeftovers(t host) {
 				return "in the agent's process group"
 			case pi.env[agentDirEnv] == a.Dir:
 				return "started by the agent"
-			case under(pi.cwd, []string{a.Dir}), under(pi.env["NOMAD_ALLOC_DIR"], []string{a.Dir}):
+			case hostpath.Under(pi.cwd, []string{a.Dir}), hostpath.Under(pi.env["NOMAD_ALLOC_DIR"], []string{a.Dir}):
 				return "task of the agent"
 			}
 			return ""
 		})
-		for _, m := range mountsUnder([]string{a.Dir}) {
-			ls = append(ls, leak{kind: leakMount, path: m.point, desc: m.fstype})
+		for _, m := range hostpath.MountsUnder([]string{a.Dir}) {
+			ls = append(ls, leak{kind: leakMount, path: m.Point, desc: m.FSType})
 		}
 		return ls
 	}
@@ -611,7 +613,7 @@ const LogDirEnv = "HADAR_E2E_LOGS"
 func LogDir(t host) (string, error) {
 	root := os.Getenv(LogDirEnv)
 	if root == "" {
-		repo, err := RepoRoot()
+		repo, err := hostpath.RepoRoot()
 		if err != nil {
 			return "", err
 		}

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hadar-sched/hadar/internal/hostpath"
 )
 
 // NomadVersion is the Nomad release the tests run against by default; it
@@ -47,26 +49,6 @@ func nomadToolFor(version string) (nomadTool, error) {
 		return nomadTool{module: "e2e/tools/nomad-1.10", bin: "bin/nomad-" + NomadLTSVersion}, nil
 	}
 	return nomadTool{}, fmt.Errorf("harness: no wrapper module pins Nomad %q: use one of %v (add a module under e2e/tools for another)", version, NomadVersions())
-}
-
-// RepoRoot finds the repository root (the directory holding the root
-// go.mod) from the working directory upwards.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.Contains(b, []byte("module github.com/hadar-sched/hadar\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("repository root not found above the working directory (no go.mod of module github.com/hadar-sched/hadar)")
-		}
-		dir = parent
-	}
 }
 
 // lockBin serializes builds into bin/ across test binaries running in
@@ -136,7 +118,7 @@ func nomadBinary(ctx context.Context, version string, logf func(format string, a
 	if err != nil {
 		return "", err
 	}
-	root, err := RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -168,7 +150,7 @@ const ConsulVersion = "1.22.0"
 // is missing or not ConsulVersion. `make consul` does the same.
 func ConsulBinary(t testing.TB) string {
 	t.Helper()
-	root, err := RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +186,7 @@ func nomadVersionOK(bin, version string) bool {
 // go build's cache makes repeated calls cheap.
 func GoBinary(t testing.TB, pkg, rel string) string {
 	t.Helper()
-	root, err := RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,13 +13,15 @@ import (
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/hadar-sched/hadar/internal/hostpath"
 )
 
 // TestNomadVersionPinned keeps each Nomad release the harness builds and
 // its wrapper module and make target in step: the binaries are rebuilt by
 // version, and the module decides what is built.
 func TestNomadVersionPinned(t *testing.T) {
-	root, err := RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +272,7 @@ func TestFindLeaks(t *testing.T) {
 	if len(got) != 1 || got[0].path != point || got[0].desc != "tmpfs" {
 		t.Fatalf("mount leaks %v, want the tmpfs at %q", got, point)
 	}
-	if m := mountsUnder([]string{dir}); len(m) != 0 {
+	if m := hostpath.MountsUnder([]string{dir}); len(m) != 0 {
 		t.Fatalf("removeLeaks left %v mounted", m)
 	}
 }

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hadar-sched/hadar/internal/hostpath"
 )
 
 // RunEnv is set in the environment of every agent this test binary
@@ -178,8 +179,8 @@ func findLeaks() []leak {
 	dirs, ports, allocs := runState()
 	var out []leak
 	out = append(out, runProcesses(dirs)...)
-	for _, mp := range mountsUnder(dirs) {
-		out = append(out, leak{kind: leakMount, path: mp.point, desc: mp.fstype})
+	for _, mp := range hostpath.MountsUnder(dirs) {
+		out = append(out, leak{kind: leakMount, path: mp.Point, desc: mp.FSType})
 	}
 	for _, cg := range allocCgroups(allocs) {
 		out = append(out, leak{kind: leakCgroup, path: cg})
@@ -207,9 +208,9 @@ func runProcesses(dirs []string) []leak {
 			return "child of the test binary"
 		case p.env[RunEnv] == runID():
 			return "started by this run's agents (" + marker + ")"
-		case under(p.cwd, dirs):
+		case hostpath.Under(p.cwd, dirs):
 			return "working directory " + p.cwd
-		case under(p.env["NOMAD_ALLOC_DIR"], dirs):
+		case hostpath.Under(p.env["NOMAD_ALLOC_DIR"], dirs):
 			return "task of this run's agents"
 		}
 		return ""
@@ -259,18 +260,6 @@ func scanProcesses(why func(procInfo) string) []leak {
 	return out
 }
 
-func under(path string, dirs []string) bool {
-	if path == "" {
-		return false
-	}
-	for _, d := range dirs {
-		if path == d || strings.HasPrefix(path, d+"/") {
-			return true
-		}
-	}
-	return false
-}
-
 type procStat struct {
 	state byte
 	ppid  int
@@ -298,57 +287,6 @@ func readStat(pid int) (procStat, error) {
 		return procStat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
 	return procStat{state: f[0][0], ppid: ppid, pgid: pgid}, nil
-}
-
-type mountPoint struct{ point, fstype string }
-
-// mountsUnder lists mount points at or below any of dirs, deepest first.
-func mountsUnder(dirs []string) []mountPoint {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []mountPoint
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// Fields: id parent major:minor root mountpoint options... - fstype source superopts
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		point := unescapeMount(fields[4])
-		fstype := ""
-		for i, x := range fields {
-			if x == "-" && i+1 < len(fields) {
-				fstype = fields[i+1]
-			}
-		}
-		if under(point, dirs) {
-			out = append(out, mountPoint{point, fstype})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i].point) > len(out[j].point) })
-	return out
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // allocCgroups lists the task cgroups Nomad made for the allocations

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hadar-sched/hadar/internal/hostpath"
 )
 
 // NodesimSpec is the cluster spec bin/nodesim reads (the JSON of package
@@ -46,7 +48,7 @@ type NodesimGPU struct {
 // binary left by an earlier build would simulate with old code).
 func NodesimBinary(t testing.TB) string {
 	t.Helper()
-	root, err := RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/e2e/harness"
+	"github.com/hadar-sched/hadar/internal/hostpath"
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/engine"
 	"github.com/hadar-sched/hadar/planner/profile"
@@ -151,7 +152,7 @@ func (r *run) wall(d time.Duration) time.Duration {
 // would otherwise simulate with old code.
 func nodesimBinary(t *testing.T) string {
 	t.Helper()
-	root, err := harness.RepoRoot()
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

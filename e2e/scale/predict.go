@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/planner/registry"
 	"github.com/hadar-sched/hadar/planner/sim"
@@ -20,7 +21,9 @@ import (
 // and costs divided by the compression for the sidecar's own time frame.
 func Predict(ctx context.Context, c planner.Cluster, jobs []planner.Job, prof *profile.Profile, policy string, round, restart, minRun float64) (sim.Result, error) {
 	model := speed.Model{Profile: prof}
-	sched, err := registry.New(policy, registry.Options{Types: c.Types(), Speed: model, RestartCost: restart})
+	// The registry's wiring with pack (no placer) and, as ever here, no
+	// minimum run time in the options: registry.New's scheduler.
+	sched, _, err := registry.Scheduler(policy, placement.Pack, nil, registry.Options{Types: c.Types(), Speed: model, RestartCost: restart}, placement.Config{})
 	if err != nil {
 		return sim.Result{}, fmt.Errorf("predict %s: %w", policy, err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/internal/hostpath"
 	"github.com/hadar-sched/hadar/sidecar/config"
 )
 
@@ -625,8 +626,8 @@ func (d *demo) clearJobs(ctx context.Context) error {
 		}
 	}
 	if err := waitFor(ctx, 30*time.Second, func() error {
-		if m := mountsUnder([]string{d.dir}); len(m) > 0 {
-			return fmt.Errorf("%d allocation mounts left, e.g. %s", len(m), m[0])
+		if m := hostpath.MountsUnder([]string{d.dir}); len(m) > 0 {
+			return fmt.Errorf("%d allocation mounts left, e.g. %s", len(m), m[0].Point)
 		}
 		return nil
 	}); err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/belief"
-	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/profile"
 	"github.com/hadar-sched/hadar/planner/registry"
 	"github.com/hadar-sched/hadar/planner/round"
@@ -147,10 +146,9 @@ func PredictHadar(ctx context.Context, nodes []NodeSpec, jobs []JobInfo, s Sidec
 	if err != nil {
 		return pred, err
 	}
-	// The scheduler as sidecar/agent builds it.
-	sched, _, err := registry.Build(s.Policy, s.Placement,
-		registry.Options{Speed: plan, RestartCost: s.RestartCost.Seconds(), MergeCost: s.MergeCost.Seconds()},
-		placement.Config{MinRunTime: s.MinRunTime.Seconds(), RestartCost: s.RestartCost.Seconds()})
+	// The scheduler as sidecar/agent builds it (the demo runs no queues).
+	o, pc := registry.Live(plan, s.MinRunTime.Seconds(), s.RestartCost.Seconds(), s.MergeCost.Seconds())
+	sched, _, err := registry.Scheduler(s.Policy, s.Placement, nil, o, pc)
 	if err != nil {
 		return pred, err
 	}

@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/hadar-sched/hadar/internal/hostpath"
 )
 
 // RunEnv is set in the environment of every process the demo starts.
@@ -203,7 +204,7 @@ func (s Scope) owns(p procInfo) bool {
 			}
 		}
 	}
-	return under(p.cwd, s.Dirs) || under(p.env["NOMAD_ALLOC_DIR"], s.Dirs)
+	return hostpath.Under(p.cwd, s.Dirs) || hostpath.Under(p.env["NOMAD_ALLOC_DIR"], s.Dirs)
 }
 
 // Find lists what is left of the demo in s.
@@ -222,8 +223,8 @@ func Find(s Scope) []Leftover {
 		}
 		out = append(out, Leftover{Kind: "process", What: fmt.Sprintf("%d (%s)", pid, short(p.cmdline, 120)), pid: pid})
 	}
-	for _, m := range mountsUnder(s.Dirs) {
-		out = append(out, Leftover{Kind: "mount", What: m, path: m})
+	for _, m := range hostpath.MountsUnder(s.Dirs) {
+		out = append(out, Leftover{Kind: "mount", What: m.Point, path: m.Point})
 	}
 	for _, cg := range allocCgroups(s.Dirs) {
 		out = append(out, Leftover{Kind: "cgroup", What: cg, path: cg})
@@ -274,47 +275,11 @@ func Clean(s Scope) []Leftover {
 	return Find(s)
 }
 
-func under(path string, dirs []string) bool {
-	if path == "" {
-		return false
-	}
-	for _, d := range dirs {
-		if d != "" && (path == d || strings.HasPrefix(path, d+"/")) {
-			return true
-		}
-	}
-	return false
-}
-
 func short(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// mountsUnder lists mount points under dirs, deepest first (Nomad mounts
-// tmpfs secrets/ and private/ in every allocation when it runs as root).
-func mountsUnder(dirs []string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		// mountinfo escapes spaces as \040; the demo's paths have none.
-		if p := fields[4]; under(p, dirs) {
-			out = append(out, p)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out
 }
 
 // allocCgroups lists the task cgroups Nomad made for the allocations

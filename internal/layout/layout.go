@@ -42,6 +42,9 @@ var Rules = []Rule{
 	{From: "netmodel", To: "github.com/hashicorp/nomad", Why: "the network model knows nothing of Nomad"},
 	{From: "netmodel", To: "sidecar", Why: "the network model is a pure library"},
 	{From: "contract", To: "", Why: "the training contract is a leaf: every side imports it, it imports nothing of hadar"},
+	{From: "version", To: "", Why: "the release every binary reports is a leaf: the plugins, the sidecar and every command import it, it imports nothing of hadar"},
+	{From: "driver", To: "internal", Why: "internal holds the demo and the release tooling: a plugin on every client pulls none of it in (the release number is package version)"},
+	{From: "sidecar", To: "internal", Allow: []string{"internal/observability"}, Why: "internal holds the demo and the release tooling: the daemon pulls none of it in (only telemetry's test reads the shipped dashboard through internal/observability)"},
 	{From: "driver", To: "sidecar", Why: "the driver runs on every client and talks to the sidecar only through the contract and Nomad"},
 	{From: "driver", To: "planner", Why: "the driver does not plan"},
 	{From: "", To: "sidecar/agent", Except: []string{"sidecar", "e2e"}, Why: "the sidecar's lifecycle is assembled by package sidecar; tools read sidecar/wire"},
@@ -149,7 +152,7 @@ func local(ip string) bool {
 func isStd(ip string) bool {
 	first, _, _ := strings.Cut(ip, "/")
 	switch first {
-	case "cmd", "contract", "driver", "e2e", "internal", "netmodel", "planner", "sidecar", "trainer", "":
+	case "cmd", "contract", "driver", "e2e", "internal", "netmodel", "planner", "sidecar", "trainer", "version", "":
 		return false
 	}
 	return true

@@ -30,11 +30,11 @@ import (
 )
 
 // StampVar and CommitVar are the variables -ldflags -X sets
-// (internal/version): the release version and the commit it was built
+// (package version): the release version and the commit it was built
 // from.
 const (
-	StampVar  = "github.com/hadar-sched/hadar/internal/version.stamp"
-	CommitVar = "github.com/hadar-sched/hadar/internal/version.commit"
+	StampVar  = "github.com/hadar-sched/hadar/version.stamp"
+	CommitVar = "github.com/hadar-sched/hadar/version.commit"
 )
 
 // Binary is one program of the release.

@@ -123,7 +123,7 @@ func TestCheckBinary(t *testing.T) {
 		}
 		// -buildvcs=false: the commit must come from the stamp, as where
 		// the build cannot ask git.
-		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, "../version/testdata/probe")
+		cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, "../../version/testdata/probe")
 		cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CGO_ENABLED="+cgo)
 		if o, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build: %v\n%s", err, o)

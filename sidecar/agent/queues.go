@@ -33,31 +33,21 @@ func (a *Agent) queuesOn() bool { return len(a.cfg.QueueConfig.Queues) > 0 }
 // there are any (each queue's policy, or the sidecar's), else alone.
 func (a *Agent) scheduler(model speed.Model) (round.Scheduler, error) {
 	o, pc := a.plannerOptions(model)
-	if !a.queuesOn() {
-		s, _, err := registry.Build(a.cfg.Policy, a.cfg.Placement, o, pc)
-		return s, err
+	var qc *queue.Config
+	if a.queuesOn() {
+		qc = &a.cfg.QueueConfig
 	}
-	s, err := registry.BuildQueues(a.cfg.QueueConfig, a.cfg.Policy, a.cfg.Placement, o, pc)
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	s, _, err := registry.Scheduler(a.cfg.Policy, a.cfg.Placement, qc, o, pc)
+	return s, err
 }
 
 // plannerOptions are the registry's options and the placer's
-// configuration from the settings. The minimum run time is the engine's
-// (newEngine), with or without queues: the config has defaulted it, so a
-// 0 here is the operator's explicit min_run_time = "0s", none, which
-// registry.Options and placement.Config spell negative (their 0 is the
-// planner's default, 30 minutes).
+// configuration from the settings (registry.Live). The minimum run time is
+// the engine's (buildEngine), with or without queues: the config has
+// defaulted it, so a 0 here is the operator's explicit min_run_time =
+// "0s", none.
 func (a *Agent) plannerOptions(model speed.Model) (registry.Options, placement.Config) {
-	minRun := a.cfg.MinRunTime.Duration().Seconds()
-	restart := a.cfg.RestartCost.Duration().Seconds()
-	o := registry.Options{Speed: model, RestartCost: restart, MergeCost: a.cfg.MergeCost.Duration().Seconds(), MinRunTime: minRun}
-	if minRun == 0 {
-		o.MinRunTime = -1
-	}
-	return o, placement.Config{MinRunTime: o.MinRunTime, RestartCost: restart}
+	return registry.Live(model, a.cfg.MinRunTime.Duration().Seconds(), a.cfg.RestartCost.Duration().Seconds(), a.cfg.MergeCost.Duration().Seconds())
 }
 
 // placeInQueue puts a job being admitted in its queue: the queue its

@@ -5,7 +5,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/hadar-sched/hadar/internal/version"
+	"github.com/hadar-sched/hadar/version"
 )
 
 func main() {

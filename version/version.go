@@ -1,7 +1,7 @@
 // Package version is the release every hadar binary reports: `hadar
 // version`, each command's -version flag, and the plugins' PluginInfo
 // version Nomad shows and compares. The release build stamps it with
-// -ldflags "-X github.com/hadar-sched/hadar/internal/version.stamp=<git
+// -ldflags "-X github.com/hadar-sched/hadar/version.stamp=<git
 // describe>" (make build, make plugins, make dist); a plain `go build`
 // falls back on what the Go toolchain recorded in the binary.
 package version

@@ -82,7 +82,7 @@ func TestStampThroughLdflags(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "probe")
-	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X github.com/hadar-sched/hadar/internal/version.stamp=v9.8.7-3-gfeedbee", "./testdata/probe")
+	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X github.com/hadar-sched/hadar/version.stamp=v9.8.7-3-gfeedbee", "./testdata/probe")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
