@@ -21,9 +21,11 @@ import (
 // and costs divided by the compression for the sidecar's own time frame.
 func Predict(ctx context.Context, c planner.Cluster, jobs []planner.Job, prof *profile.Profile, policy string, round, restart, minRun float64) (sim.Result, error) {
 	model := speed.Model{Profile: prof}
-	// The registry's wiring with pack (no placer) and, as ever here, no
-	// minimum run time in the options: registry.New's scheduler.
-	sched, _, err := registry.Scheduler(policy, placement.Pack, nil, registry.Options{Types: c.Types(), Speed: model, RestartCost: restart}, placement.Config{})
+	// The sidecar's wiring (registry.Live): the scheduler plans with the
+	// minimum run time the engine holds jobs to, as the live run's does.
+	o, pc := registry.Live(model, minRun, restart, 0)
+	o.Types = c.Types()
+	sched, _, err := registry.Scheduler(policy, placement.Pack, nil, o, pc)
 	if err != nil {
 		return sim.Result{}, fmt.Errorf("predict %s: %w", policy, err)
 	}
