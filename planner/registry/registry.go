@@ -13,6 +13,7 @@ import (
 	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/policy"
 	"github.com/hadar-sched/hadar/planner/round"
+	"github.com/hadar-sched/hadar/planner/sia"
 	"github.com/hadar-sched/hadar/planner/speed"
 )
 
@@ -108,7 +109,31 @@ func extra() map[string]constructor {
 	return map[string]constructor{
 		"hadar": build(false, ""), "hadare": build(true, ""),
 		"hadar-jct": build(false, string(hadar.AvgJCT)), "hadare-jct": build(true, string(hadar.AvgJCT)),
+		"sia": buildSia,
 	}
+}
+
+// buildSia is Sia (SOSP'23) in rigid mode (planner/sia): the restart cost
+// the simulator charges is the paper's R, backfill as the other policies
+// outside Gavel's fidelity, placement by o.Placer. A switch pX sets the
+// fairness exponent, e.g. sia:p1 (sum of normalized goodputs) or sia:p-1.
+func buildSia(o Options, switches []string) (round.Scheduler, error) {
+	cfg := sia.Config{RestartCost: o.RestartCost, Backfill: !o.GavelFidelity}
+	if o.Placer != nil {
+		cfg.Placer = o.Placer
+	}
+	for _, a := range switches {
+		x, err := strconv.ParseFloat(strings.TrimPrefix(a, "p"), 64)
+		if !strings.HasPrefix(a, "p") || err != nil || x == 0 {
+			return nil, fmt.Errorf("unknown Sia switch %q: want pX, the fairness exponent (not 0), e.g. sia:p-0.5", a)
+		}
+		cfg.P = x
+	}
+	s, err := sia.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("policy sia: %w", err)
+	}
+	return s, nil
 }
 
 // filter keeps a nil placer a nil interface for Hadar.

@@ -1,0 +1,292 @@
+package sia
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/round"
+)
+
+// one GPU per node, node "<type>-<k>", types as given.
+func cluster(gpus map[planner.GPUType]int) planner.Cluster {
+	var c planner.Cluster
+	for _, t := range []planner.GPUType{"k80", "p100", "v100"} {
+		for k := range gpus[t] {
+			c.Nodes = append(c.Nodes, planner.Node{ID: fmt.Sprintf("%s-%d", t, k), GPUs: map[planner.GPUType]int{t: 1}})
+		}
+	}
+	return c
+}
+
+// tp maps a type to a job's throughput.
+type tp map[planner.GPUType]float64
+
+// job is a waiting job; view sets its throughputs.
+func job(id string, width int) *round.JobView {
+	return &round.JobView{Job: planner.Job{ID: id, Model: "m", ScaleFactor: width, TotalSteps: 1e6, Weight: 1}, Remaining: 1e6}
+}
+
+func view(c planner.Cluster, now float64, jobs []*round.JobView, speeds []tp) *round.View {
+	v := &round.View{Now: now, Round: 360, Types: c.Types(), Cluster: c, Pool: round.NewPool(c), Jobs: jobs}
+	for _, t := range v.Types {
+		v.Capacity = append(v.Capacity, float64(c.Capacity(t)))
+	}
+	for i, jb := range jobs {
+		jb.Throughput = make([]float64, len(v.Types))
+		jb.Received = make([]float64, len(v.Types))
+		for j, t := range v.Types {
+			jb.Throughput[j] = speeds[i][t]
+		}
+	}
+	return v
+}
+
+func on(node string, t planner.GPUType, n int) planner.Placement {
+	return planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{{Node: node, Type: t, Count: n}}}}}
+}
+
+// typeOf is the one type placement p runs on, "" if none.
+func typeOf(t *testing.T, p planner.Placement) planner.GPUType {
+	t.Helper()
+	var ty planner.GPUType
+	for _, u := range p.Units {
+		for _, sl := range u.Slots {
+			if ty != "" && sl.Type != ty {
+				t.Fatalf("placement %v spans types", p)
+			}
+			ty = sl.Type
+		}
+	}
+	return ty
+}
+
+func schedule(t *testing.T, cfg Config, v *round.View) []planner.Placement {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := s.Schedule(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+// Two jobs, one V100 and one K80. a runs at 90% of its best on a K80, b
+// at 20%: the sum of normalized goodputs is 0.9 + 1 with a on the K80
+// and b on the V100, 1 + 0.2 the other way; every exponent agrees.
+func TestSiaPicksTheNormalizedGoodputOptimum(t *testing.T) {
+	for _, p := range []float64{-0.5, 1} {
+		c := cluster(map[planner.GPUType]int{"v100": 1, "k80": 1})
+		v := view(c, 0, []*round.JobView{job("a", 1), job("b", 1)}, []tp{{"v100": 10, "k80": 9}, {"v100": 10, "k80": 2}})
+		ps := schedule(t, Config{P: p}, v)
+		if typeOf(t, ps[0]) != "k80" || typeOf(t, ps[1]) != "v100" {
+			t.Fatalf("p=%v: a on %q, b on %q; want a on k80, b on v100", p, typeOf(t, ps[0]), typeOf(t, ps[1]))
+		}
+	}
+}
+
+// A job runs on a K80 at 90% of its best; a V100 is free. With R = 20 s
+// the restart factor of a 100 s old job is (100 - 0) / (100 + 20) = 0.83:
+// the move is worth 0.83 < 0.9 and it stays. At 10,000 s the factor is
+// 0.998 and it moves.
+func TestSiaRestartFactorKeepsARunningJob(t *testing.T) {
+	for _, tc := range []struct {
+		age  float64
+		want planner.GPUType
+	}{{100, "k80"}, {10000, "v100"}} {
+		c := cluster(map[planner.GPUType]int{"v100": 1, "k80": 1})
+		a := job("a", 1)
+		a.Placement, a.Running = on("k80-0", "k80", 1), true
+		v := view(c, tc.age, []*round.JobView{a}, []tp{{"v100": 10, "k80": 9}})
+		s, err := New(Config{RestartCost: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := s.Schedule(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := typeOf(t, ps[0]); got != tc.want {
+			t.Fatalf("age %v s: on %q, want %q", tc.age, got, tc.want)
+		}
+		if moved := s.restarts["a"]; moved != map[bool]int{true: 1, false: 0}[tc.want == "v100"] {
+			t.Fatalf("age %v s: %d restarts counted", tc.age, moved)
+		}
+	}
+	// Without a restart cost there is no factor: it moves at once.
+	c := cluster(map[planner.GPUType]int{"v100": 1, "k80": 1})
+	a := job("a", 1)
+	a.Placement, a.Running = on("k80-0", "k80", 1), true
+	if got := typeOf(t, schedule(t, Config{}, view(c, 100, []*round.JobView{a}, []tp{{"v100": 10, "k80": 8}}))[0]); got != "v100" {
+		t.Fatalf("no restart cost: on %q, want v100", got)
+	}
+}
+
+// The fairness exponent changes the choice. One V100 and one K80 free,
+// a P100 held by a pinned job. Normalized goodputs (best on the P100):
+// a: v100 1, k80 0.5; b: v100 0.5, k80 0.1. With p = 1 the sum is 1.1
+// (a on the V100, b on the K80) against 1.0; with p = -0.5 the sums of
+// -e^p are -1 - 3.16 = -4.16 against -1.41 - 1.41 = -2.83: the even
+// split wins. The pinned job keeps its P100 either way.
+func TestSiaFairnessExponentChangesTheChoice(t *testing.T) {
+	for _, tc := range []struct {
+		p     float64
+		wantA planner.GPUType
+	}{{1, "v100"}, {-0.5, "k80"}} {
+		c := cluster(map[planner.GPUType]int{"v100": 1, "k80": 1, "p100": 1})
+		pin := job("pin", 1)
+		pin.Placement, pin.Running, pin.Pinned = on("p100-0", "p100", 1), true, true
+		jobs := []*round.JobView{job("a", 1), job("b", 1), pin}
+		v := view(c, 0, jobs, []tp{{"v100": 10, "k80": 5, "p100": 10}, {"v100": 5, "k80": 1, "p100": 10}, {"v100": 1, "k80": 1, "p100": 1}})
+		ps := schedule(t, Config{P: tc.p}, v)
+		wantB := planner.GPUType("v100")
+		if tc.wantA == "v100" {
+			wantB = "k80"
+		}
+		if typeOf(t, ps[0]) != tc.wantA || typeOf(t, ps[1]) != wantB {
+			t.Fatalf("p=%v: a on %q, b on %q; want %q and %q", tc.p, typeOf(t, ps[0]), typeOf(t, ps[1]), tc.wantA, wantB)
+		}
+		if len(ps[2].Units) != 1 || ps[2].Units[0].Slots[0].Node != "p100-0" {
+			t.Fatalf("p=%v: the pinned job moved to %v", tc.p, ps[2])
+		}
+	}
+}
+
+// A pinned job's GPUs are capacity taken: a job that would rather have
+// them waits, or takes another type, and never displaces it.
+func TestSiaKeepsPinnedJobs(t *testing.T) {
+	c := cluster(map[planner.GPUType]int{"v100": 2})
+	pin := job("pin", 2)
+	pin.Placement = planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{{Node: "v100-0", Type: "v100", Count: 1}, {Node: "v100-1", Type: "v100", Count: 1}}}}}
+	pin.Running, pin.Pinned = true, true
+	v := view(c, 0, []*round.JobView{job("new", 2), pin}, []tp{{"v100": 100}, {"v100": 1}})
+	ps := schedule(t, Config{Backfill: true}, v)
+	if len(ps[0].Units) != 0 {
+		t.Fatalf("the new job took %v from a pinned job", ps[0])
+	}
+	if got := ps[1].Units[0].GPUs(); got != 2 {
+		t.Fatalf("the pinned job has %d GPUs", got)
+	}
+}
+
+// Many jobs on a small cluster (the LP path): no type is over-committed,
+// and every GPU a waiting job could use is used.
+func TestSiaRespectsCapacity(t *testing.T) {
+	c := cluster(map[planner.GPUType]int{"v100": 4, "p100": 3, "k80": 5})
+	rng := rand.New(rand.NewPCG(1, 2))
+	var jobs []*round.JobView
+	var speeds []tp
+	for i := range 20 {
+		jobs = append(jobs, job(fmt.Sprintf("j%02d", i), 1+rng.IntN(2)))
+		speeds = append(speeds, tp{"v100": 1 + 9*rng.Float64(), "p100": 1 + 5*rng.Float64(), "k80": 1 + 2*rng.Float64()})
+	}
+	v := view(c, 0, jobs, speeds)
+	ps := schedule(t, Config{}, v)
+	used := map[planner.GPUType]int{}
+	for _, p := range ps {
+		for _, u := range p.Units {
+			for _, sl := range u.Slots {
+				used[sl.Type] += sl.Count
+			}
+		}
+	}
+	for _, ty := range v.Types {
+		if used[ty] > c.Capacity(ty) {
+			t.Fatalf("%s: %d GPUs used of %d", ty, used[ty], c.Capacity(ty))
+		}
+	}
+	// 12 GPUs, 20 jobs of 1 or 2 GPUs: the count left idle must not fit
+	// any waiting job of width 1.
+	idle := 12 - used["v100"] - used["p100"] - used["k80"]
+	for i, p := range ps {
+		if len(p.Units) == 0 && jobs[i].ScaleFactor == 1 && idle > 0 {
+			t.Fatalf("%d GPUs idle while %s (1 GPU) waits", idle, jobs[i].ID)
+		}
+	}
+}
+
+// The LP relaxation bounds the exact optimum and its rounding comes close
+// to it on random instances too large for the exact search to be chosen.
+func TestSiaRoundingIsNearTheExactOptimum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	worst := 1.0
+	for trial := range 40 {
+		p := problem{n: 9, k: 3, capacity: []float64{float64(2 + rng.IntN(4)), float64(2 + rng.IntN(4)), float64(2 + rng.IntN(4))}}
+		for range p.n {
+			p.width = append(p.width, float64(1+rng.IntN(2)))
+			for range p.k {
+				g := 0.0
+				if rng.Float64() < 0.9 {
+					g = 0.1 + rng.Float64()
+				}
+				p.gain = append(p.gain, g)
+			}
+		}
+		exact := branchAndBound(p)
+		got, err := lpRound(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := append([]float64(nil), p.capacity...)
+		for i, j := range got.choice {
+			if j >= 0 {
+				if p.gain[i*p.k+j] <= 0 {
+					t.Fatalf("trial %d: job %d on type %d where it has no configuration", trial, i, j)
+				}
+				left[j] -= p.width[i]
+			}
+		}
+		for j, l := range left {
+			if l < 0 {
+				t.Fatalf("trial %d: type %d over-committed by %v", trial, j, -l)
+			}
+		}
+		if got.bound < exact.value-1e-9 {
+			t.Fatalf("trial %d: LP bound %v below the exact optimum %v", trial, got.bound, exact.value)
+		}
+		if got.value > exact.value+1e-9 {
+			t.Fatalf("trial %d: rounding %v above the optimum %v", trial, got.value, exact.value)
+		}
+		if got.value/exact.value < 0.9 {
+			x, b, _ := relax(p)
+			t.Logf("trial %d: cap %v width %v gain %.2f\nx %.2f bound %v exact %v %v got %v %v", trial, p.capacity, p.width, p.gain, x, b, exact.value, exact.choice, got.value, got.choice)
+		}
+		worst = math.Min(worst, got.value/exact.value)
+	}
+	if worst < 0.9 {
+		t.Fatalf("rounding reached %.3f of the optimum at worst, want >= 0.9", worst)
+	}
+	t.Logf("rounding within %.1f%% of the optimum at worst", 100*(1-worst))
+}
+
+func TestSiaStateRoundTrip(t *testing.T) {
+	s, _ := New(Config{})
+	s.restarts["a"] = 3
+	data, err := s.SaveState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := New(Config{})
+	if err := r.LoadState(data); err != nil {
+		t.Fatal(err)
+	}
+	if r.restarts["a"] != 3 {
+		t.Fatalf("restored %v", r.restarts)
+	}
+	if err := r.LoadState([]byte("nope")); err == nil || r.restarts["a"] != 3 {
+		t.Fatalf("a corrupt state was loaded (err %v): %v", err, r.restarts)
+	}
+}
+
+func TestSiaConfigValidation(t *testing.T) {
+	for _, cfg := range []Config{{P: math.NaN()}, {Floor: 1}, {Floor: -1}, {RestartCost: math.Inf(1)}} {
+		if _, err := New(cfg); err == nil {
+			t.Fatalf("config %+v accepted", cfg)
+		}
+	}
+}
