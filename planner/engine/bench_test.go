@@ -29,6 +29,22 @@ func bigCluster() []planner.Node {
 // round, and the jobs still to admit.
 func loaded(b *testing.B, policy string, n int) (*engine.Engine, []planner.Job) {
 	b.Helper()
+	return loadedOn(b, policy, n, bigCluster())
+}
+
+// clusterOf is gpus GPUs in 8-GPU nodes of three types (v100, p100, k80
+// in turn), 20 nodes to a rack.
+func clusterOf(gpus int) []planner.Node {
+	types := []planner.GPUType{"v100", "p100", "k80"}
+	var ns []planner.Node
+	for i := range gpus / 8 {
+		ns = append(ns, planner.Node{ID: fmt.Sprintf("n%04d", i), Rack: fmt.Sprintf("r%02d", i/20), GPUs: map[planner.GPUType]int{types[i%3]: 8}})
+	}
+	return ns
+}
+
+func loadedOn(b *testing.B, policy string, n int, nodes []planner.Node) (*engine.Engine, []planner.Job) {
+	b.Helper()
 	prof := profile.Default()
 	jobs, err := trace.Synthesize(trace.SynthConfig{Jobs: n + 200, Seed: 1, Profile: prof, Reference: "v100"})
 	if err != nil {
@@ -47,7 +63,7 @@ func loaded(b *testing.B, policy string, n int) (*engine.Engine, []planner.Job) 
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := e.SetNodes(bigCluster(), 0); err != nil {
+	if _, err := e.SetNodes(nodes, 0); err != nil {
 		b.Fatal(err)
 	}
 	for _, jb := range jobs[:n] {
@@ -96,6 +112,39 @@ func BenchmarkPlan(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkSiaDecision is one round boundary of Sia (planner/sia) beside
+// Hadar's and Gavel's max-min on 64, 512 and 2,048 GPUs, with as many
+// active jobs as half the GPUs (about one GPU asked per GPU held): each
+// iteration one job completes and one arrives, so every policy decides
+// again (docs/results.md, "Sia").
+func BenchmarkSiaDecision(b *testing.B) {
+	for _, gpus := range []int{64, 512, 2048} {
+		for _, policy := range []string{"sia", "hadar", "gavel-maxmin"} {
+			b.Run(fmt.Sprintf("gpus=%d/policy=%s", gpus, policy), func(b *testing.B) {
+				e, more := loadedOn(b, policy, gpus/2, clusterOf(gpus))
+				ctx := context.Background()
+				now := 0.0
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					now += 360
+					js := e.Jobs()
+					if err := e.Complete(js[0].Job.ID, now); err != nil {
+						b.Fatal(err)
+					}
+					jb := more[i%len(more)]
+					jb.ID = fmt.Sprintf("%s-%d", jb.ID, i)
+					if err := e.Admit(jb, now); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := e.Plan(ctx, now, engine.Boundary); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
 
