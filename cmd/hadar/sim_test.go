@@ -101,3 +101,27 @@ func TestSimRejectsBadInput(t *testing.T) {
 		})
 	}
 }
+
+// Sia (planner/sia, issue 35) runs through hadar sim beside Gavel's
+// max-min and Hadar on a synthetic workload and completes every job.
+func TestSimSiaCompletesEveryJob(t *testing.T) {
+	out, errs, code := runCLI(t, "sim", "--synthetic", "40", "--seed", "1", "--load", "0.8", "--cluster", "v100=8,p100=8,k80=8",
+		"--policies", "sia,gavel-maxmin,hadar", "--format", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got struct {
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(got.Results) != 3 || got.Results[0]["policy"] != "sia" {
+		t.Fatalf("results %v, want sia, gavel-maxmin, hadar", got.Results)
+	}
+	for _, r := range got.Results {
+		if r["jobs_completed"] != r["jobs_total"] || r["jobs_total"].(float64) != 40 {
+			t.Fatalf("%s completed %v of %v jobs, want 40 of 40", r["policy"], r["jobs_completed"], r["jobs_total"])
+		}
+	}
+}

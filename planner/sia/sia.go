@@ -112,16 +112,15 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		capacity[j] = float64(v.Pool.FreeOfType(t))
 	}
 	for i, jb := range v.Jobs {
-		cur[i] = oneType(v.Types, jb.Placement)
+		cur[i] = -1
 		if v.MidRound {
 			// Running jobs keep their GPUs mid-round; the pool holds
-			// only the idle ones.
+			// only the idle ones, and the jobs placed on them wait now:
+			// no configuration of theirs is a restart more than another.
 			fixed[i] = jb.Running
-			if fixed[i] {
-				cur[i] = -1
-			}
 			continue
 		}
+		cur[i] = oneType(v.Types, jb.Placement)
 		if jb.Pinned && cur[i] >= 0 {
 			// Held by its minimum run time: its GPUs are capacity taken.
 			fixed[i] = true

@@ -53,6 +53,7 @@ var resumeCases = []resumeCase{
 	{"fifo", placement.Pack, sim.Improved, false, 0.6, false},
 	{"gavel-maxmin", placement.Pack, sim.Improved, false, 0.3, true},
 	{"hadar", placement.Delay, sim.Improved, true, 0.4, true},
+	{"sia", placement.Pack, sim.Improved, false, 0.3, false},
 }
 
 func caseByName(name string) (resumeCase, bool) {
