@@ -4,10 +4,13 @@
 //
 // Each round every job gets at most one configuration: a GPU type at its
 // own width, packed on as few nodes as the placer finds, or none. A
-// configuration is worth the job's goodput there normalized by its best
-// goodput, scaled by a restart factor when it differs from the one the job
-// runs on, raised to the fairness exponent p; the round picks the
-// configurations that maximize the sum under each type's GPU count.
+// configuration's goodput is normalized so that the job's slowest type is
+// worth its width (Sia's rigid jobs: goodput is throughput, the batch being
+// fixed), scaled by a restart factor when it differs from the one the job
+// runs on, and raised to the fairness exponent p. With p < 0 the round
+// minimizes the sum of those terms plus a penalty lambda_n for each job
+// left out; with p > 0 it maximizes the sum less lambda_n per job left
+// out; under each type's GPU count either way.
 package sia
 
 import (
@@ -20,16 +23,20 @@ import (
 	"github.com/hadar-sched/hadar/planner/round"
 )
 
-// DefaultP is the paper's fairness exponent: below 0 the objective is
-// concave in each job's normalized goodput, so a job far from its best
-// configuration weighs more than one already near it.
+// DefaultP is Sia's default fairness exponent: below 0 a job's term
+// shrinks less and less as its goodput grows, so giving a slow or waiting
+// job GPUs gains more than speeding up one that has them.
 const DefaultP = -0.5
 
-// DefaultFloor is the normalized goodput "not scheduled" counts as: with
-// p < 0 a goodput of 0 is worth minus infinity, so leaving a job out is
-// priced as running it at 1% of its best speed. A configuration worse
-// than that is never offered.
-const DefaultFloor = 0.01
+// DefaultNoAlloc is Sia's default lambda_n, the cost of leaving a job
+// out: above 1, the term of a job's worst configuration at p < 0 (a
+// normalized goodput of 1 or more raised to p), so running a job anywhere
+// beats not running it unless a restart factor has made that worse.
+const DefaultNoAlloc = 1.1
+
+// clip bounds a configuration's term, as Sia's artifact does (3000): a
+// tiny goodput raised to a negative p would otherwise dwarf every other.
+const clip = 3000.0
 
 // Config of a Sia scheduler.
 type Config struct {
@@ -38,9 +45,9 @@ type Config struct {
 	// RestartCost is the paper's R: seconds of progress a job loses when
 	// its configuration changes. 0 or less: no restart factor.
 	RestartCost float64
-	// Floor is the normalized goodput of "not scheduled" (0 < Floor < 1);
-	// 0 means DefaultFloor.
-	Floor float64
+	// NoAlloc is lambda_n, the cost of a job left out (> 0); 0 means
+	// DefaultNoAlloc.
+	NoAlloc float64
 	// Backfill hands GPUs the solver left idle (a type too fragmented
 	// for the jobs it chose) to jobs it left out, as the other policies
 	// of hadar sim do outside Gavel's fidelity.
@@ -64,14 +71,14 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.P == 0 {
 		cfg.P = DefaultP
 	}
-	if cfg.Floor == 0 {
-		cfg.Floor = DefaultFloor
+	if cfg.NoAlloc == 0 {
+		cfg.NoAlloc = DefaultNoAlloc
 	}
 	switch {
 	case math.IsNaN(cfg.P) || math.IsInf(cfg.P, 0):
 		return nil, fmt.Errorf("sia: fairness exponent p = %v: want a finite number, not 0", cfg.P)
-	case !(cfg.Floor > 0 && cfg.Floor < 1):
-		return nil, fmt.Errorf("sia: floor %v: want 0 < floor < 1 (the normalized goodput of not running)", cfg.Floor)
+	case !(cfg.NoAlloc > 0) || math.IsInf(cfg.NoAlloc, 0):
+		return nil, fmt.Errorf("sia: no-allocation penalty lambda_n %v: want a finite number > 0", cfg.NoAlloc)
 	case math.IsNaN(cfg.RestartCost) || math.IsInf(cfg.RestartCost, 0):
 		return nil, fmt.Errorf("sia: restart cost %v s: want a finite number of seconds", cfg.RestartCost)
 	}
@@ -81,25 +88,33 @@ func New(cfg Config) (*Scheduler, error) {
 // Name implements round.Scheduler.
 func (s *Scheduler) Name() string { return "sia" }
 
-// utility is the paper's per-job term for normalized goodput e: e^p,
-// negated when p < 0 so that more goodput is always worth more.
-func (s *Scheduler) utility(e float64) float64 {
-	u := math.Pow(e, s.cfg.P)
-	if s.cfg.P < 0 {
-		return -u
+// gain is what choosing a configuration of normalized goodput e (restart
+// factor applied) is worth against leaving the job out, the solver
+// maximizing the sum: with p < 0 Sia minimizes sum(e^p) + lambda_n *
+// (jobs left out), so a choice gains lambda_n - e^p; with p > 0 it
+// maximizes sum(e^p) - lambda_n * (jobs left out), a gain of e^p +
+// lambda_n. A configuration gaining nothing is not offered.
+func (s *Scheduler) gain(e float64) float64 {
+	if !(e > 0) {
+		return 0
 	}
-	return u
+	a := math.Min(math.Pow(e, s.cfg.P), clip)
+	if s.cfg.P < 0 {
+		return math.Max(0, s.cfg.NoAlloc-a)
+	}
+	return a + s.cfg.NoAlloc
 }
 
-// restartFactor is the paper's r_i = (T_i - N_i R) / (T_i + R), clamped
-// to [0, 1]: T_i the job's age, N_i its restarts so far, R the restart
-// cost. A young job, or one moved often, gains little from a move.
+// restartFactor is Sia's r_i = max(T_i - N_i R, 0) / (T_i + R): T_i the
+// job's age, N_i its restarts so far, R the restart cost; 1 for a job
+// younger than R, which has nothing yet to lose. A job moved often gains
+// little from one more move.
 func (s *Scheduler) restartFactor(age float64, n int) float64 {
 	r := s.cfg.RestartCost
-	if r <= 0 {
+	if r <= 0 || age < r {
 		return 1
 	}
-	return math.Min(1, math.Max(0, (age-float64(n)*r)/(age+r)))
+	return math.Max(0, age-float64(n)*r) / (age + r)
 }
 
 // Schedule implements round.Scheduler.
@@ -135,9 +150,12 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		if fixed[i] {
 			continue
 		}
-		best := 0.0
+		// Normalized to the job's slowest type, worth its width.
+		worst := math.Inf(1)
 		for _, tp := range jb.Throughput {
-			best = math.Max(best, tp)
+			if tp > 0 {
+				worst = math.Min(worst, tp)
+			}
 		}
 		gain := make([]float64, k)
 		ratio[i] = make([]float64, k)
@@ -147,17 +165,15 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 			w = 1
 		}
 		for j := range k {
-			if best <= 0 || j >= len(jb.Throughput) || jb.Throughput[j] <= 0 || float64(jb.ScaleFactor) > capacity[j] {
+			if math.IsInf(worst, 1) || j >= len(jb.Throughput) || jb.Throughput[j] <= 0 || float64(jb.ScaleFactor) > capacity[j] {
 				continue
 			}
-			e := jb.Throughput[j] / best
+			e := float64(jb.ScaleFactor) * jb.Throughput[j] / worst
 			if cur[i] >= 0 && j != cur[i] {
 				e *= r
 			}
 			ratio[i][j] = e
-			if e > s.cfg.Floor {
-				gain[j] = w * (s.utility(e) - s.utility(s.cfg.Floor))
-			}
+			gain[j] = w * s.gain(e)
 		}
 		p.width = append(p.width, float64(jb.ScaleFactor))
 		p.gain = append(p.gain, gain...)
@@ -192,7 +208,7 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 			r := round.Reason{Share: x[i], Why: "sia: left out: every type's GPUs are worth more to others"}
 			if c := sol.choice[q]; c >= 0 {
 				r.Utility = p.gain[q*k+c]
-				r.Why = fmt.Sprintf("sia: on %s at %.2f of its best goodput (after the restart factor), p = %g", v.Types[c], ratio[i][c], s.cfg.P)
+				r.Why = fmt.Sprintf("sia: on %s, normalized goodput %.2f (its slowest type = its width; after the restart factor), p = %g", v.Types[c], ratio[i][c], s.cfg.P)
 			}
 			v.Explain(i, r)
 		}

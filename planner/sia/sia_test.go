@@ -76,9 +76,11 @@ func schedule(t *testing.T, cfg Config, v *round.View) []planner.Placement {
 	return ps
 }
 
-// Two jobs, one V100 and one K80. a runs at 90% of its best on a K80, b
-// at 20%: the sum of normalized goodputs is 0.9 + 1 with a on the K80
-// and b on the V100, 1 + 0.2 the other way; every exponent agrees.
+// Two jobs, one V100 and one K80, each job's slowest type the K80 (its
+// normalized goodput 1, its width). a is 1.11 on the V100, b 5. With
+// p = -0.5 a choice gains lambda_n - e^p: a on the K80 and b on the V100
+// gain 0.1 + 0.653, the other way 0.151 + 0.1; with p = 1 (e + lambda_n)
+// 2.1 + 6.1 against 2.21 + 2.1. Both exponents agree.
 func TestSiaPicksTheNormalizedGoodputOptimum(t *testing.T) {
 	for _, p := range []float64{-0.5, 1} {
 		c := cluster(map[planner.GPUType]int{"v100": 1, "k80": 1})
@@ -90,10 +92,11 @@ func TestSiaPicksTheNormalizedGoodputOptimum(t *testing.T) {
 	}
 }
 
-// A job runs on a K80 at 90% of its best; a V100 is free. With R = 20 s
-// the restart factor of a 100 s old job is (100 - 0) / (100 + 20) = 0.83:
-// the move is worth 0.83 < 0.9 and it stays. At 10,000 s the factor is
-// 0.998 and it moves.
+// A job runs on a K80 (its slowest type: 1), 1.11 on a V100 that is
+// free. With R = 20 s the restart factor of a 100 s old job is
+// (100 - 0) / (100 + 20) = 0.83: the move is worth 0.93, below staying
+// (1), and it stays. At 10,000 s the factor is 0.998 and it moves. (A
+// job younger than R has no factor: nothing of it is lost yet.)
 func TestSiaRestartFactorKeepsARunningJob(t *testing.T) {
 	for _, tc := range []struct {
 		age  float64
@@ -128,11 +131,12 @@ func TestSiaRestartFactorKeepsARunningJob(t *testing.T) {
 }
 
 // The fairness exponent changes the choice. One V100 and one K80 free,
-// a P100 held by a pinned job. Normalized goodputs (best on the P100):
-// a: v100 1, k80 0.5; b: v100 0.5, k80 0.1. With p = 1 the sum is 1.1
-// (a on the V100, b on the K80) against 1.0; with p = -0.5 the sums of
-// -e^p are -1 - 3.16 = -4.16 against -1.41 - 1.41 = -2.83: the even
-// split wins. The pinned job keeps its P100 either way.
+// a P100 held by a pinned job. Normalized goodputs (each job's slowest
+// type 1): a, slowest on the P100: v100 9, k80 3; b, slowest on the K80:
+// v100 2, k80 1. With p = 1 the sums of e are 9 + 1 = 10 (a on the V100,
+// b on the K80) against 3 + 2 = 5; with p = -0.5 the sums of e^p (Sia
+// minimizes them) are 0.333 + 1 = 1.333 against 0.577 + 0.707 = 1.284:
+// the even split wins. The pinned job keeps its P100 either way.
 func TestSiaFairnessExponentChangesTheChoice(t *testing.T) {
 	for _, tc := range []struct {
 		p     float64
@@ -142,7 +146,7 @@ func TestSiaFairnessExponentChangesTheChoice(t *testing.T) {
 		pin := job("pin", 1)
 		pin.Placement, pin.Running, pin.Pinned = on("p100-0", "p100", 1), true, true
 		jobs := []*round.JobView{job("a", 1), job("b", 1), pin}
-		v := view(c, 0, jobs, []tp{{"v100": 10, "k80": 5, "p100": 10}, {"v100": 5, "k80": 1, "p100": 10}, {"v100": 1, "k80": 1, "p100": 1}})
+		v := view(c, 0, jobs, []tp{{"v100": 9, "k80": 3, "p100": 1}, {"v100": 2, "k80": 1, "p100": 1.5}, {"v100": 1, "k80": 1, "p100": 1}})
 		ps := schedule(t, Config{P: tc.p}, v)
 		wantB := planner.GPUType("v100")
 		if tc.wantA == "v100" {
@@ -284,9 +288,40 @@ func TestSiaStateRoundTrip(t *testing.T) {
 }
 
 func TestSiaConfigValidation(t *testing.T) {
-	for _, cfg := range []Config{{P: math.NaN()}, {Floor: 1}, {Floor: -1}, {RestartCost: math.Inf(1)}} {
+	for _, cfg := range []Config{{P: math.NaN()}, {NoAlloc: -1}, {NoAlloc: math.Inf(1)}, {RestartCost: math.Inf(1)}} {
 		if _, err := New(cfg); err == nil {
 			t.Fatalf("config %+v accepted", cfg)
 		}
+	}
+}
+
+// The restart factor and a choice's gain, by hand: r = max(T - N R, 0) /
+// (T + R), 1 below R; with p = -0.5 a gain of lambda_n - e^p, nothing
+// when e^p reaches lambda_n (leaving the job out is as good).
+func TestSiaRestartFactorAndGain(t *testing.T) {
+	s, err := New(Config{RestartCost: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		age  float64
+		n    int
+		want float64
+	}{{10, 3, 1}, {100, 0, 100.0 / 120}, {100, 2, 60.0 / 120}, {100, 5, 0}, {100, 9, 0}} {
+		if got := s.restartFactor(tc.age, tc.n); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("restart factor at %v s after %d restarts: %v, want %v", tc.age, tc.n, got, tc.want)
+		}
+	}
+	for _, tc := range []struct{ e, want float64 }{{1, 0.1}, {4, 0.6}, {1 / 1.21, 0}, {0.5, 0}, {0, 0}} {
+		if got := s.gain(tc.e); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("gain of normalized goodput %v: %v, want %v", tc.e, got, tc.want)
+		}
+	}
+	up, err := New(Config{P: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := up.gain(2); math.Abs(got-3.1) > 1e-12 {
+		t.Errorf("p = 1: gain of 2 is %v, want 3.1", got)
 	}
 }
