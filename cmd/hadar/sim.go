@@ -75,6 +75,7 @@ type simFlags struct {
 	unprofiled  string
 	sizes       string
 	load        float64
+	workload    string
 }
 
 // runSim is `hadar sim`: flags, then the models they describe, then the
@@ -138,6 +139,7 @@ func parseSimFlags(args []string, stderr io.Writer) (simFlags, error) {
 	fs.StringVar(&f.estimator, "estimator", "", "how estimates fill what the known profile lacks: "+estimatorNames()+" (docs/results.md)")
 	fs.StringVar(&f.unprofiled, "unprofiled", "refuse", "jobs whose (model, scale factor) the profile lacks: refuse (name each pair), skip (and count), or extrapolate (docs/formats.md)")
 	fs.StringVar(&f.sizes, "sizes", "gavel", "with --synthetic: job sizes, gavel (1/2/4/8 GPUs), philly (up to 32 GPUs) or SF=WEIGHT,... (docs/formats.md)")
+	fs.StringVar(&f.workload, "workload", "", "a named synthetic workload instead of --trace or --synthetic: "+strings.Join(trace.WorkloadNames(), ", ")+" (Philly-derived, as Sia's paper sizes them; default cluster "+trace.SiaCluster+"; docs/formats.md)")
 	fs.Float64Var(&f.load, "load", 0, "with --synthetic: arrival rate for this nominal load of the cluster (e.g. 0.95) instead of --rate")
 	fs.StringVar(&f.events, "events", "", "cluster events file: node drains, losses and joins during the run (docs/simulator.md)")
 	fs.StringVar(&f.queues, "queues", "", "queue blocks (HCL, or the sidecar's config file): teams with guarantees, limits, weights and policies; results per queue (docs/queues.md)")
@@ -159,7 +161,38 @@ func parseSimFlags(args []string, stderr io.Writer) (simFlags, error) {
 	if f.round <= 0 {
 		return f, fmt.Errorf("--round %v: want a positive duration such as 360s", f.round)
 	}
+	if f.workload != "" {
+		set := map[string]bool{}
+		fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+		if err := workloadDefaults(&f, set); err != nil {
+			return f, err
+		}
+	}
 	return f, nil
+}
+
+// workloadDefaults checks --workload against the flags that describe jobs
+// some other way, and fills in the workload's cluster and the extrapolation
+// its 16-GPU jobs need unless --cluster or --unprofiled says otherwise.
+func workloadDefaults(f *simFlags, set map[string]bool) error {
+	w, err := trace.LookupWorkload(f.workload)
+	if err != nil {
+		return fmt.Errorf("--workload: %w", err)
+	}
+	f.workload = w.Name
+	for _, name := range []string{"trace", "synthetic", "rate", "load", "sizes"} {
+		if set[name] {
+			return fmt.Errorf("--workload %s fixes the jobs, their rate and sizes: drop --%s", w.Name, name)
+		}
+	}
+	if set["unprofiled"] && f.unprofiled != "extrapolate" {
+		return fmt.Errorf("--unprofiled %s: --workload %s draws 16-GPU jobs Gavel's profile lacks: want --unprofiled extrapolate (the default with --workload)", f.unprofiled, w.Name)
+	}
+	f.unprofiled = "extrapolate"
+	if !set["cluster"] {
+		f.cluster = w.Cluster
+	}
+	return nil
 }
 
 // simSetup is everything the simulations share, built once from the
@@ -228,6 +261,19 @@ func (s *simSetup) loadJobs(stderr io.Writer) (*profile.Profile, error) {
 	var jobs []planner.Job
 	var lines *trace.Lines
 	switch {
+	case f.workload != "":
+		w, err := trace.LookupWorkload(f.workload)
+		if err != nil {
+			return nil, fmt.Errorf("--workload: %w", err)
+		}
+		sc, err := w.Config(f.seed, s.cluster, prof)
+		if err != nil {
+			return nil, fmt.Errorf("--workload with --cluster %s: %w", f.cluster, err)
+		}
+		sc.Reference = planner.GPUType(f.reference)
+		if jobs, err = trace.Synthesize(sc); err != nil {
+			return nil, fmt.Errorf("--workload: %w", err)
+		}
 	case f.trace != "" && f.synthetic > 0:
 		return nil, fmt.Errorf("give either --trace or --synthetic, not both")
 	case f.trace != "" && (f.sizes != "gavel" || f.load > 0):
@@ -255,7 +301,7 @@ func (s *simSetup) loadJobs(stderr io.Writer) (*profile.Profile, error) {
 			return nil, fmt.Errorf("--synthetic: %w", err)
 		}
 	default:
-		return nil, fmt.Errorf("no jobs: give --trace FILE or --synthetic N")
+		return nil, fmt.Errorf("no jobs: give --trace FILE, --synthetic N or --workload NAME")
 	}
 	res, err := prof.Resolve(jobs, s.cluster.Types(), mode, lines.Where)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,5 +124,65 @@ func TestSimSiaCompletesEveryJob(t *testing.T) {
 		if r["jobs_completed"] != r["jobs_total"] || r["jobs_total"].(float64) != 40 {
 			t.Fatalf("%s completed %v of %v jobs, want 40 of 40", r["policy"], r["jobs_completed"], r["jobs_total"])
 		}
+	}
+}
+
+func TestSimWorkload(t *testing.T) {
+	f, err := parseSimFlags([]string{"--workload", "philly-8h", "--seed", "2", "--policies", "fifo"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := buildSim(f, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.jobs) != 160 || s.cluster.TotalGPUs() != 64 || s.cluster.Capacity("v100") != 16 || s.cluster.Capacity("k80") != 24 {
+		t.Errorf("philly-8h: %d jobs on %d GPUs (v100 %d, k80 %d), want 160 on 64 (16, 24)",
+			len(s.jobs), s.cluster.TotalGPUs(), s.cluster.Capacity("v100"), s.cluster.Capacity("k80"))
+	}
+	// --cluster replaces the workload's cluster; sizes are capped to it.
+	f, err = parseSimFlags([]string{"--workload", "philly-48h", "--cluster", "v100=8,p100=8", "--policies", "fifo"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err = buildSim(f, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range s.jobs {
+		if j.ScaleFactor > 8 {
+			t.Fatalf("%s on %d GPUs, want at most 8 on an 8-GPU-a-type cluster", j.ID, j.ScaleFactor)
+		}
+	}
+	if len(s.jobs) != 960 || s.cluster.TotalGPUs() != 16 {
+		t.Errorf("philly-48h on v100=8,p100=8: %d jobs, %d GPUs", len(s.jobs), s.cluster.TotalGPUs())
+	}
+}
+
+func TestSimWorkloadErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--workload", "sia"}, []string{"--workload", "philly-8h, philly-48h"}},
+		{[]string{"--workload", "philly-8h", "--trace", gavelTrace}, []string{"--workload", "--trace"}},
+		{[]string{"--workload", "philly-8h", "--synthetic", "10"}, []string{"--workload", "--synthetic"}},
+		{[]string{"--workload", "philly-8h", "--rate", "3"}, []string{"--workload", "--rate"}},
+		{[]string{"--workload", "philly-8h", "--load", "0.9"}, []string{"--workload", "--load"}},
+		{[]string{"--workload", "philly-8h", "--sizes", "gavel"}, []string{"--workload", "--sizes"}},
+		{[]string{"--workload", "philly-8h", "--unprofiled", "refuse"}, []string{"--unprofiled", "extrapolate"}},
+		{[]string{"--workload", "philly-8h", "--cluster", "v100=lots"}, []string{"--cluster"}},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, errs, code := runCLI(t, append([]string{"sim", "--policies", "fifo"}, tc.args...)...)
+			if code == 0 {
+				t.Fatal("want a failure")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errs, w) {
+					t.Errorf("stderr %q does not mention %q", errs, w)
+				}
+			}
+		})
 	}
 }
