@@ -20,8 +20,11 @@ func runCLI(t *testing.T, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
-func TestSimJSONContract(t *testing.T) {
-	out, errs, code := runCLI(t, "sim", "--trace", gavelTrace, "--policies", "fifo,gavel-maxmin,hadar,hadare", "--format", "json")
+// simResults runs hadar sim with args and --format json and returns its
+// results, failing the test on an exit or output that is not JSON.
+func simResults(t *testing.T, args ...string) []map[string]any {
+	t.Helper()
+	out, errs, code := runCLI(t, append(append([]string{"sim"}, args...), "--format", "json")...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -31,11 +34,16 @@ func TestSimJSONContract(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if len(got.Results) != 4 {
-		t.Fatalf("%d results, want 4", len(got.Results))
+	return got.Results
+}
+
+func TestSimJSONContract(t *testing.T) {
+	results := simResults(t, "--trace", gavelTrace, "--policies", "fifo,gavel-maxmin,hadar,hadare")
+	if len(results) != 4 {
+		t.Fatalf("%d results, want 4", len(results))
 	}
 	for i, want := range []string{"fifo", "gavel-maxmin", "hadar", "hadare"} {
-		r := got.Results[i]
+		r := results[i]
 		if r["policy"] != want {
 			t.Fatalf("result %d is %v, want %s", i, r["policy"], want)
 		}
@@ -106,21 +114,12 @@ func TestSimRejectsBadInput(t *testing.T) {
 // Sia (planner/sia, issue 35) runs through hadar sim beside Gavel's
 // max-min and Hadar on a synthetic workload and completes every job.
 func TestSimSiaCompletesEveryJob(t *testing.T) {
-	out, errs, code := runCLI(t, "sim", "--synthetic", "40", "--seed", "1", "--load", "0.8", "--cluster", "v100=8,p100=8,k80=8",
-		"--policies", "sia,gavel-maxmin,hadar", "--format", "json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
+	results := simResults(t, "--synthetic", "40", "--seed", "1", "--load", "0.8", "--cluster", "v100=8,p100=8,k80=8",
+		"--policies", "sia,gavel-maxmin,hadar")
+	if len(results) != 3 || results[0]["policy"] != "sia" {
+		t.Fatalf("results %v, want sia, gavel-maxmin, hadar", results)
 	}
-	var got struct {
-		Results []map[string]any `json:"results"`
-	}
-	if err := json.Unmarshal([]byte(out), &got); err != nil {
-		t.Fatalf("not JSON: %v\n%s", err, out)
-	}
-	if len(got.Results) != 3 || got.Results[0]["policy"] != "sia" {
-		t.Fatalf("results %v, want sia, gavel-maxmin, hadar", got.Results)
-	}
-	for _, r := range got.Results {
+	for _, r := range results {
 		if r["jobs_completed"] != r["jobs_total"] || r["jobs_total"].(float64) != 40 {
 			t.Fatalf("%s completed %v of %v jobs, want 40 of 40", r["policy"], r["jobs_completed"], r["jobs_total"])
 		}

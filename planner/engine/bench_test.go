@@ -99,19 +99,26 @@ func BenchmarkPlan(b *testing.B) {
 						}
 					}
 				}
-				if err := e.Complete(js[0].Job.ID, now); err != nil {
-					b.Fatal(err)
-				}
-				jb := more[i%len(more)]
-				jb.ID = fmt.Sprintf("%s-%d", jb.ID, i)
-				if err := e.Admit(jb, now); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := e.Plan(ctx, now, engine.Boundary); err != nil {
-					b.Fatal(err)
-				}
+				turnover(ctx, b, e, js[0].Job.ID, more, i, now)
 			}
 		})
+	}
+}
+
+// turnover is one iteration's change at a boundary: job done completes,
+// the i-th arrival of more is admitted, and the engine plans.
+func turnover(ctx context.Context, b *testing.B, e *engine.Engine, done string, more []planner.Job, i int, now float64) {
+	b.Helper()
+	if err := e.Complete(done, now); err != nil {
+		b.Fatal(err)
+	}
+	jb := more[i%len(more)]
+	jb.ID = fmt.Sprintf("%s-%d", jb.ID, i)
+	if err := e.Admit(jb, now); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := e.Plan(ctx, now, engine.Boundary); err != nil {
+		b.Fatal(err)
 	}
 }
 
@@ -130,18 +137,7 @@ func BenchmarkSiaDecision(b *testing.B) {
 				b.ResetTimer()
 				for i := 0; b.Loop(); i++ {
 					now += 360
-					js := e.Jobs()
-					if err := e.Complete(js[0].Job.ID, now); err != nil {
-						b.Fatal(err)
-					}
-					jb := more[i%len(more)]
-					jb.ID = fmt.Sprintf("%s-%d", jb.ID, i)
-					if err := e.Admit(jb, now); err != nil {
-						b.Fatal(err)
-					}
-					if _, err := e.Plan(ctx, now, engine.Boundary); err != nil {
-						b.Fatal(err)
-					}
+					turnover(ctx, b, e, e.Jobs()[0].Job.ID, more, i, now)
 				}
 			})
 		}
