@@ -401,27 +401,24 @@ func (s *simSetup) buildSchedulers(prof *profile.Profile) error {
 	if len(places) == 0 {
 		return fmt.Errorf("--placement is empty: want one or more of %s", strings.Join(placement.Names(), ", "))
 	}
+	// The minimum run time as the sidecar maps it (registry.Live): 0 is
+	// none for the policies and the placer alike.
+	opts, live := registry.Live(s.model, max(f.minRun.Seconds(), 0), f.restart.Seconds(), f.merge.Seconds())
 	s.placeCfg = placement.Config{Speed: s.model, Seed: f.seed, Scale: f.delayScale, MaxWait: f.maxWait.Seconds(),
-		MaxPreemptions: f.maxPreempt, MinRunTime: f.minRun.Seconds(), RestartCost: f.restart.Seconds()}
+		MaxPreemptions: f.maxPreempt, MinRunTime: live.MinRunTime, RestartCost: live.RestartCost}
 	if f.delayScale == 0 {
 		s.placeCfg.Scale = -1 // an explicit 0: no waiting
 	}
 	if f.maxPreempt == 0 {
 		s.placeCfg.MaxPreemptions = -1
 	}
-	if f.minRun <= 0 {
-		s.placeCfg.MinRunTime = -1 // none for the placer too (0 would be its default)
-	}
 	for _, pl := range places {
 		if _, err := placement.New(pl, s.placeCfg); err != nil {
 			return fmt.Errorf("--placement: %w", err)
 		}
 	}
-	s.opts = registry.Options{Types: s.cluster.Types(), PricePerHour: prices, GavelFidelity: s.fid == sim.Gavel,
-		Speed: s.model, RestartCost: f.restart.Seconds(), MergeCost: f.merge.Seconds(), HadarUtility: f.utility, MinRunTime: f.minRun.Seconds()}
-	if f.minRun <= 0 {
-		s.opts.MinRunTime = -1 // none (0 would be the default)
-	}
+	opts.Types, opts.PricePerHour, opts.GavelFidelity, opts.HadarUtility = s.cluster.Types(), prices, s.fid == sim.Gavel, f.utility
+	s.opts = opts
 	if s.fid == sim.Gavel {
 		s.opts.RestartCost, s.opts.MergeCost = 0, 0
 	}
