@@ -66,7 +66,19 @@ func Files() []string {
 		"deploy/grafana/hadar.json", "deploy/prometheus/hadar-alerts.yml", "deploy/prometheus/prometheus.nomad.hcl", "docs/acl/prometheus.nomad.hcl",
 		"deploy/pack/hadar/metadata.hcl", "deploy/pack/hadar/variables.hcl", "deploy/pack/hadar/README.md",
 		"deploy/pack/hadar/templates/_helpers.tpl", "deploy/pack/hadar/templates/hadar-sidecar.nomad.tpl", "deploy/pack/hadar/templates/hadar-auth-method.json.tpl", "docs/queues.md",
-		"planner/profile/data/LICENSE.gavel"}
+		"planner/profile/data/LICENSE.gavel",
+		// The jobspecs docs/deploy.md runs, and the training library
+		// their PyTorch ones use (pip install ./python): an operator
+		// installs from the archive, not from a clone.
+		"jobspecs/README.md", "jobspecs/dispatch.nomad.hcl", "jobspecs/forkable.nomad.hcl", "jobspecs/gang.nomad.hcl",
+		"jobspecs/hadare-emulated.nomad.hcl", "jobspecs/network-sensitive.nomad.hcl", "jobspecs/pytorch-exec.nomad.hcl",
+		"jobspecs/pytorch-hadar-train.nomad.hcl", "jobspecs/single-gpu.nomad.hcl", "jobspecs/stock-device.nomad.hcl",
+		"jobspecs/throughput.nomad.hcl", "jobspecs/train-emulated.nomad.hcl", "docs/pytorch.md", "docs/training-contract.md",
+		"python/README.md", "python/pyproject.toml", "python/hadar_train/__init__.py", "python/hadar_train/checkpoint.py",
+		"python/hadar_train/env.py", "python/hadar_train/files.py", "python/hadar_train/launch.py", "python/hadar_train/local.py",
+		"python/hadar_train/membership.py", "python/hadar_train/progress.py", "python/hadar_train/run.py", "python/hadar_train/state.py",
+		"python/hadar_train/examples/__init__.py", "python/hadar_train/examples/ddp.py", "python/hadar_train/examples/digits.py",
+		"python/hadar_train/examples/hadare.py", "python/hadar_train/examples/single.py"}
 }
 
 // Platform is one target.

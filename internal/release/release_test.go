@@ -181,6 +181,13 @@ func linkedDocs(t *testing.T, root string) []string {
 			seen[m[1]] = true
 		}
 	}
+	// Paths in its command lines too: `nomad job run ... jobspecs/x.hcl`
+	// fails on an archive that lacks the file.
+	for _, m := range regexp.MustCompile(`(?:^|[\s=(])((?:jobspecs|deploy|docs|python)/[\w./-]+\.(?:hcl|json|yml|md|toml|py))\b`).FindAllStringSubmatch(string(b), -1) {
+		if _, err := os.Stat(filepath.Join(root, m[1])); err == nil {
+			seen[m[1]] = true
+		}
+	}
 	var out []string
 	for f := range seen {
 		out = append(out, f)
@@ -221,6 +228,33 @@ func TestArchiveHoldsEveryLinkedDoc(t *testing.T) {
 		if !in[f] {
 			t.Errorf("docs/deploy.md links to %s, which the archive lacks", f)
 		}
+	}
+}
+
+// The jobspecs and the training library ship whole: a file added to
+// either is in the archive, or this fails naming it.
+func TestArchiveHoldsTheJobspecsAndLibrary(t *testing.T) {
+	root := repoRoot(t)
+	out, err := exec.Command("git", "-C", root, "ls-files", "jobspecs", "python").Output()
+	if err != nil {
+		t.Skipf("git ls-files: %v", err)
+	}
+	in := map[string]bool{}
+	for _, f := range Files() {
+		in[f] = true
+	}
+	n := 0
+	for _, f := range strings.Fields(string(out)) {
+		if strings.HasPrefix(f, "python/tests/") || path.Base(f) == ".gitignore" {
+			continue
+		}
+		n++
+		if !in[f] {
+			t.Errorf("the archive lacks %s: add it to Files", f)
+		}
+	}
+	if n < 20 {
+		t.Fatalf("git ls-files found only %d files of jobspecs/ and python/", n)
 	}
 }
 
