@@ -28,7 +28,7 @@ func statusAPI(t *testing.T) *httptest.Server {
 		Queue:     []wire.QueueEntry{{ID: "default/b", Position: 1, Waits: "no_capacity", Why: "every v100 is taken", Nomad: "train: exhausted", WaitingS: 65, Workers: 4, RunsOn: []string{"v100"}}},
 		Decisions: []wire.Event{{Time: now, Job: "default/a", Action: wire.ActionStart, Why: "its turn"}}}
 	job := wire.JobDetail{ID: "default/b", State: "waiting", Waits: "no_capacity", QueuePosition: 1, QueueLength: 1, Why: "every v100 is taken",
-		Job:        &wire.JobObservation{JobView: wire.JobView{ID: "default/b", Workers: 4, Model: "ResNet-50", Weight: 1, Steps: 1000, WaitingS: 65}, Throughput: map[string]float64{"v100": 30}},
+		Job:        &wire.JobObservation{JobView: wire.JobView{JobIdentity: wire.JobIdentity{ID: "default/b", Workers: 4, Model: "ResNet-50", Weight: 1}, JobProgress: wire.JobProgress{Steps: 1000, WaitingS: 65}}, Throughput: map[string]float64{"v100": 30}},
 		Placements: []wire.Placement{{Time: now, Action: "stop", Why: "fairness"}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) { json.NewEncoder(w).Encode(st) })

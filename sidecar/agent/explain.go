@@ -33,8 +33,11 @@ func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
 	}
 	now := a.now()
 	for _, st := range a.core.eng.Jobs() {
-		jv := wire.JobView{ID: st.Job.ID, Workers: st.Job.ScaleFactor, Weight: st.Job.Weight, Model: st.Job.Model,
-			StepsDone: st.Done, Steps: st.Job.TotalSteps, Rate: st.Rate, ETA: st.ETA, Reason: wireReason(st.Reason), Position: -1, StalledS: st.StalledS}
+		jv := wire.JobView{
+			JobIdentity: wire.JobIdentity{ID: st.Job.ID, Workers: st.Job.ScaleFactor, Weight: st.Job.Weight, Model: st.Job.Model},
+			JobDecision: wire.JobDecision{Reason: wireReason(st.Reason), Position: -1},
+			JobProgress: wire.JobProgress{StepsDone: st.Done, Steps: st.Job.TotalSteps, Rate: st.Rate, ETA: st.ETA},
+			StalledS:    st.StalledS}
 		if st.ReportedAt > 0 {
 			age := math.Max(0, now-st.ReportedAt)
 			jv.ProgressAgeS = &age

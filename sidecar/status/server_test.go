@@ -43,16 +43,23 @@ func (f *fake) Health() wire.Health       { return wire.Health{OK: true, Replica
 var now = time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 
 func scenario() *fake {
-	a := wire.JobObservation{JobView: wire.JobView{ID: "default/a", Namespace: "default", Job: "a", State: "running", Position: -1, Workers: 2,
-		Units: []wire.UnitView{{Slots: []wire.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}}, StepsDone: 250, Steps: 1000, Rate: 5, ETA: 150,
-		Reason: wire.Reason{Why: "keeps its GPUs"}}}
-	b := wire.JobObservation{JobView: wire.JobView{ID: "default/b", Namespace: "default", Job: "b", State: "waiting", Position: 1, Workers: 4,
-		Reason: wire.Reason{Why: "delay scheduling: waits for 4 v100 GPUs at node level"}, WaitingS: 40}, Pending: wire.PendingHeld,
+	a := wire.JobObservation{JobView: wire.JobView{
+		JobIdentity: wire.JobIdentity{ID: "default/a", Namespace: "default", Job: "a", Workers: 2},
+		JobDecision: wire.JobDecision{State: "running", Position: -1, Units: []wire.UnitView{{Slots: []wire.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}}, Reason: wire.Reason{Why: "keeps its GPUs"}},
+		JobProgress: wire.JobProgress{StepsDone: 250, Steps: 1000, Rate: 5, ETA: 150},
+	}}
+	b := wire.JobObservation{JobView: wire.JobView{
+		JobIdentity: wire.JobIdentity{ID: "default/b", Namespace: "default", Job: "b", Workers: 4},
+		JobDecision: wire.JobDecision{State: "waiting", Position: 1, Reason: wire.Reason{Why: "delay scheduling: waits for 4 v100 GPUs at node level"}},
+		JobProgress: wire.JobProgress{WaitingS: 40},
+	}, Pending: wire.PendingHeld,
 		Throughput: map[string]float64{"v100": 40, "k80": 10}}
-	c := wire.JobObservation{JobView: wire.JobView{ID: "team/c", Namespace: "team", Job: "c", State: "waiting", Position: 0, Workers: 8,
-		Reason: wire.Reason{Why: "not placed this round: the policy gave the GPUs it can use to other jobs " + token}, Nomad: "train: 4 nodes exhausted"},
+	c := wire.JobObservation{JobView: wire.JobView{
+		JobIdentity: wire.JobIdentity{ID: "team/c", Namespace: "team", Job: "c", Workers: 8},
+		JobDecision: wire.JobDecision{State: "waiting", Position: 0, Reason: wire.Reason{Why: "not placed this round: the policy gave the GPUs it can use to other jobs " + token}, Nomad: "train: 4 nodes exhausted"},
+	},
 		Pending: wire.PendingNoCapacity, Throughput: map[string]float64{"v100": 80}}
-	late := wire.JobObservation{JobView: wire.JobView{ID: "default/late", Job: "late", State: "waiting", Position: -1, Workers: 1}, Pending: wire.PendingHeld}
+	late := wire.JobObservation{JobView: wire.JobView{JobIdentity: wire.JobIdentity{ID: "default/late", Job: "late", Workers: 1}, JobDecision: wire.JobDecision{State: "waiting", Position: -1}}, Pending: wire.PendingHeld}
 	o := wire.Observation{Time: now, Leader: true,
 		Plan: wire.PlanView{Policy: "hadar", Placement: "delay", Round: 3, Time: now.Add(-time.Second), NextRound: now.Add(time.Minute),
 			Refused: []wire.RefusedJob{{Job: "default/bad", Error: `meta hadar.steps = "lots": want a positive integer`}}},

@@ -36,7 +36,7 @@ func (f *fake) Learned(planner.GPUType) wire.Learned {
 var t0 = time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 
 func running(id string, units ...wire.Unit) wire.JobObservation {
-	j := wire.JobObservation{JobView: wire.JobView{ID: id, State: "running", Position: -1, Workers: 1}, Arrival: t0.Add(-time.Hour)}
+	j := wire.JobObservation{JobView: wire.JobView{JobIdentity: wire.JobIdentity{ID: id, Workers: 1}, JobDecision: wire.JobDecision{State: "running", Position: -1}}, Arrival: t0.Add(-time.Hour)}
 	for _, u := range units {
 		var uv wire.UnitView
 		for _, s := range u.Slots {
@@ -48,7 +48,7 @@ func running(id string, units ...wire.Unit) wire.JobObservation {
 }
 
 func waiting(id, pending string, since time.Time) wire.JobObservation {
-	return wire.JobObservation{JobView: wire.JobView{ID: id, State: "waiting", Workers: 1}, Pending: pending, WaitingSince: since, Arrival: since}
+	return wire.JobObservation{JobView: wire.JobView{JobIdentity: wire.JobIdentity{ID: id, Workers: 1}, JobDecision: wire.JobDecision{State: "waiting"}}, Pending: pending, WaitingSince: since, Arrival: since}
 }
 
 func unit(node string, typ string, n int) wire.Unit {

@@ -31,14 +31,36 @@ type PlanView struct {
 	Refused   []RefusedJob `json:"refused"`
 }
 
-// JobView is one managed job in the plan.
+// JobView is one managed job in the plan. Its fields are grouped by
+// concern in embedded structs; encoding/json flattens them, so the JSON is
+// one flat object, its keys in the order the groups and their fields are
+// declared (sidecar/status's golden answers hold it still).
 type JobView struct {
+	JobIdentity
+	JobDecision
+	JobProgress
+	JobHold
+	JobQueue
+	// StalledS is how long a running job has made no step, once that is
+	// past the engine's stall threshold (5 minutes): a hang, a deadlock or
+	// a broken node, for the operator to look at. Never learned as its
+	// model's speed. (Last in the JSON, after the queue's keys.)
+	StalledS float64 `json:"stalled_s,omitempty"`
+}
+
+// JobIdentity is which job a JobView is and what it asked for.
+type JobIdentity struct {
 	ID        string  `json:"id"`
 	Namespace string  `json:"namespace"`
 	Job       string  `json:"job"`
 	Model     string  `json:"model"`
 	Workers   int     `json:"workers"`
 	Weight    float64 `json:"weight"`
+}
+
+// JobDecision is what the plan decided for the job, where it runs, and
+// why it waits.
+type JobDecision struct {
 	// State: running, waiting, starting, stopping.
 	State  string `json:"state"`
 	Action Action `json:"action"`
@@ -49,7 +71,11 @@ type JobView struct {
 	Reason   Reason `json:"reason"`
 	// Nomad is Nomad's reason the job's groups cannot be placed, from its
 	// blocked evaluations (the gate aside).
-	Nomad     string  `json:"nomad,omitempty"`
+	Nomad string `json:"nomad,omitempty"`
+}
+
+// JobProgress is how far the job has come and how long it has waited.
+type JobProgress struct {
 	StepsDone float64 `json:"steps_done"`
 	Steps     float64 `json:"steps"`
 	// ProgressAgeS is how old StepsDone's last report from the job is
@@ -58,22 +84,25 @@ type JobView struct {
 	Rate         float64  `json:"rate"`
 	ETA          float64  `json:"eta_s"`
 	WaitingS     float64  `json:"waiting_s,omitempty"`
+}
+
+// JobHold is the run-time limit the job is held to.
+type JobHold struct {
 	// MinRunTimeS is the minimum run time the job is held to (its own
 	// hadar.min_run_time within the operator's caps, or the sidecar's
 	// min_run_time); MinRunTimeCap says which cap cut the job's own ("":
 	// none did).
 	MinRunTimeS   float64 `json:"min_run_time_s,omitempty"`
 	MinRunTimeCap string  `json:"min_run_time_cap,omitempty"`
-	// TeamQueue is the team queue the job belongs to (docs/queues.md),
-	// QueueReason its queue's reason code when the queue, not its
-	// policy, decided ("" for both without queues).
+}
+
+// JobQueue is the job's team queue (docs/queues.md).
+type JobQueue struct {
+	// TeamQueue is the team queue the job belongs to, QueueReason its
+	// queue's reason code when the queue, not its policy, decided ("" for
+	// both without queues).
 	TeamQueue   string `json:"team_queue,omitempty"`
 	QueueReason string `json:"queue_reason,omitempty"`
-	// StalledS is how long a running job has made no step, once that is
-	// past the engine's stall threshold (5 minutes): a hang, a deadlock or
-	// a broken node, for the operator to look at. Never learned as its
-	// model's speed.
-	StalledS float64 `json:"stalled_s,omitempty"`
 }
 
 // UnitView is one unit of a placement.

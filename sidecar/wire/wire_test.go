@@ -3,7 +3,7 @@ package wire
 import "testing"
 
 func TestInNamespace(t *testing.T) {
-	p := PlanView{Jobs: []JobView{{ID: "default/a"}, {ID: "team/b"}, {ID: "team-2/c"}},
+	p := PlanView{Jobs: []JobView{{JobIdentity: JobIdentity{ID: "default/a"}}, {JobIdentity: JobIdentity{ID: "team/b"}}, {JobIdentity: JobIdentity{ID: "team-2/c"}}},
 		Refused: []RefusedJob{{Job: "team/bad"}, {Job: "default/bad"}}}
 	got := p.InNamespace("team")
 	if len(got.Jobs) != 1 || got.Jobs[0].ID != "team/b" || len(got.Refused) != 1 || got.Refused[0].Job != "team/bad" {
