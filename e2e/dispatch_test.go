@@ -46,7 +46,7 @@ func TestSidecarLeavesLaunchersAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin"})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin"}})
 	c.submit(scJob{id: "own", steps: 200, gated: true})
 
 	dispatch := func(parent string, meta map[string]string) string {

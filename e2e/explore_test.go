@@ -113,7 +113,7 @@ func TestSidecarExploresAnUntriedType(t *testing.T) {
 
 	// Rounds long enough for a stop and a start on a loaded machine;
 	// learning's timing short, so a type is measured within about a round.
-	a := c.startSidecar(config.Config{Round: "20s", LearnWarmup: "5s", LearnEvidence: "10s"})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Round: "20s"}, Learning: config.Learning{LearnWarmup: "5s", LearnEvidence: "10s"}})
 	srv := httptest.NewServer(status.New(a, status.Options{}).Handler())
 	t.Cleanup(srv.Close)
 	rounds := func() int {

@@ -304,7 +304,7 @@ func TestSidecarUnderAPIFaults(t *testing.T) {
 			time.Sleep(300 * time.Millisecond)
 		}
 	}()
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "4s", Nomad: &config.NomadConfig{Address: srv.URL}})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack", Round: "4s"}, Cluster: config.Cluster{Nomad: &config.NomadConfig{Address: srv.URL}}})
 	for _, id := range jobs {
 		c.waitFor("job "+id+" completes", 5*time.Minute, func() error {
 			if st := c.jobStatus(id); st != "dead" {

@@ -96,7 +96,7 @@ func TestSidecarLearnsANewTypeAndModel(t *testing.T) {
 		Meta: map[string]string{"rack": "r1"}, Plugins: map[string]string{"hadar-gpu": declare("ha", h100Model, "80GiB", 2), "hadar-train": train}})
 	c.nodes[node.NodeID], c.ids["h100-a"] = "h100-a", node.NodeID
 	t.Cleanup(c.stopSidecar)
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack"})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack"}})
 	srv := httptest.NewServer(status.New(a, status.Options{}).Handler())
 	t.Cleanup(srv.Close)
 

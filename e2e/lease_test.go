@@ -96,9 +96,11 @@ func TestLeaderLosesItsLeaseMidWrite(t *testing.T) {
 	// Closed after the sidecar stops (cleanups run last in, first out):
 	// its event stream holds a connection open until then.
 	t.Cleanup(srv.Close)
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "4s",
-		Leader: &config.LeaderConfig{Enabled: true, TTL: "10s", LockDelay: "1s"}, State: &config.StateConfig{Store: "nomad"},
-		Nomad: &config.NomadConfig{Address: srv.URL}})
+	a := c.startSidecar(config.Config{
+		Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack", Round: "4s"},
+		Service:    config.Service{Leader: &config.LeaderConfig{Enabled: true, TTL: "10s", LockDelay: "1s"}, State: &config.StateConfig{Store: "nomad"}},
+		Cluster:    config.Cluster{Nomad: &config.NomadConfig{Address: srv.URL}},
+	})
 	c.waitFor("the sidecar leads", 90*time.Second, func() error {
 		if h := a.Health(); !h.Leader {
 			return fmt.Errorf("not leading (%s)", h.Problem)

@@ -266,10 +266,14 @@ func TestDashboardOnPrometheus(t *testing.T) {
 	c.nodes[node.NodeID], c.ids["h100-a"] = "h100-a", node.NodeID
 	t.Cleanup(c.stopSidecar)
 	const policy = "gavel-maxmin"
-	a := c.startSidecar(config.Config{Policy: policy, Placement: "pack", LearnWarmup: "1s", LearnEvidence: "5s", Queues: []queue.Block{
-		{Name: "team-a", MetaNamespaces: []string{"*"}, Guarantee: map[string]int{"h100": 1}, Limit: map[string]int{"h100": 2}},
-		{Name: "team-b", MetaNamespaces: []string{"*"}, Guarantee: map[string]int{"h100": 1}},
-	}})
+	a := c.startSidecar(config.Config{
+		Scheduling: config.Scheduling{Policy: policy, Placement: "pack"},
+		Learning:   config.Learning{LearnWarmup: "1s", LearnEvidence: "5s"},
+		TeamQueues: config.TeamQueues{Queues: []queue.Block{
+			{Name: "team-a", MetaNamespaces: []string{"*"}, Guarantee: map[string]int{"h100": 1}, Limit: map[string]int{"h100": 2}},
+			{Name: "team-b", MetaNamespaces: []string{"*"}, Guarantee: map[string]int{"h100": 1}},
+		}},
+	})
 	s := c.startStatus(t, a, policy)
 	// Scraping starts before the job does, so that rates over the
 	// admission and the decisions see them happen.

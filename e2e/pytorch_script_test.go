@@ -161,7 +161,11 @@ func TestPyTorchScriptFromTheDocs(t *testing.T) {
 		{"", "sv", modelV100, "16GiB", 2},
 		{"", "sk", modelK80, "12GiB", 2},
 	}, "", "docs-dev", chroot.String())
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Round: "30s", MinRunTime: "30s", GangTimeout: "2m", StopTimeout: "2m", Storage: &config.StorageConfig{}})
+	a := c.startSidecar(config.Config{
+		Scheduling: config.Scheduling{Policy: "gavel-maxmin", Round: "30s"},
+		RunLimits:  config.RunLimits{MinRunTime: "30s", GangTimeout: "2m", StopTimeout: "2m"},
+		Workers:    config.Workers{Storage: &config.StorageConfig{}},
+	})
 	emulate := fmt.Sprintf("        emulate {\n          steps_per_sec = {\n            %q = %s\n            %q = %s\n          }\n        }\n", modelV100, pace, modelK80, pace)
 	// The exec job first: it starts in the first round, and is the one
 	// whose stop the kernel would drop without the launcher.

@@ -42,7 +42,7 @@ func TestPyTorchDDPTimeSlicing(t *testing.T) {
 	if m := os.Getenv("HADAR_TS_MIN_RUN"); m != "" {
 		mrt = m
 	}
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Round: config.Duration(round), GangTimeout: "2m", StopTimeout: "2m", MinRunTime: config.Duration(mrt)})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Round: config.Duration(round)}, RunLimits: config.RunLimits{GangTimeout: "2m", StopTimeout: "2m", MinRunTime: config.Duration(mrt)}})
 	ids := []string{"ddp-a", "ddp-b", "ddp-c"}
 	for _, id := range ids {
 		c.submitTorch(p, torchJob{id: id, driver: "hadar-train", steps: 1200, workers: 2, throughput: "v100=8,k80=4", module: "ddp"})

@@ -327,7 +327,7 @@ func TestPyTorchDDPGangOnExec(t *testing.T) {
 		{"ddp-a", "da", modelV100, "16GiB", 1},
 		{"ddp-b", "db", modelV100, "16GiB", 1},
 	})
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Storage: &config.StorageConfig{}})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack"}, Workers: config.Workers{Storage: &config.StorageConfig{}}})
 	const steps = 300
 	c.submitTorch(p, torchJob{id: "ddp", driver: "exec", steps: steps, workers: 2, throughput: "v100=40", module: "ddp"})
 	var ws []placedWorker
@@ -412,7 +412,7 @@ func TestPyTorchResumesOnAnotherGPUType(t *testing.T) {
 		t.Fatalf("the reference run printed %d losses", len(want))
 	}
 
-	c.startSidecar(config.Config{Policy: "hadar", Placement: "pack"})
+	c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "hadar", Placement: "pack"}})
 	c.submitTorch(p, torchJob{id: "mover", driver: "hadar-train", steps: steps, throughput: "v100=60,k80=30", module: "single", args: args,
 		config: fmt.Sprintf("        emulate {\n          steps_per_sec = {\n            %q = 60\n            %q = 30\n          }\n        }\n", modelV100, modelK80)})
 	var first []placedWorker
@@ -514,7 +514,11 @@ func TestPyTorchHadarEForks(t *testing.T) {
 		}
 	}
 	const total = 3000
-	c.startSidecar(config.Config{Policy: "hadare", Round: "10s", RestartCost: "1s", MergeCost: "1s", Storage: &config.StorageConfig{}})
+	c.startSidecar(config.Config{
+		Scheduling: config.Scheduling{Policy: "hadare", Round: "10s"},
+		RunLimits:  config.RunLimits{RestartCost: "1s", MergeCost: "1s"},
+		Workers:    config.Workers{Storage: &config.StorageConfig{}},
+	})
 	// Paced (raw_exec has no emulation): a copy does 50 steps/s and merges
 	// every 50 steps.
 	c.submitTorch(p, torchJob{id: "forked", driver: "raw_exec", steps: total, forkable: true, throughput: "v100=50,k80=25", module: "hadare",
@@ -799,7 +803,7 @@ func TestPyTorchDDPOnDocker(t *testing.T) {
 		checkDockerTasks(t, generatedGroups(placed))
 		t.Skipf("checked the docker tasks the sidecar generates (Nomad validates them); Docker cannot run a container on this machine, so the gang was not run: %s", why)
 	}
-	c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Storage: &config.StorageConfig{}})
+	c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack"}, Workers: config.Workers{Storage: &config.StorageConfig{}}})
 	c.submitTorch(p, j)
 	c.waitFor("the sidecar writes both workers", 2*time.Minute, func() error {
 		if n := len(generatedGroups(c.job("dkddp"))); n != 2 {

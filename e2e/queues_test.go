@@ -23,11 +23,15 @@ func TestQueueReclaim(t *testing.T) {
 	c := startSidecarCluster(t)
 	const policy = "fifo"
 	ptr := func(f float64) *float64 { return &f }
-	cfg := config.Config{Policy: policy, GangTimeout: "4m", Queues: []queue.Block{
-		{Name: "team-a", MetaNamespaces: []string{"*"}},
-		{Name: "team-b", MetaNamespaces: []string{"*"}, Guarantee: map[string]int{"v100": 4}, MaxJobWeight: ptr(2)},
-		{Name: "team-c", MetaNamespaces: []string{"*"}, Limit: map[string]int{"v100": 0, "p100": 0, "k80": 0}},
-	}}
+	cfg := config.Config{
+		Scheduling: config.Scheduling{Policy: policy},
+		RunLimits:  config.RunLimits{GangTimeout: "4m"},
+		TeamQueues: config.TeamQueues{Queues: []queue.Block{
+			{Name: "team-a", MetaNamespaces: []string{"*"}},
+			{Name: "team-b", MetaNamespaces: []string{"*"}, Guarantee: map[string]int{"v100": 4}, MaxJobWeight: ptr(2)},
+			{Name: "team-c", MetaNamespaces: []string{"*"}, Limit: map[string]int{"v100": 0, "p100": 0, "k80": 0}},
+		}},
+	}
 	a := c.startSidecar(cfg)
 	s := c.startStatus(t, a, policy)
 	p := func(name string, kv ...string) string {

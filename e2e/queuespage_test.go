@@ -67,10 +67,13 @@ func TestQueuesPageInChromium(t *testing.T) {
 	ctx := browser(t)
 	c := startSidecarCluster(t)
 	const policy = "fifo"
-	cfg := config.Config{Policy: policy, Queues: []queue.Block{
-		{Name: "team-a", MetaNamespaces: []string{"*"}, Guarantee: map[string]int{"v100": 2}},
-		{Name: "team-c", MetaNamespaces: []string{"*"}, Limit: map[string]int{"v100": 0, "p100": 0, "k80": 0}},
-	}}
+	cfg := config.Config{
+		Scheduling: config.Scheduling{Policy: policy},
+		TeamQueues: config.TeamQueues{Queues: []queue.Block{
+			{Name: "team-a", MetaNamespaces: []string{"*"}, Guarantee: map[string]int{"v100": 2}},
+			{Name: "team-c", MetaNamespaces: []string{"*"}, Limit: map[string]int{"v100": 0, "p100": 0, "k80": 0}},
+		}},
+	}
 	a := c.startSidecar(cfg)
 	s := c.startStatus(t, a, policy)
 	job := func(id, team string) scJob {

@@ -72,7 +72,7 @@ func TestSidecarRerunStartsFresh(t *testing.T) {
 	skipShort(t)
 	c := startSidecarCluster(t)
 	c.submit(scJob{id: "re", steps: 1200, gated: true})
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Round: "10m"})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Round: "10m"}})
 	c.waitFor("job re runs", 90*time.Second, func() error {
 		if len(c.running("re")) != 1 {
 			return errNotYet

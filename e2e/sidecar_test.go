@@ -402,7 +402,7 @@ func TestSidecarPlacesManagedJobs(t *testing.T) {
 		}
 	}
 
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin"})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin"}})
 	for _, id := range []string{"a", "b"} {
 		c.waitFor("job "+id+" runs", 90*time.Second, func() error {
 			run := c.running(id)
@@ -521,7 +521,7 @@ func TestSidecarRefusesAndRespects(t *testing.T) {
 	c.plainGPUJob("hold-a", "v100-a", "Tesla V100-SXM2-16GB", 3)
 	c.plainGPUJob("hold-b", "v100-b", "Tesla V100-SXM2-16GB", 3)
 	c.plainGPUJob("hold-m", "mix-a", "Tesla V100-SXM2-16GB", 2)
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack"})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack"}})
 
 	// 1. A bad jobspec.
 	bad := c.submit(scJob{id: "bad", steps: 300, gated: true, extra: `    "hadar.min_run_time" = "soon"`})
@@ -688,7 +688,7 @@ func (c *sidecarCluster) racksOf(id string) map[string]bool {
 func TestSidecarKeepsSensitiveJobsInARack(t *testing.T) {
 	skipShort(t)
 	c := startSidecarCluster(t)
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "delay"})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "delay"}})
 	v100 := `    "hadar.throughput" = "v100=320"`
 
 	c.plainGPUJob("busy", "v100-a", "Tesla V100-SXM2-16GB", 2)
@@ -754,7 +754,7 @@ func setThroughput(t *testing.T, c *sidecarCluster, id, thr string) {
 func TestSidecarSurvivesServerRestart(t *testing.T) {
 	skipShort(t)
 	c := startSidecarCluster(t)
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"}})
 	for _, id := range []string{"r1", "r2"} {
 		c.submit(scJob{id: id, steps: 3600, gated: true})
 	}
@@ -819,7 +819,7 @@ func TestSidecarSurvivesServerRestart(t *testing.T) {
 func TestSidecarRestartRestoresItsState(t *testing.T) {
 	skipShort(t)
 	c := startSidecarCluster(t)
-	a := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"}})
 	c.submit(scJob{id: "long", steps: 2400, gated: true})
 	c.waitFor("the job runs", 90*time.Second, func() error {
 		if len(c.running("long")) != 1 {
@@ -837,7 +837,7 @@ func TestSidecarRestartRestoresItsState(t *testing.T) {
 	c.stopSidecar()
 
 	c.submit(scJob{id: "late", steps: 200, gated: true}) // while no sidecar runs
-	b := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"})
+	b := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack", Round: "5s"}})
 	c.waitFor("the late job runs or finished", 90*time.Second, func() error {
 		if st := c.jobStatus("late"); st != "running" && st != "dead" {
 			return fmt.Errorf("status %s", st)

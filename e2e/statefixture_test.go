@@ -53,8 +53,10 @@ func TestWriteStateFixtures(t *testing.T) {
 		Meta: map[string]string{"rack": "r1"}, Plugins: map[string]string{"hadar-gpu": declare("va", "Tesla V100-SXM2-16GB", "16GiB", 2), "hadar-train": train}})
 	c.nodes[a.NodeID], c.ids["fx-v100"] = "fx-v100", a.NodeID
 	t.Cleanup(c.stopSidecar)
-	sc := c.startSidecar(config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "4s",
-		Leader: &config.LeaderConfig{Enabled: true, TTL: "10s", LockDelay: "1s"}, State: &config.StateConfig{Store: "nomad"}})
+	sc := c.startSidecar(config.Config{
+		Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack", Round: "4s"},
+		Service:    config.Service{Leader: &config.LeaderConfig{Enabled: true, TTL: "10s", LockDelay: "1s"}, State: &config.StateConfig{Store: "nomad"}},
+	})
 	c.submit(scJob{id: "done", steps: 200, gated: true})
 	c.submit(scJob{id: "long", steps: 1000000, gated: true})
 	c.waitFor("the short job completes", 3*time.Minute, func() error {

@@ -187,7 +187,11 @@ func TestStatusMetricsOnALiveCluster(t *testing.T) {
 	const policy = "gavel-maxmin"
 	// An eight-worker gang can take over a minute to start on a loaded
 	// two-core machine: a rollback is not what this test is about.
-	a := c.startSidecar(config.Config{Policy: policy, Placement: "delay", GangTimeout: "4m", Nomad: &config.NomadConfig{Token: statusToken}})
+	a := c.startSidecar(config.Config{
+		Scheduling: config.Scheduling{Policy: policy, Placement: "delay"},
+		RunLimits:  config.RunLimits{GangTimeout: "4m"},
+		Cluster:    config.Cluster{Nomad: &config.NomadConfig{Token: statusToken}},
+	})
 	s := c.startStatus(t, a, policy)
 	p := func(name string, kv ...string) string {
 		return series(name, append([]string{"policy", policy}, kv...)...)
@@ -505,7 +509,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	c := startSidecarCluster(t)
 	c.plainGPUJob("someone", "k80-a", "Tesla K80", 2)
 	const policy = "gavel-maxmin"
-	a := c.startSidecar(config.Config{Policy: policy, Placement: "pack", Round: "6s"})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: policy, Placement: "pack", Round: "6s"}})
 	s := c.startStatus(t, a, policy)
 	c.submit(scJob{id: "wide", steps: 16000, workers: 4, gated: true, extra: `    "hadar.throughput" = "v100=160"`})
 	for _, id := range []string{"slice-1", "slice-2", "slice-3"} {

@@ -46,10 +46,14 @@ func TestTwoTeamsOneFleet(t *testing.T) {
 
 	// The sidecar runs with the management token; its queues give cv's
 	// queue, named "vision", two V100s.
-	a := c.startSidecar(config.Config{Nomad: &config.NomadConfig{Token: c.server.Token}, Policy: "gavel-maxmin", Round: "4s", Namespaces: []string{"*"}, Queues: []queue.Block{
-		{Name: "vision", Namespaces: []string{"cv"}, Guarantee: map[string]int{"v100": 2}},
-		{Name: "research", Namespaces: []string{"nlp"}},
-	}})
+	a := c.startSidecar(config.Config{
+		Cluster:    config.Cluster{Nomad: &config.NomadConfig{Token: c.server.Token}, Namespaces: []string{"*"}},
+		Scheduling: config.Scheduling{Policy: "gavel-maxmin", Round: "4s"},
+		TeamQueues: config.TeamQueues{Queues: []queue.Block{
+			{Name: "vision", Namespaces: []string{"cv"}, Guarantee: map[string]int{"v100": 2}},
+			{Name: "research", Namespaces: []string{"nlp"}},
+		}},
+	})
 	base := startTeamStatus(t, a, status.NewNomadTokens(c.api))
 
 	submit := func(ns string, m scJob, edit func(string) string) {

@@ -272,7 +272,7 @@ func TestTrainerMixedUnitPace(t *testing.T) {
 	c.holdGPUs("hold-vb", "v100-b", modelV100, 4)
 	c.holdGPUs("hold-mv", "mix-a", modelV100, 1)
 	c.holdGPUs("hold-k", "k80-a", modelK80, 3)
-	a := c.startSidecar(config.Config{Policy: "hadar", Placement: "pack"})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "hadar", Placement: "pack"}})
 	// The job's steps/s with both workers on one type: 80 on V100s, 20 on
 	// K80s. Spread over two nodes it loses 20 %: the emulation's
 	// spread_factor, and for the planner sensitivity 1.5625 (a spread
@@ -349,7 +349,7 @@ func TestTrainerMixedUnitPace(t *testing.T) {
 func TestTrainerResumesAfterMove(t *testing.T) {
 	skipShort(t)
 	c := startSidecarCluster(t)
-	c.startSidecar(config.Config{Policy: "hadar", Placement: "pack"})
+	c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "hadar", Placement: "pack"}})
 	c.submitTrainer(trainerJob{id: "mover", steps: 100000, workers: 2, throughput: "v100=80", paces: map[string]float64{modelV100: 80}})
 	var before []placedWorker
 	c.waitFor("the job runs", 2*time.Minute, func() error {
@@ -463,7 +463,7 @@ func TestTrainerHadarEForks(t *testing.T) {
 	for _, n := range []string{"v100-b", "mix-a", "k80-a"} {
 		eligible(n, false)
 	}
-	a := c.startSidecar(config.Config{Policy: "hadare", Round: "10s", RestartCost: "1s", MergeCost: "1s"})
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "hadare", Round: "10s"}, RunLimits: config.RunLimits{RestartCost: "1s", MergeCost: "1s"}})
 	const total = 4000
 	// A round of merging every 2 s: each copy's merge-every is its pace
 	// times 2 s (80 steps on a V100, 20 on a K80).

@@ -16,7 +16,7 @@ import (
 func TestNomadConfigPrecedence(t *testing.T) {
 	env := map[string]string{"NOMAD_ADDR": "http://env:4646", "NOMAD_TOKEN": "env-token", "NOMAD_REGION": "env-region"}
 	getenv := func(k string) string { return env[k] }
-	s := config.Config{Nomad: &config.NomadConfig{Address: "https://file:4646", TokenFile: "/secrets/nomad_hadar.jwt"}}
+	s := config.Config{Cluster: config.Cluster{Nomad: &config.NomadConfig{Address: "https://file:4646", TokenFile: "/secrets/nomad_hadar.jwt"}}}
 	got := NomadConfig(s, getenv, nomadclient.Config{})
 	if got.Address != "https://file:4646" || got.Token != "" || got.TokenFile != "/secrets/nomad_hadar.jwt" || got.Region != "env-region" {
 		t.Fatalf("file over env: %+v", got)
@@ -30,7 +30,7 @@ func TestNomadConfigPrecedence(t *testing.T) {
 // Flags win over the http block; client certificates are required only
 // when nothing else authenticates.
 func TestStatusListener(t *testing.T) {
-	s := config.Config{HTTP: &config.HTTPConfig{}}
+	s := config.Config{Service: config.Service{HTTP: &config.HTTPConfig{}}}
 	s.HTTP.Address, s.HTTP.TLSCert, s.HTTP.TLSKey, s.HTTP.ClientCA = "0.0.0.0:4650", "file.pem", "file.key", "ca.pem"
 	l := StatusListener(s, "flag.pem", "", false)
 	if l.CertFile != "flag.pem" || l.KeyFile != "file.key" || !l.RequireClientCert || l.AllowInsecure {
@@ -45,7 +45,7 @@ func TestStatusListener(t *testing.T) {
 // A sidecar whose listener may not open stops before contacting Nomad,
 // naming the fix.
 func TestRunRefusesAnOpenListener(t *testing.T) {
-	s := config.Config{HTTP: &config.HTTPConfig{Address: "0.0.0.0:4650"}}
+	s := config.Config{Service: config.Service{HTTP: &config.HTTPConfig{Address: "0.0.0.0:4650"}}}
 	err := Run(context.Background(), Options{Config: s, Nomad: nomadclient.Config{Address: "http://127.0.0.1:1"}, Listener: StatusListener(s, "", "", false)})
 	if err == nil || !strings.Contains(err.Error(), "tls") {
 		t.Fatalf("Run with plain HTTP beyond loopback: %v", err)

@@ -508,10 +508,11 @@ func (r *run) startSidecar(t *testing.T, server *harness.Agent, policy string) (
 	arm := policy
 	policy, ha := strings.CutSuffix(policy, "+ha")
 	cfg := config.Config{
-		Nomad: &config.NomadConfig{Address: server.Addr}, Policy: policy, Placement: "pack",
-		Round: config.Duration(r.wall(roundSim).String()), RestartCost: config.Duration(r.wall(restartSim).String()), MinRunTime: config.Duration(r.wall(r.minRun()).String()),
-		GangTimeout: config.Duration(max(r.wall(rendezvousSim/2), time.Second).String()),
-		Profile:     profPath, Learn: &learn, State: &config.StateConfig{Store: "file", Path: filepath.Join(dir, "sidecar.db")},
+		Cluster:    config.Cluster{Nomad: &config.NomadConfig{Address: server.Addr}},
+		Scheduling: config.Scheduling{Policy: policy, Placement: "pack", Round: config.Duration(r.wall(roundSim).String()), Profile: profPath},
+		RunLimits:  config.RunLimits{RestartCost: config.Duration(r.wall(restartSim).String()), MinRunTime: config.Duration(r.wall(r.minRun()).String()), GangTimeout: config.Duration(max(r.wall(rendezvousSim/2), time.Second).String())},
+		Learning:   config.Learning{Learn: &learn},
+		Service:    config.Service{State: &config.StateConfig{Store: "file", Path: filepath.Join(dir, "sidecar.db")}},
 	}
 	if ha {
 		cfg.State = &config.StateConfig{Store: "nomad"}

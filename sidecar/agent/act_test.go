@@ -76,7 +76,7 @@ func TestRoundDoesNotWaitForItsWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "1m", State: &config.StateConfig{Store: "none"}}.Resolve()
+	s, err := config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack", Round: "1m"}, Service: config.Service{State: &config.StateConfig{Store: "none"}}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -208,7 +208,7 @@ func benchRound(b *testing.B, policy string, durable bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := config.Config{Policy: policy, Placement: "pack", Round: "6m", State: &config.StateConfig{Store: "none"}}
+	cfg := config.Config{Scheduling: config.Scheduling{Policy: policy, Placement: "pack", Round: "6m"}, Service: config.Service{State: &config.StateConfig{Store: "none"}}}
 	if durable {
 		cfg.State = &config.StateConfig{Store: "file", Path: filepath.Join(b.TempDir(), "sidecar.db")}
 	}

@@ -28,7 +28,7 @@ func (f *fakeTime) tick(d time.Duration) { f.wall, f.elapsed = f.wall.Add(d), f.
 
 func newBareAgent(t *testing.T) *Agent {
 	t.Helper()
-	s, err := config.Config{State: &config.StateConfig{Store: "none"}}.Resolve()
+	s, err := config.Config{Service: config.Service{State: &config.StateConfig{Store: "none"}}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}

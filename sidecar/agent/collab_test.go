@@ -18,7 +18,7 @@ import (
 // that does not load stops them, saying which.
 func TestNewCollaborators(t *testing.T) {
 	client, _ := api.NewClient(&api.Config{Address: "http://127.0.0.1:1"})
-	cfg, err := config.Config{GPUTypes: map[string]string{"Tesla X": "x100"}}.Resolve()
+	cfg, err := config.Config{Scheduling: config.Scheduling{GPUTypes: map[string]string{"Tesla X": "x100"}}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,8 +50,10 @@ func TestRestoresEveryReleasesState(t *testing.T) {
 			}
 			path := filepath.Join(t.TempDir(), "sidecar.db")
 			copyFile(t, filepath.Join(dir, "sidecar.db"), path)
-			s, err := config.Config{Policy: fx.Policy, Placement: fx.Placement, Round: config.Duration(fmt.Sprintf("%gs", fx.RoundS)),
-				State: &config.StateConfig{Store: "file", Path: path}}.Resolve()
+			s, err := config.Config{
+				Scheduling: config.Scheduling{Policy: fx.Policy, Placement: fx.Placement, Round: config.Duration(fmt.Sprintf("%gs", fx.RoundS))},
+				Service:    config.Service{State: &config.StateConfig{Store: "file", Path: path}},
+			}.Resolve()
 			if err != nil {
 				t.Fatal(err)
 			}

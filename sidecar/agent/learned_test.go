@@ -27,7 +27,7 @@ func overlayAgent(t *testing.T, rec *recordedNomad, overlay string) (*Agent, err
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "1h", ProfileOverlay: overlay, State: &config.StateConfig{Store: "none"}}.Resolve()
+	s, err := config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack", Round: "1h", ProfileOverlay: overlay}, Service: config.Service{State: &config.StateConfig{Store: "none"}}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestLearnedFiguresSurviveARestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "1h", State: &config.StateConfig{Store: "file", Path: path}}.Resolve()
+		s, err := config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack", Round: "1h"}, Service: config.Service{State: &config.StateConfig{Store: "file", Path: path}}}.Resolve()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,7 @@ import (
 func TestLearningTimingOnRestore(t *testing.T) {
 	agentWith := func(t *testing.T, warmup, evidence config.Duration) *Agent {
 		t.Helper()
-		s, err := config.Config{State: &config.StateConfig{Store: "none"}, LearnWarmup: warmup, LearnEvidence: evidence}.Resolve()
+		s, err := config.Config{Service: config.Service{State: &config.StateConfig{Store: "none"}}, Learning: config.Learning{LearnWarmup: warmup, LearnEvidence: evidence}}.Resolve()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,7 @@ func TestBoundaryPlansOnProgressReadAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "2s", State: &config.StateConfig{Store: "none"}}.Resolve()
+	s, err := config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack", Round: "2s"}, Service: config.Service{State: &config.StateConfig{Store: "none"}}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestProgressReadBetweenBoundaries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "1h", State: &config.StateConfig{Store: "none"}}.Resolve()
+	s, err := config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack", Round: "1h"}, Service: config.Service{State: &config.StateConfig{Store: "none"}}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}

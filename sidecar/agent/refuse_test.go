@@ -98,7 +98,7 @@ func TestRefusalNotesNeverStopRunningWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "1h", State: &config.StateConfig{Store: "none"}}.Resolve()
+	s, err := config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack", Round: "1h"}, Service: config.Service{State: &config.StateConfig{Store: "none"}}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}

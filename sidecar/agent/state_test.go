@@ -22,7 +22,7 @@ func TestCorruptStateStopsTheSidecar(t *testing.T) {
 	if err := os.WriteFile(path, []byte(strings.Repeat("garbage", 4096)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := config.Config{State: &config.StateConfig{Path: path}}.Resolve()
+	s, err := config.Config{Service: config.Service{State: &config.StateConfig{Path: path}}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func FuzzSavedState(f *testing.F) {
 	f.Add([]byte(`{"jobs":[],"history":[],"rounds":1,"next_round":"2026-01-01T00:00:00Z"}`), []byte("{}"))
 	f.Add([]byte(`{"jobs":[{"spec":{"JobID":"j","Namespace":"default","Throughput":{"v100":3},"Workers":1},"version":1}]}`), []byte(""))
 	f.Fuzz(func(t *testing.T, agentState, engineSnap []byte) {
-		s, err := config.Config{State: &config.StateConfig{Store: "none"}}.Resolve()
+		s, err := config.Config{Service: config.Service{State: &config.StateConfig{Store: "none"}}}.Resolve()
 		if err != nil {
 			t.Fatal(err)
 		}

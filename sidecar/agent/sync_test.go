@@ -26,7 +26,7 @@ func testAgent(t *testing.T, rec *recordedNomad, policy string) *Agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := config.Config{Policy: policy, Placement: "pack", Round: "1h", State: &config.StateConfig{Store: "none"}}.Resolve()
+	s, err := config.Config{Scheduling: config.Scheduling{Policy: policy, Placement: "pack", Round: "1h"}, Service: config.Service{State: &config.StateConfig{Store: "none"}}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +370,11 @@ func TestAuthorsMinRunTimeIsCapped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := config.Config{Policy: "gavel-maxmin", Placement: "pack", Round: "1h", MaxMinRunTime: "1h", State: &config.StateConfig{Store: "none"}}.Resolve()
+	s, err := config.Config{
+		Scheduling: config.Scheduling{Policy: "gavel-maxmin", Placement: "pack", Round: "1h"},
+		RunLimits:  config.RunLimits{MaxMinRunTime: "1h"},
+		Service:    config.Service{State: &config.StateConfig{Store: "none"}},
+	}.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}

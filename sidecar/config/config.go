@@ -16,8 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/hcl/v2/hclsimple"
-
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/placement"
 	"github.com/hadar-sched/hadar/planner/queue"
@@ -33,12 +31,36 @@ import (
 // own environment variables: NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION,
 // NOMAD_NAMESPACE, NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY; a
 // value in the file wins over the environment.
+//
+// Its fields are grouped by concern in embedded structs, so that cfg.Policy
+// reads as before; the file stays flat (ParseConfig decodes each group from
+// the one body, see decodeGroups). The blocks (nomad, http, state, leader,
+// storage) are pointers: optional in the file. Default makes Nomad, HTTP,
+// State and Leader non-nil; Storage stays nil without a block.
 type Config struct {
-	// Blocks are pointers: optional in the file. Default makes Nomad,
-	// HTTP, State and Leader non-nil; Storage stays nil without a block.
+	Cluster
+	Scheduling
+	RunLimits
+	Learning
+	Workers
+	Service
+	TeamQueues
+}
+
+// Cluster is the Nomad cluster the sidecar plans for: how it reaches it,
+// which namespaces it watches, and whether it writes to it.
+type Cluster struct {
+	// Nomad is how the sidecar reaches Nomad.
 	Nomad *NomadConfig `hcl:"nomad,block"`
 	// Namespaces watched for managed jobs; ["*"] is every namespace.
 	Namespaces []string `hcl:"namespaces,optional"`
+	// DryRun plans and serves the plan without writing anything to Nomad.
+	DryRun bool `hcl:"dry_run,optional"`
+}
+
+// Scheduling is how jobs are planned: the policy, the placement, the
+// round, and what the planner knows of models and GPUs.
+type Scheduling struct {
 	// Policy is the scheduler: one of `hadar policies`.
 	Policy string `hcl:"policy,optional"`
 	// Placement is the placement policy (docs/placement.md).
@@ -58,6 +80,12 @@ type Config struct {
 	GPUTypes map[string]string `hcl:"gpu_types,optional"`
 	// RackMetaKey is the node meta key naming a node's rack.
 	RackMetaKey string `hcl:"rack_meta_key,optional"`
+}
+
+// RunLimits are the times the planner holds jobs to and charges them:
+// minimum run times, the costs of restarts and merges, and the timeouts
+// of starting and stopping.
+type RunLimits struct {
 	// MinRunTime is the least time a job runs before it may be preempted
 	// (a job's hadar.min_run_time overrides it); "0s" is none.
 	MinRunTime Duration `hcl:"min_run_time,optional"`
@@ -77,6 +105,10 @@ type Config struct {
 	// StopTimeout bounds the wait for evicted workers to checkpoint and end
 	// before their GPUs go to the next job.
 	StopTimeout Duration `hcl:"stop_timeout,optional"`
+}
+
+// Learning is online learning of throughputs from progress.
+type Learning struct {
 	// Learn turns on online learning of throughputs from progress (a
 	// pointer: false is not unset).
 	Learn *bool `hcl:"learn,optional"`
@@ -87,27 +119,38 @@ type Config struct {
 	// needs before what was measured corrects a profile figure; a key no
 	// profile has takes its measured rate after the lesser of this and 60s.
 	LearnEvidence Duration `hcl:"learn_evidence,optional"`
+}
+
+// Workers is what the sidecar gives the jobs' workers: rendezvous
+// ports and shared storage.
+type Workers struct {
 	// RendezvousPorts is the range MASTER_PORT is taken from, "LOW-HIGH".
 	RendezvousPorts PortRange `hcl:"rendezvous_ports,optional"`
+	// Storage is where workers on Nomad's own task drivers (exec, docker,
+	// raw_exec) find checkpoint and merge storage, and how long they get
+	// to checkpoint (docs/pytorch.md, "Which task driver"); nil: no
+	// shared storage (checkpoints in the allocation, lost on a move).
+	Storage *StorageConfig `hcl:"storage,block"`
+}
+
+// Service is the sidecar as a service: its status API, its state, its
+// replicas and its log.
+type Service struct {
 	// HTTP is the status API's listener.
 	HTTP *HTTPConfig `hcl:"http,block"`
 	// State is where the sidecar keeps what must outlive a restart.
 	State *StateConfig `hcl:"state,block"`
 	// Leader runs several replicas with one acting.
 	Leader *LeaderConfig `hcl:"leader,block"`
-	// DryRun plans and serves the plan without writing anything to Nomad.
-	DryRun bool `hcl:"dry_run,optional"`
 	// LogLevel is hclog's: trace, debug, info, warn, error.
 	LogLevel string `hcl:"log_level,optional"`
+}
+
+// TeamQueues are the teams sharing the fleet (docs/queues.md).
+type TeamQueues struct {
 	// Queues are the teams sharing the fleet (docs/queues.md): none, no
 	// queues (one policy over every job).
 	Queues []queue.Block `hcl:"queue,block"`
-	// Storage is where workers on Nomad's own task drivers (exec, docker,
-	// raw_exec) find checkpoint and merge storage, and how long they get
-	// to checkpoint (docs/pytorch.md, "Which task driver"); nil: no
-	// shared storage (checkpoints in the allocation, lost on a move).
-	Storage *StorageConfig `hcl:"storage,block"`
-
 	// QueueConfig is Queues as planner/queue reads them, set by Validate:
 	// converting the blocks is planner/queue's check of them. Not in the
 	// file (no hcl tag).
@@ -282,7 +325,7 @@ func LoadConfig(path string) (Config, error) {
 // and its extension picks HCL or JSON).
 func ParseConfig(path string, src []byte) (Config, error) {
 	var c Config
-	if err := hclsimple.Decode(path, src, nil, &c); err != nil {
+	if err := decodeFile(path, src, &c.Cluster, &c.Scheduling, &c.RunLimits, &c.Learning, &c.Workers, &c.Service, &c.TeamQueues); err != nil {
 		return Config{}, fmt.Errorf("sidecar config: %w", err)
 	}
 	return c, nil

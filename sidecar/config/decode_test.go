@@ -42,7 +42,7 @@ func TestMinRunTimeZeroIsKept(t *testing.T) {
 		}
 	}
 	// Built in code rather than decoded, the same holds.
-	s, err := Config{MinRunTime: "0s"}.Resolve()
+	s, err := Config{RunLimits: RunLimits{MinRunTime: "0s"}}.Resolve()
 	if err != nil || s.MinRunTime.Duration() != 0 || s.MinRunTime != "0s" {
 		t.Fatalf("Config{MinRunTime: 0s}: %q, %v", s.MinRunTime, err)
 	}
@@ -133,12 +133,16 @@ func TestEveryOptionDecodes(t *testing.T) {
 
 // hclPaths are the options Config decodes, by their hcl tags: nested
 // blocks' fields as block.field, the queue block (planner/queue's schema)
-// as one.
+// as one, and the fields of Config's embedded groups as Config's own.
 func hclPaths(ty reflect.Type, prefix string) []string {
 	var out []string
 	for i := range ty.NumField() {
 		f := ty.Field(i)
 		name, kind, _ := strings.Cut(f.Tag.Get("hcl"), ",")
+		if f.Anonymous && f.Tag.Get("hcl") == "" && f.Type.Kind() == reflect.Struct {
+			out = append(out, hclPaths(f.Type, prefix)...)
+			continue
+		}
 		if name == "" {
 			continue
 		}
@@ -245,19 +249,20 @@ func TestBadValueErrorNamesTheField(t *testing.T) {
 		}
 	}
 	// A value of the wrong type fails in the decoder, which names the
-	// file and the place in it.
+	// file and the place in it (hclsimple's error decoding round's group,
+	// Scheduling, alone).
 	_, err := ParseConfig("s.hcl", []byte(`round = ["6m"]`))
 	if err == nil || !strings.Contains(err.Error(), "sidecar config: s.hcl:1,9") {
 		t.Errorf("a list for round: %v", err)
 	}
-	if err2 := hclsimple.Decode("s.hcl", []byte(`round = ["6m"]`), nil, &Config{}); err2 == nil || !strings.Contains(err.Error(), err2.Error()) {
+	if err2 := hclsimple.Decode("s.hcl", []byte(`round = ["6m"]`), nil, &Scheduling{}); err2 == nil || !strings.Contains(err.Error(), err2.Error()) {
 		t.Errorf("the decoder's error %v is not wrapped in %v", err2, err)
 	}
 }
 
 // Resolve leaves the Config it was given as it was, blocks included.
 func TestResolveKeepsItsInput(t *testing.T) {
-	in := Config{HTTP: &HTTPConfig{}, State: &StateConfig{Store: "none"}}
+	in := Config{Service: Service{HTTP: &HTTPConfig{}, State: &StateConfig{Store: "none"}}}
 	s, err := in.Resolve()
 	if err != nil {
 		t.Fatal(err)
