@@ -12,8 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/hadar-sched/hadar/driver/mountinfo"
 )
 
 // module is the line of go.mod that marks hadar's checkout.
@@ -81,7 +82,7 @@ func mountsIn(r io.Reader, dirs []string) []Mount {
 		if len(fields) < 5 {
 			continue
 		}
-		m := Mount{Point: unescape(fields[4])}
+		m := Mount{Point: mountinfo.Unescape(fields[4])}
 		for i, x := range fields {
 			if x == "-" && i+1 < len(fields) {
 				m.FSType = fields[i+1]
@@ -93,23 +94,4 @@ func mountsIn(r io.Reader, dirs []string) []Mount {
 	}
 	sort.Slice(out, func(i, j int) bool { return len(out[i].Point) > len(out[j].Point) })
 	return out
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

@@ -40,6 +40,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hadar-sched/hadar/driver/mountinfo"
 )
 
 // Version is the cgroup layout.
@@ -97,7 +99,7 @@ func parseMountinfo(b []byte) (*Hierarchy, error) {
 		if len(f) < 5 || len(g) < 3 || f[3] != "/" {
 			continue
 		}
-		mnt := unescapeMount(f[4])
+		mnt := mountinfo.Unescape(f[4])
 		switch g[0] {
 		case "cgroup2":
 			if mnt == DefaultMount {
@@ -115,25 +117,6 @@ func parseMountinfo(b []byte) (*Hierarchy, error) {
 		return nil, errors.New("cgroup: no cgroup2 filesystem at /sys/fs/cgroup and no v1 controllers mounted; mount cgroup2 at /sys/fs/cgroup")
 	}
 	return &Hierarchy{Version: V1, Mounts: v1}, nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var out strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				out.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		out.WriteByte(s[i])
-	}
-	return out.String()
 }
 
 // Limits are a task's resources. Zero leaves a setting as it is.
