@@ -80,38 +80,24 @@ func goldenScenario() *goldenSource {
 		return wire.Reason{Share: []float64{0.5, 0.25}, Priority: 1.25, Price: 3.5, Utility: 4.5, Timer: 60, Waited: 30, Why: why}
 	}
 	age := 12.5
-	a := wire.JobObservation{JobView: wire.JobView{
-		JobIdentity: wire.JobIdentity{ID: "default/a", Namespace: "default", Job: "a", Model: "resnet50", Workers: 2, Weight: 1.5},
+	a := wire.JobObservation{JobView: wire.JobView{JobIdentity: wire.JobIdentity{ID: "default/a", Namespace: "default", Job: "a", Model: "resnet50", Workers: 2, Weight: 1.5},
 		JobDecision: wire.JobDecision{State: "running", Action: "move", Units: []wire.UnitView{{Slots: []wire.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}}, Position: -1, Reason: reason("faster on v100"), Nomad: "train: 1 node exhausted"},
 		JobProgress: wire.JobProgress{StepsDone: 250, Steps: 1000, ProgressAgeS: &age, Rate: 5, ETA: 150, WaitingS: 5},
-		JobHold:     wire.JobHold{MinRunTimeS: 600, MinRunTimeCap: "max_min_run_time"},
-		JobQueue:    wire.JobQueue{TeamQueue: "vision", QueueReason: queue.ReasonBorrowing},
-		StalledS:    420,
-	},
+		JobHold:     wire.JobHold{MinRunTimeS: 600, MinRunTimeCap: "max_min_run_time"}, JobQueue: wire.JobQueue{TeamQueue: "vision", QueueReason: queue.ReasonBorrowing}, StalledS: 420},
 		Pending: wire.PendingHeld, Arrival: now.Add(-2 * time.Hour), WaitingSince: now.Add(-time.Hour), Throughput: map[string]float64{"v100": 5, "k80": 1}}
-	b := wire.JobObservation{JobView: wire.JobView{
-		JobIdentity: wire.JobIdentity{ID: "default/b", Namespace: "default", Job: "b", Model: "bert", Workers: 4, Weight: 1},
+	b := wire.JobObservation{JobView: wire.JobView{JobIdentity: wire.JobIdentity{ID: "default/b", Namespace: "default", Job: "b", Model: "bert", Workers: 4, Weight: 1},
 		JobDecision: wire.JobDecision{State: "waiting", Action: "wait", Position: 1, Reason: reason("delay scheduling: waits for 4 v100 GPUs at node level (preempted for team/c)"), Nomad: "train: 2 nodes exhausted"},
 		JobProgress: wire.JobProgress{StepsDone: 10, Steps: 500, ProgressAgeS: &age, Rate: 2, ETA: 250, WaitingS: 40},
-		JobHold:     wire.JobHold{MinRunTimeS: 300, MinRunTimeCap: "max_min_run_time"},
-		JobQueue:    wire.JobQueue{TeamQueue: "vision", QueueReason: queue.ReasonAtLimit},
-		StalledS:    1,
-	},
+		JobHold:     wire.JobHold{MinRunTimeS: 300, MinRunTimeCap: "max_min_run_time"}, JobQueue: wire.JobQueue{TeamQueue: "vision", QueueReason: queue.ReasonAtLimit}, StalledS: 1},
 		Pending: wire.PendingHeld, Arrival: now.Add(-time.Hour), WaitingSince: now.Add(-40 * time.Second), Throughput: map[string]float64{"v100": 40, "k80": 10}}
-	c := wire.JobObservation{JobView: wire.JobView{
-		JobIdentity: wire.JobIdentity{ID: "team/c", Namespace: "team", Job: "c", Model: "gpt", Workers: 8, Weight: 2},
+	c := wire.JobObservation{JobView: wire.JobView{JobIdentity: wire.JobIdentity{ID: "team/c", Namespace: "team", Job: "c", Model: "gpt", Workers: 8, Weight: 2},
 		JobDecision: wire.JobDecision{State: "waiting", Action: "stop", Position: 0, Reason: reason("not placed this round: the policy gave the GPUs it can use to default/a"), Nomad: "train: 4 nodes exhausted"},
 		JobProgress: wire.JobProgress{StepsDone: 1, Steps: 100, ProgressAgeS: &age, Rate: 1, ETA: 99, WaitingS: 80},
-		JobHold:     wire.JobHold{MinRunTimeS: 60, MinRunTimeCap: "max_min_run_time"},
-		JobQueue:    wire.JobQueue{TeamQueue: "nlp", QueueReason: queue.ReasonReclaim},
-		StalledS:    2,
-	},
+		JobHold:     wire.JobHold{MinRunTimeS: 60, MinRunTimeCap: "max_min_run_time"}, JobQueue: wire.JobQueue{TeamQueue: "nlp", QueueReason: queue.ReasonReclaim}, StalledS: 2},
 		Pending: wire.PendingNoCapacity, Arrival: now.Add(-30 * time.Minute), WaitingSince: now.Add(-80 * time.Second), Throughput: map[string]float64{"v100": 80}}
-	late := wire.JobObservation{JobView: wire.JobView{
-		JobIdentity: wire.JobIdentity{ID: "default/late", Namespace: "default", Job: "late", Model: "bert", Workers: 1, Weight: 1},
+	late := wire.JobObservation{JobView: wire.JobView{JobIdentity: wire.JobIdentity{ID: "default/late", Namespace: "default", Job: "late", Model: "bert", Workers: 1, Weight: 1},
 		JobDecision: wire.JobDecision{State: "waiting", Action: "wait", Position: -1, Reason: reason("arrived after the plan")},
-		JobProgress: wire.JobProgress{StepsDone: 0, Steps: 10, WaitingS: 1},
-	},
+		JobProgress: wire.JobProgress{StepsDone: 0, Steps: 10, WaitingS: 1}},
 		Pending: wire.PendingHeld, Arrival: now.Add(-time.Second), WaitingSince: now.Add(-time.Second), Throughput: map[string]float64{"k80": 3}}
 	o := wire.Observation{Time: now, Leader: true,
 		Plan: wire.PlanView{Time: now.Add(-time.Second), Kind: "round", Policy: "hadar", Placement: "delay", DryRun: true, Round: 3, NextRound: now.Add(time.Minute),
