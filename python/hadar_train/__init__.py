@@ -20,6 +20,10 @@ resumes every rank from the newest checkpoint (model, optimizer,
 scheduler, random states, step), writes the progress file the sidecar
 reads, and merges a HadarE copy's model with its job's other copies.
 
+An elastic job keeps a fixed global batch at any width with
+``run.batch_plan(global_batch, max_per_worker=...)`` (``hadar_train.elastic``)
+and resumes from its checkpoint at another ``WORLD_SIZE``.
+
 Start the script with the launcher, ``python -m hadar_train.run
 script.py [args]``: it owns SIGTERM and SIGINT from the process's first
 instant (a stop while the script still imports torch exits 0) and ends
@@ -27,6 +31,7 @@ the process with the contract's status when the script is done."""
 
 from typing import TYPE_CHECKING, Any
 
+from .elastic import BatchPlan, BatchPlanError, batch_plan, parse_widths
 from .env import Env, EnvError
 from .launch import Stopped
 from .progress import CONTRACT_VERSION, Progress
@@ -36,7 +41,8 @@ if TYPE_CHECKING:
     from .membership import MergeError
     from .run import Run, init
 
-__all__ = ["init", "Run", "Stopped", "Env", "EnvError", "CheckpointError", "MergeError", "Progress", "CONTRACT_VERSION"]
+__all__ = ["init", "Run", "Stopped", "Env", "EnvError", "CheckpointError", "MergeError", "Progress", "CONTRACT_VERSION",
+           "batch_plan", "BatchPlan", "BatchPlanError", "parse_widths"]
 __version__ = "0.2.0"
 
 # What imports torch is imported when first used: ``python -m

@@ -44,6 +44,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 import torch
 
 from . import checkpoint as ck
+from . import elastic
 from . import launch
 from .env import Env
 from .launch import Stopped
@@ -121,6 +122,10 @@ class Run:
         self.loss = 0.0
         self.checkpoint: str = ""  # the newest checkpoint written or resumed
         self.resumed_from: str = ""
+        #: The width of the unit that wrote the checkpoint resumed from (0:
+        #: none resumed); differs from ``world_size`` after a resize.
+        self.resumed_world_size = 0
+        self._global_batch: Optional[int] = None
         self.state = RENDEZVOUS if self.distributed else RUNNING
 
         self._objects: Dict[str, Any] = {}
@@ -319,6 +324,32 @@ class Run:
         if loss is not None:
             self.loss = float(loss)
 
+    def batch_plan(self, global_batch: int, max_per_worker: Optional[int] = None,
+                   widths: Any = None) -> "elastic.BatchPlan":
+        """This rank's part of a fixed global batch (an elastic job): see
+        ``hadar_train.elastic``. ``global_batch / world_size`` samples per
+        step, in micro-batches of at most ``max_per_worker``; ``widths``
+        (``"2-8"``, ``[1, 2, 4]``) checks that the global batch divides
+        among every width the job may run at. Checkpoints record the global
+        batch; resuming with another one is logged as a warning."""
+        plan = elastic.batch_plan(global_batch, self.world_size, self.rank, max_per_worker, widths)
+        self._global_batch = plan.global_batch
+        return plan
+
+    def average(self, value: Any) -> float:
+        """The mean of ``value`` (a float, or a 0-dim tensor) over the
+        unit's ranks: every rank calls it at the same point. A step's mean
+        loss over the global batch is ``run.average(loss)`` of the ranks'
+        per-sample means, whatever the width."""
+        v = float(value)
+        if not self.distributed:
+            return v
+        import torch.distributed as dist
+
+        t = torch.tensor([v], dtype=torch.float64, device=self.device if self.device.type == "cuda" else "cpu")
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return float(t.item()) / self.world_size
+
     # Collectives.
 
     def _reduce(self, values: List[float], op: str) -> List[float]:
@@ -446,6 +477,14 @@ class Run:
             s["numpy"] = [kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, gauss]
         return s
 
+    def _seed_rng(self, seed: int) -> None:
+        """A rank new to the unit after a resize: a stream of its own."""
+        torch.manual_seed(seed)  # every CUDA device too
+        random.seed(seed)
+        np = sys.modules.get("numpy")
+        if np is not None:
+            np.random.seed(seed % (1 << 32))
+
     def _set_rng_state(self, s: Mapping[str, Any]) -> None:
         torch.set_rng_state(s["torch"])
         py = s["python"]
@@ -488,6 +527,7 @@ class Run:
             "hadare": {"round": self.round, "since_merge": self.since_merge, "round_target": self.round_target, "merges": self.merges},
             "objects": {name: (_unwrap(obj) if name == "model" else obj).state_dict() for name, obj in self._objects.items()},
             "rng": rng if len(rng) == self.world_size else None, "extra": extra,
+            "elastic": {"global_batch": self._global_batch},
         }
         assert self.checkpoint_dir is not None
         path = os.path.join(self.checkpoint_dir, ck.checkpoint_name(self.local_step))
@@ -545,11 +585,21 @@ class Run:
             (_unwrap(obj) if name == "model" else obj).load_state_dict(payload["objects"][name])
         for hook in self._load_hooks:
             hook(dict(payload.get("extra") or {}))
-        rng = payload.get("rng")
-        if rng and len(rng) == self.world_size:
-            self._set_rng_state(rng[self.rank])
-        elif rng:
-            log.warning("hadar_train: %s was written by %d ranks, this unit has %d: random states not restored", path, len(rng), self.world_size)
+        wrote = int(payload.get("world_size") or 1)
+        self.resumed_world_size = wrote
+        if wrote != self.world_size:
+            log.info("hadar_train: %s was written by a unit of %d, this one has %d: resuming resized", path, wrote, self.world_size)
+        g = (payload.get("elastic") or {}).get("global_batch")
+        if g and self._global_batch and g != self._global_batch:
+            log.warning("hadar_train: %s was written with a global batch of %d, this run's is %d: the steps after it see other samples "
+                        "than an unresized run's; keep the global batch across a resize", path, g, self._global_batch)
+        state, seed = elastic.rng_for_rank(payload.get("rng"), self.rank, self.world_size)
+        if state is not None:
+            self._set_rng_state(state)
+        elif seed is not None:
+            self._seed_rng(seed)
+            log.info("hadar_train: rank %d is new to the unit (the checkpoint has %d ranks' random states): seeded a stream of its own",
+                     self.rank, wrote)
         self.step, self.local_step = int(payload["step"]), int(payload["local_step"])
         self.loss = float(payload.get("loss") or 0.0)
         h = payload.get("hadare") or {}
