@@ -806,6 +806,15 @@ class Run:
                     dist.destroy_process_group()
                 except RuntimeError as e:
                     log.debug("hadar_train: destroy_process_group: %s", e)
+            # gloo's worker threads drop the tensors of finished collectives
+            # after the caller saw them finish, taking the GIL when Python
+            # let go of them first. torch (1.13) destroys a gloo process
+            # group holding the GIL when its last owner goes (DDP's reducer,
+            # when the script lets go of the model) and waits for those
+            # threads: one starved of CPU until then deadlocks the process
+            # (pytorch/pytorch#56297; seen once on a loaded machine, after
+            # "done"). Let them have the GIL now.
+            time.sleep(0.1)
         for sig, old in self._old_handlers.items():
             if threading.current_thread() is threading.main_thread():
                 signal.signal(sig, old if old is not None else signal.SIG_DFL)

@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 import signal
+import sys
 import tempfile
 import unittest
 
@@ -229,6 +230,7 @@ class Resize(ProcTest):
         self.assertEqual([line.split()[1] for line in resized], [line.split()[1] for line in want])
         diffs = [abs(float(a.split()[3]) - float(b.split()[3])) for a, b in zip(resized, want)]
         self.assertEqual(max(diffs[:s1]), 0.0)  # before the first resize: the same run
+        sys.stderr.write(f"\n  resized 2 -> 1 -> 2 at steps {s1} and {s1 + 12} of {total}: max |loss - unresized loss| per step {max(diffs):.3g} ")
         self.assertLess(max(diffs), TOLERANCE, f"max abs loss difference {max(diffs):.3g}")
         end = {line.split("test_loss=")[1].split()[0] for p in (third[0], ref[0]) for line in p.stdout().splitlines() if line.startswith("final")}
         self.assertLess(max(float(x) for x in end) - min(float(x) for x in end), 1e-4, end)
