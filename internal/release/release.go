@@ -75,9 +75,9 @@ func Files() []string {
 		"jobspecs/pytorch-hadar-train.nomad.hcl", "jobspecs/single-gpu.nomad.hcl", "jobspecs/stock-device.nomad.hcl",
 		"jobspecs/throughput.nomad.hcl", "jobspecs/train-emulated.nomad.hcl", "docs/pytorch.md", "docs/training-contract.md",
 		"python/README.md", "python/pyproject.toml", "python/hadar_train/__init__.py", "python/hadar_train/checkpoint.py",
-		"python/hadar_train/env.py", "python/hadar_train/files.py", "python/hadar_train/launch.py", "python/hadar_train/local.py",
+		"python/hadar_train/elastic.py", "python/hadar_train/env.py", "python/hadar_train/files.py", "python/hadar_train/launch.py", "python/hadar_train/local.py",
 		"python/hadar_train/membership.py", "python/hadar_train/progress.py", "python/hadar_train/run.py", "python/hadar_train/state.py",
-		"python/hadar_train/examples/__init__.py", "python/hadar_train/examples/ddp.py", "python/hadar_train/examples/digits.py",
+		"python/hadar_train/examples/__init__.py", "python/hadar_train/examples/ddp.py", "python/hadar_train/examples/digits.py", "python/hadar_train/examples/elastic.py",
 		"python/hadar_train/examples/hadare.py", "python/hadar_train/examples/single.py"}
 }
 
