@@ -145,6 +145,30 @@ type Job struct {
 	// Priority orders jobs inside their queue, higher first (Nomad's job
 	// priority); 0 means Nomad's default, 50.
 	Priority int `json:",omitempty"`
+	// Widths, when set, makes the job elastic: the numbers of GPUs it may
+	// run at, ascending, ScaleFactor (the width it asks for first) among
+	// them, with a fixed global batch (a step covers the same samples at
+	// every width; planner/speed.GlobalBatchRate). Empty: rigid at
+	// ScaleFactor. A policy that does not choose widths runs an elastic
+	// job at ScaleFactor.
+	Widths []int `json:",omitempty"`
+}
+
+// Elastic reports whether the job may run at more than one width.
+func (j Job) Elastic() bool { return len(j.Widths) > 1 }
+
+// AllowsWidth reports whether the job may run on one unit of w GPUs: w is
+// ScaleFactor, or one of Widths.
+func (j Job) AllowsWidth(w int) bool {
+	if w == j.ScaleFactor {
+		return true
+	}
+	for _, x := range j.Widths {
+		if x == w {
+			return true
+		}
+	}
+	return false
 }
 
 // Validate reports the first field of j that cannot be scheduled.
@@ -170,6 +194,18 @@ func (j Job) Validate() error {
 		return fmt.Errorf("job %s: priority %d: want >= 0 (Nomad's job priority; 0 = its default 50)", j.ID, j.Priority)
 	case j.MaxCopies < 0:
 		return fmt.Errorf("job %s: max copies %d: want >= 0 (0 = the scheduler's default, 1 = never forked)", j.ID, j.MaxCopies)
+	}
+	if len(j.Widths) > 0 {
+		has := false
+		for i, w := range j.Widths {
+			if w <= 0 || i > 0 && w <= j.Widths[i-1] {
+				return fmt.Errorf("job %s: widths %v: want positive numbers of GPUs in increasing order", j.ID, j.Widths)
+			}
+			has = has || w == j.ScaleFactor
+		}
+		if !has {
+			return fmt.Errorf("job %s: widths %v: want its scale factor %d among them (the width it asks for first)", j.ID, j.Widths, j.ScaleFactor)
+		}
 	}
 	return nil
 }

@@ -44,7 +44,28 @@ type Model struct {
 	Network         Network
 }
 
-// UnitRate returns the steps/s of one unit of job.
+// GlobalBatchRate converts a profiled figure into the step rate of an
+// elastic job (planner.Job.Widths) that keeps its global batch fixed.
+//
+// Profiles (Gavel's measurements) give tw, the steps/s at width w with a
+// fixed per-worker batch: each step covers w per-worker batches, so the
+// job processes samples at a rate proportional to w*tw. An elastic job
+// keeps the global batch of its scale factor s whatever its width: each
+// of its steps covers s per-worker batches. At width w it therefore makes
+// w*tw/s of its own steps per second. At w = s that is tw itself (returned
+// as is, so rigid figures stay bit for bit what they were).
+func GlobalBatchRate(tw float64, w, s int) float64 {
+	if w == s || s <= 0 {
+		return tw
+	}
+	return float64(w) * tw / float64(s)
+}
+
+// UnitRate returns the steps/s of one unit of job. A unit of an elastic job
+// (len(job.Widths) > 0) at a width other than its scale factor runs at the
+// global-batch rate (GlobalBatchRate); other units (rigid jobs, HadarE's
+// copies, which each train their own per-worker batches) at the profiled
+// figure.
 func (m Model) UnitRate(job planner.Job, u planner.Unit, now float64) (float64, error) {
 	workers := u.GPUs()
 	if workers == 0 {
@@ -69,6 +90,9 @@ func (m Model) UnitRate(job planner.Job, u planner.Unit, now float64) (float64, 
 	}
 	if m.Network != nil && u.Nodes() > 1 {
 		rate /= math.Max(1, m.Network.Slowdown(job, u, now))
+	}
+	if len(job.Widths) > 0 {
+		rate = GlobalBatchRate(rate, workers, job.ScaleFactor)
 	}
 	return rate, nil
 }
