@@ -375,6 +375,29 @@ func (e *Engine) throughputs(j *job) error {
 	}
 	e.excludeStalled(j, tp)
 	j.view.Throughput = tp
+	j.view.WidthThroughput = nil
+	if len(j.view.Widths) > 0 {
+		j.view.WidthThroughput = make([][]float64, len(j.view.Widths))
+		for wi, w := range j.view.Widths {
+			row := make([]float64, len(e.types))
+			for k, t := range e.types {
+				if w == j.view.ScaleFactor {
+					row[k] = tp[k]
+					continue
+				}
+				if !j.eligible.AnyOf(t) || !j.view.Eligible.AnyOf(t) {
+					continue
+				}
+				spread := !e.cfg.Speed.IgnoreSpread && w > e.widest[t]
+				v, err := e.cfg.Speed.Profile.Throughput(j.view.Model, w, t, spread)
+				if err != nil || !(v > 0) {
+					continue // not profiled at this width: not a width it runs at here
+				}
+				row[k] = speed.GlobalBatchRate(v, w, j.view.ScaleFactor)
+			}
+			j.view.WidthThroughput[wi] = row
+		}
+	}
 	return nil
 }
 
@@ -1418,8 +1441,12 @@ func (e *Engine) check(v *round.View, pool *round.Pool, jb *round.JobView, p pla
 
 // ValidPlacement checks that every unit holds a positive number of GPUs,
 // at most the job's scale factor, and that a single-unit placement holds
-// exactly the scale factor (HadarE copies may be narrower).
+// exactly the scale factor (HadarE copies may be narrower) or, for an
+// elastic job, one of its widths (planner.Job.Widths).
 func ValidPlacement(j planner.Job, p planner.Placement) error {
+	if len(p.Units) == 1 && j.AllowsWidth(p.Units[0].GPUs()) {
+		return nil
+	}
 	for _, u := range p.Units {
 		if u.GPUs() <= 0 {
 			return fmt.Errorf("job %s: a unit with no GPUs", j.ID)
@@ -1428,7 +1455,10 @@ func ValidPlacement(j planner.Job, p planner.Placement) error {
 			return fmt.Errorf("job %s: a unit of %d GPUs exceeds its scale factor %d", j.ID, u.GPUs(), j.ScaleFactor)
 		}
 	}
-	if len(p.Units) == 1 && p.Units[0].GPUs() != j.ScaleFactor {
+	if len(p.Units) == 1 {
+		if len(j.Widths) > 0 {
+			return fmt.Errorf("job %s: placed on %d GPUs, want one of its widths %v", j.ID, p.Units[0].GPUs(), j.Widths)
+		}
 		return fmt.Errorf("job %s: placed on %d GPUs, want its scale factor %d", j.ID, p.Units[0].GPUs(), j.ScaleFactor)
 	}
 	return nil

@@ -11,7 +11,7 @@ import (
 // free, the largest profiled smaller width. A copy is made only when its
 // progress over the round, net of merging, beats the merge time it adds to
 // the copies already running, and never for a job that finishes within
-// the round anyway.
+// the round anyway. Elastic jobs (planner.Job.Widths) are never forked.
 func (s *Scheduler) fork(v *round.View, g *grid, infos []*jobInfo, out []planner.Placement) {
 	for changed := true; changed && g.freeTotal(0) > 0; {
 		changed = false
@@ -25,6 +25,12 @@ func (s *Scheduler) fork(v *round.View, g *grid, infos []*jobInfo, out []planner
 				limit = min(limit, m)
 			}
 			if len(p.Units) == 0 || len(p.Units) >= limit {
+				continue
+			}
+			if len(ji.view.Widths) > 0 {
+				// Elastic jobs are not forked (issue 35): their steps
+				// hold a fixed global batch, which copies training
+				// their own batches would not keep.
 				continue
 			}
 			current := 0.0

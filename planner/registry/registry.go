@@ -113,19 +113,25 @@ func extra() map[string]constructor {
 	}
 }
 
-// buildSia is Sia (SOSP'23) in rigid mode (planner/sia): the restart cost
-// the simulator charges is the paper's R, backfill as the other policies
-// outside Gavel's fidelity, placement by o.Placer. A switch pX sets the
-// fairness exponent, e.g. sia:p1 (sum of normalized goodputs) or sia:p-1.
+// buildSia is Sia (SOSP'23, planner/sia): the restart cost the simulator
+// charges is the paper's R, backfill as the other policies outside
+// Gavel's fidelity, placement by o.Placer. Elastic jobs (planner.Job.Widths)
+// run at any of their widths; the switch rigid keeps every job at its
+// scale factor (Sia's rigid mode). A switch pX sets the fairness exponent,
+// e.g. sia:p1 (sum of normalized goodputs) or sia:rigid:p-1.
 func buildSia(o Options, switches []string) (round.Scheduler, error) {
 	cfg := sia.Config{RestartCost: o.RestartCost, Backfill: !o.GavelFidelity}
 	if o.Placer != nil {
 		cfg.Placer = o.Placer
 	}
 	for _, a := range switches {
+		if a == "rigid" {
+			cfg.Rigid = true
+			continue
+		}
 		x, err := strconv.ParseFloat(strings.TrimPrefix(a, "p"), 64)
 		if !strings.HasPrefix(a, "p") || err != nil || x == 0 {
-			return nil, fmt.Errorf("unknown Sia switch %q: want pX, the fairness exponent (not 0), e.g. sia:p-0.5", a)
+			return nil, fmt.Errorf("unknown Sia switch %q: want rigid, or pX, the fairness exponent (not 0), e.g. sia:p-0.5", a)
 		}
 		cfg.P = x
 	}

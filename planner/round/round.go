@@ -26,6 +26,13 @@ type JobView struct {
 	// over servers when the job is wider than any server of the type
 	// (that is the speed it would get there); 0 where it cannot run.
 	Throughput []float64
+	// WidthThroughput is, for an elastic job (Job.Widths set), the
+	// estimated steps/s of one unit at each of its widths (row wi for
+	// Widths[wi]) on each type of View.Types, at the job's fixed global
+	// batch (planner/speed.GlobalBatchRate): 0 where it cannot run at that
+	// width. Nil for a rigid job; the row of its scale factor is
+	// Throughput.
+	WidthThroughput [][]float64
 	// Received is the wall time the job has run on each type, in seconds.
 	Received []float64
 	// Placement is where the job ran in the last round (or runs now).

@@ -1,12 +1,14 @@
 // Package sia is a baseline: Sia (Jayaram Subramanya et al., SOSP 2023,
 // "Sia: Heterogeneity-aware, goodput-optimized ML-cluster scheduling"),
-// rigid mode, implemented from the paper's text (docs/policies.md, "Sia").
+// implemented from the paper's text (docs/policies.md, "Sia"), rigid and
+// elastic in GPU count.
 //
 // Each round every job gets at most one configuration: a GPU type at its
-// own width, packed on as few nodes as the placer finds, or none. A
-// configuration's goodput is normalized so that the job's slowest type is
-// worth its width (Sia's rigid jobs: goodput is throughput, the batch being
-// fixed), scaled by a restart factor when it differs from the one the job
+// own width (an elastic job: at one of its widths), packed on as few nodes
+// as the placer finds, or none. A configuration's goodput is normalized so
+// that the job's slowest configuration is worth its smallest width (a
+// rigid job: its slowest type is worth its width; goodput is throughput,
+// the global batch being fixed), scaled by a restart factor when it differs from the one the job
 // runs on, and raised to the fairness exponent p. With p < 0 the round
 // minimizes the sum of those terms plus a penalty lambda_n for each job
 // left out; with p > 0 it maximizes the sum less lambda_n per job left
@@ -55,6 +57,10 @@ type Config struct {
 	// Placer places the chosen jobs of each type (nil: lease extension,
 	// then packing onto as few servers as possible).
 	Placer round.Placer
+	// Rigid runs every job at its scale factor, elastic or not (Sia's
+	// rigid mode); false lets elastic jobs (planner.Job.Widths) run at
+	// any of their widths, a configuration per (width, type).
+	Rigid bool
 }
 
 // Scheduler is Sia as a round.Scheduler. It remembers how many times it
@@ -85,8 +91,13 @@ func New(cfg Config) (*Scheduler, error) {
 	return &Scheduler{cfg: cfg, restarts: map[string]int{}}, nil
 }
 
-// Name implements round.Scheduler.
-func (s *Scheduler) Name() string { return "sia" }
+// Name implements round.Scheduler: sia, or sia:rigid in rigid mode.
+func (s *Scheduler) Name() string {
+	if s.cfg.Rigid {
+		return "sia:rigid"
+	}
+	return "sia"
+}
 
 // gain is what choosing a configuration of normalized goodput e (restart
 // factor applied) is worth against leaving the job out, the solver
@@ -117,16 +128,50 @@ func (s *Scheduler) restartFactor(age float64, n int) float64 {
 	return math.Max(0, age-float64(n)*r) / (age + r)
 }
 
+// widths is what Sia may run job jb at: its widths and their estimated
+// throughput per type when it is elastic and the scheduler is not rigid;
+// else its scale factor alone.
+func (s *Scheduler) widths(jb *round.JobView) ([]int, [][]float64) {
+	if s.cfg.Rigid || len(jb.Widths) == 0 || len(jb.WidthThroughput) != len(jb.Widths) {
+		return []int{jb.ScaleFactor}, [][]float64{jb.Throughput}
+	}
+	return jb.Widths, jb.WidthThroughput
+}
+
+// current is the configuration slot (wi*k + type) job jb runs in, or -1:
+// its one type, and the index in ws of its one unit's width (0 for a
+// rigid job, whatever its units).
+func current(v *round.View, ws []int, jb *round.JobView) int {
+	j := oneType(v.Types, jb.Placement)
+	if j < 0 || len(ws) == 1 {
+		return j
+	}
+	if len(jb.Placement.Units) != 1 {
+		return -1
+	}
+	wi := slices.Index(ws, jb.Placement.Units[0].GPUs())
+	if wi < 0 {
+		return -1
+	}
+	return wi*len(v.Types) + j
+}
+
 // Schedule implements round.Scheduler.
 func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 	k := len(v.Types)
 	fixed := make([]bool, len(v.Jobs))
 	cur := make([]int, len(v.Jobs))
+	ws := make([][]int, len(v.Jobs))
+	rows := make([][][]float64, len(v.Jobs))
 	capacity := make([]float64, k)
 	for j, t := range v.Types {
 		capacity[j] = float64(v.Pool.FreeOfType(t))
 	}
+	// m configuration slots per job: slot wi*k + j is width wi on type j.
+	m := k
 	for i, jb := range v.Jobs {
+		ws[i], rows[i] = s.widths(jb)
+		m = max(m, len(ws[i])*k)
 		cur[i] = -1
 		if v.MidRound {
 			// Running jobs keep their GPUs mid-round; the pool holds
@@ -135,47 +180,65 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 			fixed[i] = jb.Running
 			continue
 		}
-		cur[i] = oneType(v.Types, jb.Placement)
+		cur[i] = current(v, ws[i], jb)
 		if jb.Pinned && cur[i] >= 0 {
 			// Held by its minimum run time: its GPUs are capacity taken.
 			fixed[i] = true
-			capacity[cur[i]] = math.Max(0, capacity[cur[i]]-float64(jb.ScaleFactor))
+			capacity[cur[i]%k] = math.Max(0, capacity[cur[i]%k]-float64(ws[i][cur[i]/k]))
 		}
 	}
 
-	p := problem{k: k, capacity: capacity}
+	p := problem{k: k, m: m, capacity: capacity, typ: make([]int, m)}
+	for c := range m {
+		p.typ[c] = c % k
+	}
 	var idx []int // problem job -> view job
 	ratio := make([][]float64, len(v.Jobs))
 	for i, jb := range v.Jobs {
 		if fixed[i] {
 			continue
 		}
-		// Normalized to the job's slowest type, worth its width.
-		worst := math.Inf(1)
-		for _, tp := range jb.Throughput {
-			if tp > 0 {
-				worst = math.Min(worst, tp)
+		// Normalized to the job's slowest configuration, worth its
+		// smallest width (a rigid job: its slowest type, worth its width).
+		worst, least := math.Inf(1), 0
+		for wi, row := range rows[i] {
+			for _, tp := range row {
+				if tp > 0 {
+					worst = math.Min(worst, tp)
+					if least == 0 {
+						least = ws[i][wi]
+					}
+				}
 			}
 		}
-		gain := make([]float64, k)
-		ratio[i] = make([]float64, k)
+		gain := make([]float64, m)
+		width := make([]float64, m)
+		ratio[i] = make([]float64, m)
 		r := s.restartFactor(v.Age(jb), s.restarts[jb.ID])
 		w := jb.Weight
 		if !(w > 0) {
 			w = 1
 		}
-		for j := range k {
-			if math.IsInf(worst, 1) || j >= len(jb.Throughput) || jb.Throughput[j] <= 0 || float64(jb.ScaleFactor) > capacity[j] {
-				continue
+		for wi, row := range rows[i] {
+			n := ws[i][wi]
+			for j := range k {
+				c := wi*k + j
+				width[c] = float64(n)
+				if math.IsInf(worst, 1) || j >= len(row) || row[j] <= 0 || float64(n) > capacity[j] {
+					continue
+				}
+				e := float64(least) * row[j] / worst
+				if cur[i] >= 0 && c != cur[i] {
+					e *= r
+				}
+				ratio[i][c] = e
+				gain[c] = w * s.gain(e)
 			}
-			e := float64(jb.ScaleFactor) * jb.Throughput[j] / worst
-			if cur[i] >= 0 && j != cur[i] {
-				e *= r
-			}
-			ratio[i][j] = e
-			gain[j] = w * s.gain(e)
 		}
-		p.width = append(p.width, float64(jb.ScaleFactor))
+		for c := len(rows[i]) * k; c < m; c++ {
+			width[c] = float64(jb.ScaleFactor)
+		}
+		p.width = append(p.width, width...)
 		p.gain = append(p.gain, gain...)
 		idx = append(idx, i)
 	}
@@ -185,30 +248,60 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		return nil, fmt.Errorf("sia round at t=%.0fs: %w", v.Now, err)
 	}
 
+	// The placer sees each job at the width chosen for it: a copy of the
+	// view whose jobs have that scale factor and its throughputs.
 	x := make([][]float64, len(v.Jobs))
+	view := v
+	var shadow []round.JobView
+	at := func(i, c int) {
+		if len(ws[i]) == 1 {
+			return
+		}
+		if shadow == nil {
+			cp := *v
+			view = &cp
+			view.Jobs = slices.Clone(v.Jobs)
+			shadow = make([]round.JobView, len(v.Jobs))
+		}
+		shadow[i] = *v.Jobs[i]
+		shadow[i].ScaleFactor = ws[i][c/k]
+		shadow[i].Throughput = rows[i][c/k]
+		view.Jobs[i] = &shadow[i]
+	}
 	for i := range v.Jobs {
 		x[i] = make([]float64, k)
 		if fixed[i] && cur[i] >= 0 {
-			x[i][cur[i]] = 1
+			x[i][cur[i]%k] = 1
+			at(i, cur[i])
+		} else if fixed[i] && len(v.Jobs[i].Placement.Units) == 1 {
+			// Running mid-round at a width: the placer keeps it there.
+			if wi := slices.Index(ws[i], v.Jobs[i].Placement.Units[0].GPUs()); wi >= 0 {
+				at(i, wi*k)
+			}
 		}
 	}
 	for q, i := range idx {
 		c := sol.choice[q]
 		if c >= 0 {
-			x[i][c] = 1
+			x[i][c%k] = 1
+			at(i, c)
 		}
 		if !v.MidRound && cur[i] >= 0 && c != cur[i] {
 			s.restarts[v.Jobs[i].ID]++
 		}
 	}
 	s.prune(v)
-	out := round.Assign(v, x, round.AssignOptions{Backfill: s.cfg.Backfill, Placer: s.cfg.Placer})
+	out := round.Assign(view, x, round.AssignOptions{Backfill: s.cfg.Backfill, Placer: s.cfg.Placer})
 	if v.Reasons != nil {
 		for q, i := range idx {
 			r := round.Reason{Share: x[i], Why: "sia: left out: every type's GPUs are worth more to others"}
 			if c := sol.choice[q]; c >= 0 {
-				r.Utility = p.gain[q*k+c]
-				r.Why = fmt.Sprintf("sia: on %s, normalized goodput %.2f (its slowest type = its width; after the restart factor), p = %g", v.Types[c], ratio[i][c], s.cfg.P)
+				r.Utility = p.g(q, c)
+				if len(ws[i]) > 1 {
+					r.Why = fmt.Sprintf("sia: %d GPUs of %s, normalized goodput %.2f (its slowest configuration = its smallest width; after the restart factor), p = %g", ws[i][c/k], v.Types[c%k], ratio[i][c], s.cfg.P)
+				} else {
+					r.Why = fmt.Sprintf("sia: on %s, normalized goodput %.2f (its slowest type = its width; after the restart factor), p = %g", v.Types[c], ratio[i][c], s.cfg.P)
+				}
 			}
 			v.Explain(i, r)
 		}

@@ -220,10 +220,11 @@ func TestSiaRoundingIsNearTheExactOptimum(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 9))
 	worst := 1.0
 	for trial := range 40 {
-		p := problem{n: 9, k: 3, capacity: []float64{float64(2 + rng.IntN(4)), float64(2 + rng.IntN(4)), float64(2 + rng.IntN(4))}}
+		p := problem{n: 9, k: 3, m: 3, typ: []int{0, 1, 2}, capacity: []float64{float64(2 + rng.IntN(4)), float64(2 + rng.IntN(4)), float64(2 + rng.IntN(4))}}
 		for range p.n {
-			p.width = append(p.width, float64(1+rng.IntN(2)))
+			w := float64(1 + rng.IntN(2))
 			for range p.k {
+				p.width = append(p.width, w)
 				g := 0.0
 				if rng.Float64() < 0.9 {
 					g = 0.1 + rng.Float64()
@@ -239,10 +240,10 @@ func TestSiaRoundingIsNearTheExactOptimum(t *testing.T) {
 		left := append([]float64(nil), p.capacity...)
 		for i, j := range got.choice {
 			if j >= 0 {
-				if p.gain[i*p.k+j] <= 0 {
+				if p.g(i, j) <= 0 {
 					t.Fatalf("trial %d: job %d on type %d where it has no configuration", trial, i, j)
 				}
-				left[j] -= p.width[i]
+				left[p.typ[j]] -= p.w(i, j)
 			}
 		}
 		for j, l := range left {
@@ -323,5 +324,130 @@ func TestSiaRestartFactorAndGain(t *testing.T) {
 	}
 	if got := up.gain(2); math.Abs(got-3.1) > 1e-12 {
 		t.Errorf("p = 1: gain of 2 is %v, want 3.1", got)
+	}
+}
+
+// elastic is a waiting job of scale factor 1 that may run on 1, 2 or 4
+// GPUs of the one type of the view, scaling perfectly: with a fixed global
+// batch 10, 20 and 40 steps/s.
+func elastic(id string) *round.JobView {
+	jb := job(id, 1)
+	jb.Widths = []int{1, 2, 4}
+	jb.WidthThroughput = [][]float64{{10}, {20}, {40}}
+	return jb
+}
+
+// oneServer is one node of four V100s.
+func oneServer() planner.Cluster {
+	return planner.Cluster{Nodes: []planner.Node{{ID: "n", GPUs: map[planner.GPUType]int{"v100": 4}}}}
+}
+
+func widthOf(p planner.Placement) int {
+	if len(p.Units) != 1 {
+		return 0
+	}
+	return p.Units[0].GPUs()
+}
+
+// Two elastic jobs on four GPUs, by hand. Each job's slowest
+// configuration (1 GPU) is worth 1, so width w is worth w. With
+// p = -0.5 a choice gains 1.1 - w^-0.5: 0.1 at 1, 0.393 at 2, 0.6 at 4.
+// Splitting 2 + 2 gains 0.786, against 0.6 for 4 + 0 and 0.493 for
+// 2 + 1: each job gets two GPUs. Alone, a job grows to four. In rigid
+// mode both run at their scale factor, 1.
+func TestSiaElasticSplitsAndGrows(t *testing.T) {
+	v := view(oneServer(), 0, []*round.JobView{elastic("a"), elastic("b")}, []tp{{"v100": 10}, {"v100": 10}})
+	ps := schedule(t, Config{}, v)
+	if widthOf(ps[0]) != 2 || widthOf(ps[1]) != 2 {
+		t.Fatalf("two elastic jobs: widths %d and %d, want 2 and 2 (%v)", widthOf(ps[0]), widthOf(ps[1]), ps)
+	}
+	v = view(oneServer(), 0, []*round.JobView{elastic("a")}, []tp{{"v100": 10}})
+	if ps := schedule(t, Config{}, v); widthOf(ps[0]) != 4 {
+		t.Fatalf("one elastic job alone: width %d, want 4", widthOf(ps[0]))
+	}
+	v = view(oneServer(), 0, []*round.JobView{elastic("a"), elastic("b")}, []tp{{"v100": 10}, {"v100": 10}})
+	ps = schedule(t, Config{Rigid: true}, v)
+	if widthOf(ps[0]) != 1 || widthOf(ps[1]) != 1 {
+		t.Fatalf("rigid mode: widths %d and %d, want 1 and 1", widthOf(ps[0]), widthOf(ps[1]))
+	}
+}
+
+// An elastic job runs on 2 of 4 free GPUs. With R = 100 s, at 200 s old
+// and one restart behind it, the restart factor is (200 - 100) / (200 +
+// 100) = 1/3: width 4 is worth 4/3 and gains 1.1 - 0.866 = 0.234, below
+// staying at 2 (0.393): it stays, on the same GPUs, and no restart is
+// counted. At 400 s with none behind it the factor is 0.8: width 4 is
+// worth 3.2 and gains 0.541: it grows, and one restart is counted.
+func TestSiaElasticRestartFactor(t *testing.T) {
+	for _, tc := range []struct {
+		age      float64
+		before   int
+		want     int
+		restarts int
+	}{{200, 1, 2, 1}, {400, 0, 4, 1}} {
+		a := elastic("a")
+		a.Placement, a.Running = on("n", "v100", 2), true
+		v := view(oneServer(), tc.age, []*round.JobView{a}, []tp{{"v100": 10}})
+		s, err := New(Config{RestartCost: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.restarts["a"] = tc.before
+		ps, err := s.Schedule(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := widthOf(ps[0]); got != tc.want {
+			t.Fatalf("age %v s, %d restarts: width %d, want %d", tc.age, tc.before, got, tc.want)
+		}
+		if tc.want == 2 && !ps[0].Units[0].Equal(a.Placement.Units[0]) {
+			t.Fatalf("kept its width but moved: %v", ps[0])
+		}
+		if s.restarts["a"] != tc.restarts {
+			t.Fatalf("age %v s: %d restarts counted, want %d", tc.age, s.restarts["a"], tc.restarts)
+		}
+	}
+}
+
+// With elastic configurations (two widths per type) the rounding stays
+// feasible, below the exact optimum and near it, and the LP bounds it.
+func TestSiaElasticRoundingIsFeasible(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	for trial := range 30 {
+		p := problem{n: 8, k: 3, m: 6, typ: []int{0, 1, 2, 0, 1, 2}, capacity: []float64{float64(2 + rng.IntN(5)), float64(2 + rng.IntN(5)), float64(2 + rng.IntN(5))}}
+		for range p.n {
+			w := float64(1 + rng.IntN(2))
+			for c := range p.m {
+				width := w
+				if c >= p.k {
+					width = 2 * w
+				}
+				p.width = append(p.width, width)
+				g := 0.0
+				if rng.Float64() < 0.9 {
+					g = 0.1 + rng.Float64()*width
+				}
+				p.gain = append(p.gain, g)
+			}
+		}
+		exact := branchAndBound(p)
+		got, err := lpRound(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := append([]float64(nil), p.capacity...)
+		for i, c := range got.choice {
+			if c >= 0 {
+				left[p.typ[c]] -= p.w(i, c)
+			}
+		}
+		for j, l := range left {
+			if l < 0 {
+				t.Fatalf("trial %d: type %d over-committed by %v", trial, j, -l)
+			}
+		}
+		if got.bound < exact.value-1e-9 || got.value > exact.value+1e-9 || got.value < 0.8*exact.value {
+			t.Fatalf("trial %d: rounding %v, bound %v, exact %v", trial, got.value, got.bound, exact.value)
+		}
 	}
 }

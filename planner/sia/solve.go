@@ -30,18 +30,28 @@ import (
 // exactLimit bounds the combinations the exact search may face.
 const exactLimit = 1 << 14
 
-// problem is one round's selection: n jobs, k GPU types; gain[i*k+j] > 0
-// is what job i on type j adds to the objective (0: not a configuration
-// of the job); width[i] GPUs per job; capacity[j] GPUs of type j.
+// problem is one round's selection: n jobs, k GPU types, m configuration
+// slots per job, slot c on GPU type typ[c]; gain[i*m+c] > 0 is what job i
+// in its configuration c adds to the objective (0: not a configuration of
+// the job), on width[i*m+c] GPUs of that type; capacity[j] GPUs of type j.
+// Rigid jobs have one slot per type (m = k, typ[c] = c); elastic ones one
+// per (width, type).
 type problem struct {
-	n, k     int
+	n, k, m  int
+	typ      []int
 	width    []float64
 	gain     []float64
 	capacity []float64
 }
 
-// solution picks choice[i], a type index or -1 (not scheduled), worth
-// value; bound is an upper bound on the optimum (value when exact).
+// w is the GPUs job i takes in configuration c.
+func (p *problem) w(i, c int) float64 { return p.width[i*p.m+c] }
+
+// g is what job i in configuration c gains.
+func (p *problem) g(i, c int) float64 { return p.gain[i*p.m+c] }
+
+// solution picks choice[i], a configuration slot or -1 (not scheduled),
+// worth value; bound is an upper bound on the optimum (value when exact).
 type solution struct {
 	choice []int
 	value  float64
@@ -69,8 +79,8 @@ func combos(p problem, jobs []int) float64 {
 	n := 1.0
 	for _, i := range jobs {
 		opts := 1.0
-		for j := range p.k {
-			if p.gain[i*p.k+j] > 0 {
+		for c := range p.m {
+			if p.g(i, c) > 0 {
 				opts++
 			}
 		}
@@ -82,15 +92,15 @@ func combos(p problem, jobs []int) float64 {
 // settle configures the jobs of p listed in jobs (all unconfigured in
 // choice) exactly on the GPUs left, and takes those GPUs.
 func settle(p problem, jobs []int, left []float64, choice []int) {
-	sub := problem{n: len(jobs), k: p.k, capacity: slices.Clone(left)}
+	sub := problem{n: len(jobs), k: p.k, m: p.m, typ: p.typ, capacity: slices.Clone(left)}
 	for _, i := range jobs {
-		sub.width = append(sub.width, p.width[i])
-		sub.gain = append(sub.gain, p.gain[i*p.k:i*p.k+p.k]...)
+		sub.width = append(sub.width, p.width[i*p.m:i*p.m+p.m]...)
+		sub.gain = append(sub.gain, p.gain[i*p.m:i*p.m+p.m]...)
 	}
-	for q, j := range branchAndBound(sub).choice {
-		if i := jobs[q]; j >= 0 {
-			choice[i] = j
-			left[j] -= p.width[i]
+	for q, c := range branchAndBound(sub).choice {
+		if i := jobs[q]; c >= 0 {
+			choice[i] = c
+			left[p.typ[c]] -= p.w(i, c)
 		}
 	}
 }
@@ -103,7 +113,7 @@ func branchAndBound(p problem) solution {
 	suffix := make([]float64, p.n+1)
 	order := make([][]int, p.n)
 	for i := p.n - 1; i >= 0; i-- {
-		row := p.gain[i*p.k : i*p.k+p.k]
+		row := p.gain[i*p.m : i*p.m+p.m]
 		for j, g := range row {
 			if g > 0 {
 				order[i] = append(order[i], j)
@@ -128,14 +138,15 @@ func branchAndBound(p problem) solution {
 			best.value, best.choice = val, slices.Clone(choice)
 			return
 		}
-		for _, j := range order[i] {
-			if left[j] < p.width[i] {
+		for _, c := range order[i] {
+			j, w := p.typ[c], p.w(i, c)
+			if left[j] < w {
 				continue
 			}
-			left[j] -= p.width[i]
-			choice[i] = j
-			dfs(i+1, val+p.gain[i*p.k+j])
-			left[j] += p.width[i]
+			left[j] -= w
+			choice[i] = c
+			dfs(i+1, val+p.g(i, c))
+			left[j] += w
 		}
 		choice[i] = -1
 		dfs(i+1, val)
@@ -156,10 +167,10 @@ func lpRound(p problem) (solution, error) {
 	for i := range choice {
 		choice[i] = -1
 	}
-	take := func(i, j int) {
-		if choice[i] < 0 && p.gain[i*p.k+j] > 0 && left[j] >= p.width[i] {
-			choice[i] = j
-			left[j] -= p.width[i]
+	take := func(i, c int) {
+		if j := p.typ[c]; choice[i] < 0 && p.g(i, c) > 0 && left[j] >= p.w(i, c) {
+			choice[i] = c
+			left[j] -= p.w(i, c)
 		}
 	}
 	type pair struct {
@@ -170,8 +181,8 @@ func lpRound(p problem) (solution, error) {
 	var split, out []int // jobs the LP splits; jobs it leaves out or splits
 	for i := range p.n {
 		whole, parts := false, false
-		for j := range p.k {
-			switch v := x[i*p.k+j]; {
+		for j := range p.m {
+			switch v := x[i*p.m+j]; {
 			case v >= 1-1e-6:
 				take(i, j)
 				whole = true
@@ -197,7 +208,7 @@ func lpRound(p problem) (solution, error) {
 		settle(p, split, left, choice)
 	default:
 		slices.SortFunc(frac, func(a, b pair) int {
-			return cmp.Or(cmp.Compare(b.x, a.x), cmp.Compare(p.gain[b.i*p.k+b.j], p.gain[a.i*p.k+a.j]), cmp.Compare(a.i, b.i), cmp.Compare(a.j, b.j))
+			return cmp.Or(cmp.Compare(b.x, a.x), cmp.Compare(p.g(b.i, b.j), p.g(a.i, a.j)), cmp.Compare(a.i, b.i), cmp.Compare(a.j, b.j))
 		})
 		for _, q := range frac {
 			take(q.i, q.j)
@@ -210,9 +221,9 @@ func lpRound(p problem) (solution, error) {
 		if choice[i] >= 0 {
 			continue
 		}
-		for j := range p.k {
-			if g := p.gain[i*p.k+j]; g > 0 {
-				rest = append(rest, pair{i, j, g / p.width[i]})
+		for j := range p.m {
+			if g := p.g(i, j); g > 0 {
+				rest = append(rest, pair{i, j, g / p.w(i, j)})
 			}
 		}
 	}
@@ -224,9 +235,9 @@ func lpRound(p problem) (solution, error) {
 	}
 	improve(p, choice, left)
 	sol := solution{choice: choice, bound: bound}
-	for i, j := range choice {
-		if j >= 0 {
-			sol.value += p.gain[i*p.k+j]
+	for i, c := range choice {
+		if c >= 0 {
+			sol.value += p.g(i, c)
 		}
 	}
 	return sol, nil
@@ -237,10 +248,11 @@ const improvePasses = 4
 
 // improve is a local search on a rounded selection: a job left out takes
 // the place of one job of a type when that gains (the job it displaces
-// moving to another type with room, if it has one), until no exchange
-// gains or improvePasses passes are done. Fixing the jobs the LP places
-// whole can strand a GPU or two of a small, tightly packed type, which an
-// exchange recovers; each exchange raises the objective, so it ends.
+// moving to a configuration of another type with room, if it has one),
+// until no exchange gains or improvePasses passes are done. Fixing the
+// jobs the LP places whole can strand a GPU or two of a small, tightly
+// packed type, which an exchange recovers; each exchange raises the
+// objective, so it ends.
 func improve(p problem, choice []int, left []float64) {
 	for range improvePasses {
 		changed := false
@@ -248,46 +260,48 @@ func improve(p problem, choice []int, left []float64) {
 			if choice[i] >= 0 {
 				continue
 			}
-			bestGain, bestJ, bestQ, bestTo := 1e-12, -1, -1, -1
-			for j := range p.k {
-				g := p.gain[i*p.k+j]
+			bestGain, bestC, bestQ, bestTo := 1e-12, -1, -1, -1
+			for c := range p.m {
+				g, j, w := p.g(i, c), p.typ[c], p.w(i, c)
 				if g <= 0 {
 					continue
 				}
-				if left[j] >= p.width[i] {
+				if left[j] >= w {
 					if g > bestGain {
-						bestGain, bestJ, bestQ, bestTo = g, j, -1, -1
+						bestGain, bestC, bestQ, bestTo = g, c, -1, -1
 					}
 					continue
 				}
 				for q := range p.n {
-					if choice[q] != j || left[j]+p.width[q] < p.width[i] {
+					cq := choice[q]
+					if cq < 0 || p.typ[cq] != j || left[j]+p.w(q, cq) < w {
 						continue
 					}
 					// q leaves type j: elsewhere if it has room, else out.
 					to, rest := -1, 0.0
-					for o := range p.k {
-						if o != j && left[o] >= p.width[q] && p.gain[q*p.k+o] > rest {
-							to, rest = o, p.gain[q*p.k+o]
+					for o := range p.m {
+						if p.typ[o] != j && left[p.typ[o]] >= p.w(q, o) && p.g(q, o) > rest {
+							to, rest = o, p.g(q, o)
 						}
 					}
-					if d := g - p.gain[q*p.k+j] + rest; d > bestGain {
-						bestGain, bestJ, bestQ, bestTo = d, j, q, to
+					if d := g - p.g(q, cq) + rest; d > bestGain {
+						bestGain, bestC, bestQ, bestTo = d, c, q, to
 					}
 				}
 			}
-			if bestJ < 0 {
+			if bestC < 0 {
 				continue
 			}
 			if bestQ >= 0 {
-				left[bestJ] += p.width[bestQ]
+				cq := choice[bestQ]
+				left[p.typ[cq]] += p.w(bestQ, cq)
 				choice[bestQ] = bestTo
 				if bestTo >= 0 {
-					left[bestTo] -= p.width[bestQ]
+					left[p.typ[bestTo]] -= p.w(bestQ, bestTo)
 				}
 			}
-			choice[i] = bestJ
-			left[bestJ] -= p.width[i]
+			choice[i] = bestC
+			left[p.typ[bestC]] -= p.w(i, bestC)
 			changed = true
 		}
 		if !changed {
@@ -323,18 +337,18 @@ func relax(p problem) ([]float64, float64, error) {
 		for i := range p.n {
 			plan[i] = -1
 			best := 0.0
-			for j := range p.k {
-				g := p.gain[i*p.k+j]
+			for c := range p.m {
+				g := p.g(i, c)
 				if g <= 0 {
 					continue
 				}
-				if r := g - p.width[i]*lambda[j]; r > best+1e-12 {
-					best, plan[i] = r, j
+				if r := g - p.w(i, c)*lambda[p.typ[c]]; r > best+1e-12 {
+					best, plan[i] = r, c
 				}
 			}
-			if plan[i] >= 0 {
-				value += p.gain[i*p.k+plan[i]]
-				usage[plan[i]] += p.width[i]
+			if c := plan[i]; c >= 0 {
+				value += p.g(i, c)
+				usage[p.typ[c]] += p.w(i, c)
 				priced += best
 			}
 		}
@@ -366,14 +380,14 @@ func relax(p problem) ([]float64, float64, error) {
 			lambda[j] = math.Max(0, sol.Duals[j])
 		}
 		sigma = math.Max(0, sol.Duals[p.k])
-		x = make([]float64, p.n*p.k)
+		x = make([]float64, p.n*p.m)
 		for c, w := range sol.X {
 			if w <= 0 {
 				continue
 			}
 			for i, j := range cols[c].plan {
 				if j >= 0 {
-					x[i*p.k+j] += w
+					x[i*p.m+j] += w
 				}
 			}
 		}
