@@ -76,6 +76,7 @@ type simFlags struct {
 	sizes       string
 	load        float64
 	workload    string
+	elastic     float64
 }
 
 // runSim is `hadar sim`: flags, then the models they describe, then the
@@ -140,6 +141,7 @@ func parseSimFlags(args []string, stderr io.Writer) (simFlags, error) {
 	fs.StringVar(&f.unprofiled, "unprofiled", "refuse", "jobs whose (model, scale factor) the profile lacks: refuse (name each pair), skip (and count), or extrapolate (docs/formats.md)")
 	fs.StringVar(&f.sizes, "sizes", "gavel", "with --synthetic: job sizes, gavel (1/2/4/8 GPUs), philly (up to 32 GPUs) or SF=WEIGHT,... (docs/formats.md)")
 	fs.StringVar(&f.workload, "workload", "", "a named synthetic workload instead of --trace or --synthetic: "+strings.Join(trace.WorkloadNames(), ", ")+" (Philly-derived, as Sia's paper sizes them; default cluster "+trace.SiaCluster+"; docs/formats.md)")
+	fs.Float64Var(&f.elastic, "elastic", 0, "make this fraction of the jobs elastic (drawn from --seed and each job's ID): each may run at every width its model is profiled at between 1 and twice its scale factor, at a fixed global batch; sia chooses widths, sia:rigid and the other policies run them at their scale factor (docs/simulator.md)")
 	fs.Float64Var(&f.load, "load", 0, "with --synthetic: arrival rate for this nominal load of the cluster (e.g. 0.95) instead of --rate")
 	fs.StringVar(&f.events, "events", "", "cluster events file: node drains, losses and joins during the run (docs/simulator.md)")
 	fs.StringVar(&f.queues, "queues", "", "queue blocks (HCL, or the sidecar's config file): teams with guarantees, limits, weights and policies; results per queue (docs/queues.md)")
@@ -308,6 +310,11 @@ func (s *simSetup) loadJobs(stderr io.Writer) (*profile.Profile, error) {
 		return nil, fmt.Errorf("trace against profile: %w", err)
 	}
 	s.jobs = res.Jobs
+	if f.elastic != 0 {
+		if s.jobs, err = trace.MakeElastic(s.jobs, f.elastic, f.seed, res.Profile.ScaleFactors); err != nil {
+			return nil, fmt.Errorf("--elastic: %w", err)
+		}
+	}
 	if r := res.Report(); r != "" {
 		fmt.Fprintln(stderr, r)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -123,6 +124,34 @@ func TestSimSiaCompletesEveryJob(t *testing.T) {
 		if r["jobs_completed"] != r["jobs_total"] || r["jobs_total"].(float64) != 40 {
 			t.Fatalf("%s completed %v of %v jobs, want 40 of 40", r["policy"], r["jobs_completed"], r["jobs_total"])
 		}
+	}
+}
+
+// --elastic (issue 35): with half the jobs elastic Sia chooses widths and
+// its results change; sia:rigid, Gavel's max-min and Hadar run elastic
+// jobs at their scale factor, so theirs are those of the rigid workload.
+func TestSimElasticFlag(t *testing.T) {
+	args := []string{"--synthetic", "40", "--seed", "1", "--load", "0.8", "--cluster", "v100=8,p100=8,k80=8",
+		"--policies", "sia,sia:rigid,gavel-maxmin,hadar"}
+	rigid := simResults(t, args...)
+	elastic := simResults(t, append(args, "--elastic", "0.5")...)
+	if len(elastic) != 4 || elastic[1]["policy"] != "sia:rigid" {
+		t.Fatalf("results %v, want sia, sia:rigid, gavel-maxmin, hadar", elastic)
+	}
+	for i, r := range elastic {
+		if r["jobs_completed"] != r["jobs_total"] {
+			t.Fatalf("%s completed %v of %v jobs", r["policy"], r["jobs_completed"], r["jobs_total"])
+		}
+		same := fmt.Sprint(r) == fmt.Sprint(rigid[i])
+		if same != (i > 0) {
+			t.Errorf("%s: elastic %v, rigid %v: want equal only for the policies that do not choose widths", r["policy"], r, rigid[i])
+		}
+	}
+	if fmt.Sprint(rigid[0]["avg_jct_s"]) != fmt.Sprint(rigid[1]["avg_jct_s"]) {
+		t.Errorf("rigid workload: sia %v and sia:rigid %v differ", rigid[0], rigid[1])
+	}
+	if _, errs, code := runCLI(t, append([]string{"sim"}, append(args, "--elastic", "2")...)...); code == 0 || !strings.Contains(errs, "--elastic") {
+		t.Errorf("--elastic 2: exit %d, %q", code, errs)
 	}
 }
 

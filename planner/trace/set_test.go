@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -32,7 +33,7 @@ func TestQueueAndPriorityColumns(t *testing.T) {
 		t.Fatalf("wrote %q", buf.String())
 	}
 	back, err := trace.Parse(&buf)
-	if err != nil || back[0] != jobs[0] || back[1] != jobs[1] {
+	if err != nil || !reflect.DeepEqual(back[:2], jobs[:2]) {
 		t.Fatalf("read back %+v (%v)", back, err)
 	}
 	buf.Reset()

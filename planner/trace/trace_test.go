@@ -40,7 +40,7 @@ func TestParseGavelTraces(t *testing.T) {
 			if len(jobs) != c.jobs {
 				t.Fatalf("%d jobs, want %d", len(jobs), c.jobs)
 			}
-			if jobs[c.firstIdx] != c.first {
+			if !reflect.DeepEqual(jobs[c.firstIdx], c.first) {
 				t.Errorf("first job %+v, want %+v", jobs[c.firstIdx], c.first)
 			}
 			ids := map[string]bool{}
@@ -468,7 +468,7 @@ func TestParseGavelLegacy(t *testing.T) {
 				t.Errorf("scale factors %v, want %v", sfs, c.sfs)
 			}
 			first := jobs[slices.IndexFunc(jobs, func(j planner.Job) bool { return j.ID == "job-0000" })]
-			if first != c.first {
+			if !reflect.DeepEqual(first, c.first) {
 				t.Errorf("first job %+v, want %+v", first, c.first)
 			}
 			if got := jobs[len(jobs)-1].Arrival; got != c.lastArr {
