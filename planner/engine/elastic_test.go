@@ -1,0 +1,82 @@
+package engine_test
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/engine"
+	"github.com/hadar-sched/hadar/planner/profile"
+	"github.com/hadar-sched/hadar/planner/speed"
+)
+
+// An elastic job (issue 35) runs on one unit of any of its widths, at the
+// fixed-global-batch rate (speed.GlobalBatchRate); a change of width is a
+// move, as a change of GPUs is; a snapshot keeps its width.
+func TestElasticJobWidths(t *testing.T) {
+	x := job("x", 2, 1e9)
+	x.Widths = []int{1, 2, 4}
+	if err := engine.ValidPlacement(x, place(unit(slot("a", "v100", 4)))); err != nil {
+		t.Fatalf("width 4 of widths %v: %v", x.Widths, err)
+	}
+	if err := engine.ValidPlacement(x, place(unit(slot("a", "v100", 3)))); err == nil {
+		t.Fatal("width 3, not among its widths, accepted")
+	}
+	if err := engine.ValidPlacement(job("r", 2, 1), place(unit(slot("a", "v100", 4)))); err == nil {
+		t.Fatal("a rigid job accepted a width other than its scale factor")
+	}
+
+	s := &scripted{next: map[string]planner.Placement{"x": place(unit(slot("a", "v100", 4)))}}
+	e := newEngine(t, s, engine.Config{})
+	if err := e.Admit(x, 0); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Plan(context.Background(), 0, engine.Boundary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := actions(d)["x"]; a != engine.Start {
+		t.Fatalf("first plan: %s, want start", a)
+	}
+	prof := profile.Default()
+	t2, _ := prof.Throughput(model, 2, "v100", false)
+	t4, _ := prof.Throughput(model, 4, "v100", false)
+	st, _ := e.Job("x")
+	if want := 4 * t4 / 2; math.Abs(st.Rate-want) > 1e-9*want {
+		t.Fatalf("rate on 4 GPUs %v, want 4 T(4) / 2 = %v (T(4) = %v)", st.Rate, want, t4)
+	}
+	// What a scheduler sees: each width's estimate, its scale factor's
+	// the rigid figure.
+	v := s.views[0].Jobs[0]
+	if len(v.WidthThroughput) != 3 || v.WidthThroughput[1][1] != v.Throughput[1] || v.WidthThroughput[1][1] != t2 || v.WidthThroughput[2][1] != 4*t4/2 {
+		t.Fatalf("width throughputs %v, throughput %v (types %v)", v.WidthThroughput, v.Throughput, s.views[0].Types)
+	}
+	// The same GPUs again: kept; two of them: a move.
+	if d, err = e.Plan(context.Background(), 360, engine.Boundary); err != nil || actions(d)["x"] != engine.Keep {
+		t.Fatalf("same width and GPUs: %v, %v", actions(d), err)
+	}
+	s.next["x"] = place(unit(slot("a", "v100", 2)))
+	if d, err = e.Plan(context.Background(), 720, engine.Boundary); err != nil || actions(d)["x"] != engine.Move {
+		t.Fatalf("narrower: %v, %v; want a move", actions(d), err)
+	}
+	if st, _ = e.Job("x"); st.Rate != t2 {
+		t.Fatalf("rate at its scale factor %v, want the profile's %v", st.Rate, t2)
+	}
+	b, err := e.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := engine.Restore(b, engine.Config{Speed: speed.Model{Profile: prof}}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2, ok := e2.Job("x")
+	if !ok || st2.Placement.GPUs() != 2 || st2.Rate != t2 {
+		t.Fatalf("restored: %+v, %v", st2, ok)
+	}
+	s.next["x"] = place(unit(slot("b", "v100", 4)))
+	if d, err = e2.Plan(context.Background(), 2880, engine.Boundary); err != nil || actions(d)["x"] != engine.Move {
+		t.Fatalf("restored engine, wider: %v, %v; want a move", actions(d), err)
+	}
+}
