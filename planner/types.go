@@ -147,8 +147,8 @@ type Job struct {
 	Priority int `json:",omitempty"`
 	// Widths, when set, makes the job elastic: the numbers of GPUs it may
 	// run at, ascending, ScaleFactor (the width it asks for first) among
-	// them, with a fixed global batch (a step covers the same samples at
-	// every width; planner/speed.GlobalBatchRate). Empty: rigid at
+	// them, with a fixed global batch (its speed at each width:
+	// planner/speed, "Elastic jobs"). Empty: rigid at
 	// ScaleFactor. A policy that does not choose widths runs an elastic
 	// job at ScaleFactor.
 	Widths []int `json:",omitempty"`

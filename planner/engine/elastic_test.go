@@ -12,8 +12,8 @@ import (
 )
 
 // An elastic job (issue 35) runs on one unit of any of its widths, at the
-// fixed-global-batch rate (speed.GlobalBatchRate); a change of width is a
-// move, as a change of GPUs is; a snapshot keeps its width.
+// profiled figure of that width (planner/speed, "Elastic jobs"); a change
+// of width is a move, as a change of GPUs is; a snapshot keeps its width.
 func TestElasticJobWidths(t *testing.T) {
 	x := job("x", 2, 1e9)
 	x.Widths = []int{1, 2, 4}
@@ -43,13 +43,13 @@ func TestElasticJobWidths(t *testing.T) {
 	t2, _ := prof.Throughput(model, 2, "v100", false)
 	t4, _ := prof.Throughput(model, 4, "v100", false)
 	st, _ := e.Job("x")
-	if want := 4 * t4 / 2; math.Abs(st.Rate-want) > 1e-9*want {
-		t.Fatalf("rate on 4 GPUs %v, want 4 T(4) / 2 = %v (T(4) = %v)", st.Rate, want, t4)
+	if math.Abs(st.Rate-t4) > 1e-9*t4 {
+		t.Fatalf("rate on 4 GPUs %v, want the profile's T(4) = %v", st.Rate, t4)
 	}
 	// What a scheduler sees: each width's estimate, its scale factor's
 	// the rigid figure.
 	v := s.views[0].Jobs[0]
-	if len(v.WidthThroughput) != 3 || v.WidthThroughput[1][1] != v.Throughput[1] || v.WidthThroughput[1][1] != t2 || v.WidthThroughput[2][1] != 4*t4/2 {
+	if len(v.WidthThroughput) != 3 || v.WidthThroughput[1][1] != v.Throughput[1] || v.WidthThroughput[1][1] != t2 || v.WidthThroughput[2][1] != t4 {
 		t.Fatalf("width throughputs %v, throughput %v (types %v)", v.WidthThroughput, v.Throughput, s.views[0].Types)
 	}
 	// The same GPUs again: kept; two of them: a move.

@@ -393,7 +393,7 @@ func (e *Engine) throughputs(j *job) error {
 				if err != nil || !(v > 0) {
 					continue // not profiled at this width: not a width it runs at here
 				}
-				row[k] = speed.GlobalBatchRate(v, w, j.view.ScaleFactor)
+				row[k] = v // the job's steps at any width (planner/speed, "Elastic jobs")
 			}
 			j.view.WidthThroughput[wi] = row
 		}

@@ -28,10 +28,9 @@ type JobView struct {
 	Throughput []float64
 	// WidthThroughput is, for an elastic job (Job.Widths set), the
 	// estimated steps/s of one unit at each of its widths (row wi for
-	// Widths[wi]) on each type of View.Types, at the job's fixed global
-	// batch (planner/speed.GlobalBatchRate): 0 where it cannot run at that
-	// width. Nil for a rigid job; the row of its scale factor is
-	// Throughput.
+	// Widths[wi]) on each type of View.Types, as Throughput (planner/speed,
+	// "Elastic jobs"): 0 where it cannot run at that width. Nil for a
+	// rigid job; the row of its scale factor is Throughput.
 	WidthThroughput [][]float64
 	// Received is the wall time the job has run on each type, in seconds.
 	Received []float64

@@ -12,10 +12,10 @@ import (
 	"github.com/hadar-sched/hadar/planner/speed"
 )
 
-// Elastic jobs (issue 35), by hand: model "m" makes 10 steps/s per
-// worker batch at 1, 2 and 4 GPUs (perfect scaling). A job of scale factor
-// 1 and widths {1, 2, 4} holding a fixed global batch makes 10, 20 or 40
-// of its steps per second. Alone on a server of four GPUs, Sia grows it to
+// Elastic jobs (issue 35), by hand: model "m" makes 10, 20 and 40 steps/s
+// at 1, 2 and 4 GPUs (the profile's figures, aggregated over the workers:
+// perfect scaling). A job of scale factor 1 and widths {1, 2, 4} holding a
+// fixed global batch makes 10, 20 or 40 of its steps per second. Alone on a server of four GPUs, Sia grows it to
 // four: 144,000 steps take an hour (plus the start's restart cost), where
 // sia:rigid, and every policy that does not choose widths, take four.
 // When a second one arrives half an hour in, Sia splits the server 2 + 2:
@@ -23,8 +23,8 @@ import (
 func TestSimElasticJobs(t *testing.T) {
 	prof, err := profile.New("test", []profile.Entry{
 		{Model: "m", ScaleFactor: 1, Consolidated: map[planner.GPUType]float64{"v100": 10}},
-		{Model: "m", ScaleFactor: 2, Consolidated: map[planner.GPUType]float64{"v100": 10}},
-		{Model: "m", ScaleFactor: 4, Consolidated: map[planner.GPUType]float64{"v100": 10}},
+		{Model: "m", ScaleFactor: 2, Consolidated: map[planner.GPUType]float64{"v100": 20}},
+		{Model: "m", ScaleFactor: 4, Consolidated: map[planner.GPUType]float64{"v100": 40}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,20 @@
 //     give, spread if the unit spans servers, times MixedEfficiency.
 //   - A job's speed is the sum of its units' speeds (HadarE copies).
 //   - An optional Network multiplies in a topology-aware slowdown.
+//
+// Elastic jobs (planner.Job.Widths) keep a fixed global batch, and their
+// speed at any width w is the profiled figure T(w), with no conversion.
+// A profile's figures are steps/s of the whole job aggregated over its
+// workers (docs/formats.md): one step is one worker's step on its
+// per-worker batch b, so a job processes about b*T(w) samples/s at width
+// w, and its TotalSteps count those same steps (samples / b). With the
+// global batch fixed the samples a job needs do not depend on its width,
+// so its progress in its own steps is T(w) per second (to first order:
+// the per-worker batch at width w is s*b/w, measured at b). Reading T(w)
+// as synchronous steps of w*b samples each would make the rate w*T(w)/s
+// instead, which Gavel's figures refute: they grow about linearly in w
+// (ResNet-50, batch 64, on K80: 0.62 steps/s at 1 GPU, 4.57 at 8), and
+// that reading would have 8 K80s process 59 times the samples of one.
 package speed
 
 import (
@@ -44,28 +58,9 @@ type Model struct {
 	Network         Network
 }
 
-// GlobalBatchRate converts a profiled figure into the step rate of an
-// elastic job (planner.Job.Widths) that keeps its global batch fixed.
-//
-// Profiles (Gavel's measurements) give tw, the steps/s at width w with a
-// fixed per-worker batch: each step covers w per-worker batches, so the
-// job processes samples at a rate proportional to w*tw. An elastic job
-// keeps the global batch of its scale factor s whatever its width: each
-// of its steps covers s per-worker batches. At width w it therefore makes
-// w*tw/s of its own steps per second. At w = s that is tw itself (returned
-// as is, so rigid figures stay bit for bit what they were).
-func GlobalBatchRate(tw float64, w, s int) float64 {
-	if w == s || s <= 0 {
-		return tw
-	}
-	return float64(w) * tw / float64(s)
-}
-
-// UnitRate returns the steps/s of one unit of job. A unit of an elastic job
-// (len(job.Widths) > 0) at a width other than its scale factor runs at the
-// global-batch rate (GlobalBatchRate); other units (rigid jobs, HadarE's
-// copies, which each train their own per-worker batches) at the profiled
-// figure.
+// UnitRate returns the steps/s of one unit of job: the profiled figure at
+// the unit's width, for rigid and elastic jobs alike (see the package
+// comment, "Elastic jobs").
 func (m Model) UnitRate(job planner.Job, u planner.Unit, now float64) (float64, error) {
 	workers := u.GPUs()
 	if workers == 0 {
@@ -90,9 +85,6 @@ func (m Model) UnitRate(job planner.Job, u planner.Unit, now float64) (float64, 
 	}
 	if m.Network != nil && u.Nodes() > 1 {
 		rate /= math.Max(1, m.Network.Slowdown(job, u, now))
-	}
-	if len(job.Widths) > 0 {
-		rate = GlobalBatchRate(rate, workers, job.ScaleFactor)
 	}
 	return rate, nil
 }

@@ -86,31 +86,25 @@ func TestNetworkReplacesSpreadFigure(t *testing.T) {
 	}
 }
 
-// TestGlobalBatchRate checks the fixed-global-batch conversion by hand: a
-// job of scale factor 2 whose profile says 10 steps/s on 1 GPU and 18 on 2
-// (per-worker batch fixed). On 1 GPU it processes 1*10 per-worker batches
-// a second, and its steps hold 2 of them: 5 steps/s. On 2 GPUs, 18.
-func TestGlobalBatchRate(t *testing.T) {
-	if got := GlobalBatchRate(10, 1, 2); got != 5 {
-		t.Errorf("w=1 s=2: %v, want 5", got)
-	}
-	if got := GlobalBatchRate(18, 2, 2); got != 18 {
-		t.Errorf("w=s: %v, want 18", got)
-	}
-	// At width 4, 30 steps/s of 4 per-worker batches, a step of 2: 60.
-	if got := GlobalBatchRate(30, 4, 2); got != 60 {
-		t.Errorf("w=4 s=2: %v, want 60", got)
-	}
+// An elastic job runs at the profiled figure of each width (the package
+// comment, "Elastic jobs"): the figures count steps of one worker's batch,
+// the units of its steps, whatever its width. A rigid job's narrower unit
+// (a HadarE copy) likewise.
+func TestElasticRateIsTheProfiledFigure(t *testing.T) {
 	prof := table{"v": 10, "vx2": 18}
 	m := Model{Profile: prof}
 	elastic := planner.Job{ID: "e", Model: "m", ScaleFactor: 2, Widths: []int{1, 2}}
-	r, err := m.UnitRate(elastic, unit(planner.Slot{Node: "a", Type: "v", Count: 1}), 0)
-	if err != nil || r != 5 {
-		t.Errorf("elastic job on 1 GPU: %v, %v; want 5 steps/s", r, err)
+	for _, tc := range []struct {
+		n    int
+		want float64
+	}{{1, 10}, {2, 18}} {
+		r, err := m.UnitRate(elastic, unit(planner.Slot{Node: "a", Type: "v", Count: tc.n}), 0)
+		if err != nil || r != tc.want {
+			t.Errorf("elastic job on %d GPUs: %v, %v; want %v steps/s", tc.n, r, err, tc.want)
+		}
 	}
-	// A rigid job's narrower unit (a HadarE copy) keeps the profiled figure.
 	rigid := planner.Job{ID: "r", Model: "m", ScaleFactor: 2}
-	r, err = m.UnitRate(rigid, unit(planner.Slot{Node: "a", Type: "v", Count: 1}), 0)
+	r, err := m.UnitRate(rigid, unit(planner.Slot{Node: "a", Type: "v", Count: 1}), 0)
 	if err != nil || r != 10 {
 		t.Errorf("rigid job's 1-GPU copy: %v, %v; want 10 steps/s", r, err)
 	}
