@@ -27,7 +27,14 @@ import (
 // change the round and min_run_time for exploring: with min_run_time 1s
 // every job is moved every round, and on a machine where a worker's
 // start-up (torch's import) takes longer than the round no job ever
-// trains a step.
+// trains a step. HADAR_TS_EMULATE=V,K paces the jobs at V steps/s on the
+// V100s and K on the K80s (hadar-train's emulate): unpaced, every job
+// ends within its first round or two and the rounds never matter. At
+// 8,4 or 4,2 the third job waits for the first to end. On e516909, when
+// the plan that first saw that end was a round boundary (not a fill), it
+// then waited, the V100s idle, until the job on the K80s ended too (once
+// in two paced runs there, 2.5 minutes), which 6c07d2c fixed
+// (TestWaitingJobTakesTheGPUsAFinishedJobLeft in planner/engine).
 func TestPyTorchDDPTimeSlicing(t *testing.T) {
 	skipShort(t)
 	c, p := startTorchDev(t, "ts-dev", []torchNode{
@@ -44,8 +51,14 @@ func TestPyTorchDDPTimeSlicing(t *testing.T) {
 	}
 	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "gavel-maxmin", Round: config.Duration(round)}, RunLimits: config.RunLimits{GangTimeout: "2m", StopTimeout: "2m", MinRunTime: config.Duration(mrt)}})
 	ids := []string{"ddp-a", "ddp-b", "ddp-c"}
+	emu := ""
+	if e := os.Getenv("HADAR_TS_EMULATE"); e != "" {
+		var v, k float64
+		fmt.Sscanf(e, "%g,%g", &v, &k)
+		emu = fmt.Sprintf("        emulate {\n          steps_per_sec = {\n            %q = %g\n            %q = %g\n          }\n        }\n", modelV100, v, modelK80, k)
+	}
 	for _, id := range ids {
-		c.submitTorch(p, torchJob{id: id, driver: "hadar-train", steps: 1200, workers: 2, throughput: "v100=8,k80=4", module: "ddp"})
+		c.submitTorch(p, torchJob{id: id, driver: "hadar-train", steps: 1200, workers: 2, throughput: "v100=8,k80=4", module: "ddp", config: emu})
 	}
 	kept := map[string]bool{}
 	keep := func(al *api.AllocationListStub) {
