@@ -2,8 +2,8 @@
 //
 // hadar's allocation problems are large (thousands of jobs) but have only a
 // handful of coupling constraints (one per GPU type); the policies solve
-// them by column generation, whose master problem has K+1 rows and tens to
-// hundreds of columns. A dense tableau is exact and fast at that size. The
+// them by column generation (ColumnGeneration), whose master problem has
+// K+1 rows and tens to hundreds of columns. A dense tableau is exact and fast at that size. The
 // same solver, run on the full problem of a small instance, is the
 // independent check the policy tests compare against.
 package lp
