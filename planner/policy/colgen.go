@@ -14,111 +14,46 @@ import (
 //
 //	sum_i sf_i * X[i][j] <= N_j
 //
-// With K small and jobs many, Dantzig-Wolfe column generation is exact and
-// fast: the master LP has K+1 rows (capacity and convexity) and a column per
-// generated "whole-cluster plan"; pricing a plan under capacity prices
-// lambda decomposes per job and costs O(n K log(n K)). The master's duals
-// are the prices, and the Lagrangian bound certifies optimality.
+// They are solved by lp.ColumnGeneration: a column is a whole-cluster plan
+// X, and pricing a plan under capacity prices lambda decomposes per job
+// and costs O(n K log(n K)).
 
-// colGenOptions bound the column generation.
-type colGenOptions struct {
-	// RelTol stops when the Lagrangian upper bound is within RelTol of the
-	// master objective.
-	RelTol float64
-	// MaxIter bounds the number of generated columns.
-	MaxIter int
-}
-
-var defaultColGen = colGenOptions{RelTol: 1e-6, MaxIter: 2000}
+// defaultColGen bounds the column generation.
+var defaultColGen = lp.ColGenOptions{RelTol: 1e-6, MaxIter: 2000}
 
 // pricer fills x (n*K, row-major) with the plan that maximizes
 // value(x) - lambda·usage(x) and returns value(x).
 type pricer func(lambda []float64, x []float64) float64
 
-// colGenResult is the optimal convex combination of generated plans.
-type colGenResult struct {
-	Value float64
-	X     []float64 // n*K
-	Iters int
-	Gap   float64 // Lagrangian upper bound minus Value
-}
-
-func columnGeneration(n, k int, sf, capacity []float64, price pricer, opt colGenOptions) (colGenResult, error) {
-	type column struct {
-		value float64
-		usage []float64
-		x     []float64
-	}
-	var cols []column
-	lambda := make([]float64, k)
-	sigma := 0.0
-	best := colGenResult{}
-	add := func(x []float64, value float64) {
-		usage := make([]float64, k)
-		for i := range n {
-			row := x[i*k : i*k+k]
-			for j, v := range row {
-				usage[j] += sf[i] * v
-			}
-		}
-		cols = append(cols, column{value: value, usage: usage, x: x})
-	}
-	for iter := 0; ; iter++ {
+// columnGeneration solves the problem whose plans price generates, and
+// returns the optimum and its X (n*K), the optimal combination of plans.
+func columnGeneration(n, k int, sf, capacity []float64, price pricer) (float64, []float64, error) {
+	res, err := lp.ColumnGeneration(capacity, func(lambda []float64) (lp.Column[[]float64], float64) {
 		x := make([]float64, n*k)
 		value := price(lambda, x)
 		used := 0.0
+		usage := make([]float64, k)
 		for i := range n {
 			for j, v := range x[i*k : i*k+k] {
 				used += lambda[j] * sf[i] * v
+				usage[j] += sf[i] * v
 			}
 		}
-		reduced := value - used - sigma
-		scale := math.Max(1, math.Abs(best.Value))
-		if iter > 0 && reduced <= opt.RelTol*scale {
-			best.Gap = math.Max(0, reduced)
-			best.Iters = iter
-			return best, nil
-		}
-		if iter >= opt.MaxIter {
-			return best, fmt.Errorf("column generation: no convergence after %d columns (gap %.3g)", iter, reduced)
-		}
-		add(x, value)
-
-		// Master: max sum_c value_c w_c, s.t. usage·w <= N, sum w <= 1.
-		// The slack of the convexity row is the empty plan (value 0).
-		m := lp.Problem{C: make([]float64, len(cols)), A: make([][]float64, k+1), B: make([]float64, k+1)}
-		for j := range k + 1 {
-			m.A[j] = make([]float64, len(cols))
-		}
-		for c, col := range cols {
-			m.C[c] = col.value
-			for j := range k {
-				m.A[j][c] = col.usage[j]
-			}
-			m.A[k][c] = 1
-		}
-		copy(m.B, capacity)
-		m.B[k] = 1
-		sol, err := lp.Solve(m)
-		if err != nil {
-			return best, fmt.Errorf("column generation master: %w", err)
-		}
-		copy(lambda, sol.Duals[:k])
-		for j := range lambda {
-			lambda[j] = math.Max(0, lambda[j])
-		}
-		sigma = math.Max(0, sol.Duals[k])
-		xs := make([]float64, n*k)
-		for c, w := range sol.X {
-			if w <= 0 {
-				continue
-			}
-			for q, v := range cols[c].x {
-				xs[q] += w * v
-			}
-		}
-		best = colGenResult{Value: sol.Objective, X: xs}
+		return lp.Column[[]float64]{Value: value, Usage: usage, Plan: x}, value - used
+	}, defaultColGen)
+	if err != nil {
+		return 0, nil, err
 	}
+	xs := make([]float64, n*k)
+	for c, w := range res.Weights {
+		if w <= 0 {
+			continue
+		}
+		for q, v := range res.Columns[c].Plan {
+			xs[q] += w * v
+		}
+	}
+	return res.Objective, xs, nil
 }
 
 // maxMinPricer prices the problem: maximize t subject to, for every job i,
@@ -279,11 +214,11 @@ func solveMaxMin(n, k int, a, sf, capacity []float64) (float64, []float64, error
 	}
 	p.a = scaled
 	p.tmax = 1
-	res, err := columnGeneration(n, k, sf, capacity, p.price, defaultColGen)
+	value, x, err := columnGeneration(n, k, sf, capacity, p.price)
 	if err != nil {
 		return 0, nil, err
 	}
-	return res.Value * scale, res.X, nil
+	return value * scale, x, nil
 }
 
 // solveSeparable maximizes sum_i sum_j v[i][j] X[i][j] under the time and
@@ -318,9 +253,9 @@ func solveSeparable(n, k int, v, sf, capacity []float64) (float64, []float64, er
 		}
 		return total
 	}
-	res, err := columnGeneration(n, k, sf, capacity, price, defaultColGen)
+	value, x, err := columnGeneration(n, k, sf, capacity, price)
 	if err != nil {
 		return 0, nil, err
 	}
-	return res.Value * scale, res.X, nil
+	return value * scale, x, nil
 }

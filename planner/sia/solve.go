@@ -3,7 +3,6 @@ package sia
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/hadar-sched/hadar/planner/lp"
@@ -17,9 +16,10 @@ import (
 //     combinations) exactly, by depth-first branch and bound whose bound
 //     is each remaining job's best gain;
 //   - larger ones by the LP relaxation, solved exactly by Dantzig-Wolfe
-//     column generation on planner/lp (K capacity rows and a convexity
-//     row, as planner/policy solves Gavel's allocations: the per-job
-//     "at most one configuration" rows decompose into a pricing step),
+//     column generation (lp.ColumnGeneration, which planner/policy
+//     uses for Gavel's allocations: K capacity rows and a convexity row;
+//     the per-job "at most one configuration" rows decompose into a
+//     pricing step),
 //     then rounded: the jobs the LP assigns whole keep their type, the
 //     fractional ones are taken by decreasing fraction while they fit,
 //     and GPUs still free go to the jobs left out by gain per GPU. A
@@ -310,27 +310,13 @@ func improve(p problem, choice []int, left []float64) {
 	}
 }
 
-// relax solves the LP relaxation of p by column generation: a column is
+// relax solves the LP relaxation of p by lp.ColumnGeneration: a column is
 // a whole-round plan (each job on at most one type); pricing a plan at
 // capacity prices lambda picks, per job, the type of largest gain less
-// width times price, if positive. The master, over convex combinations
-// of the plans generated, has K capacity rows and one convexity row; its
-// duals are the next prices. It stops when no plan prices out, which
-// makes the master optimal for the relaxation. It returns x (n*k, the
-// fraction of each job on each type) and the optimum.
+// width times price, if positive. It returns x (n*m, the fraction of each
+// job in each configuration) and the optimum.
 func relax(p problem) ([]float64, float64, error) {
-	const maxIter = 2000
-	type column struct {
-		value float64
-		usage []float64
-		plan  []int
-	}
-	var cols []column
-	lambda := make([]float64, p.k)
-	sigma := 0.0
-	var x []float64
-	objective := 0.0
-	for iter := 0; ; iter++ {
+	res, err := lp.ColumnGeneration(p.capacity, func(lambda []float64) (lp.Column[[]int], float64) {
 		plan := make([]int, p.n)
 		usage := make([]float64, p.k)
 		value, priced := 0.0, 0.0
@@ -352,45 +338,21 @@ func relax(p problem) ([]float64, float64, error) {
 				priced += best
 			}
 		}
-		if iter > 0 && priced-sigma <= 1e-9*math.Max(1, math.Abs(objective)) {
-			return x, objective, nil
-		}
-		if iter >= maxIter {
-			return nil, 0, fmt.Errorf("sia LP relaxation: no convergence after %d columns", iter)
-		}
-		cols = append(cols, column{value: value, usage: usage, plan: plan})
-		m := lp.Problem{C: make([]float64, len(cols)), A: make([][]float64, p.k+1), B: make([]float64, p.k+1)}
-		for j := range p.k + 1 {
-			m.A[j] = make([]float64, len(cols))
-		}
-		for c, col := range cols {
-			m.C[c] = col.value
-			for j := range p.k {
-				m.A[j][c] = col.usage[j]
-			}
-			m.A[p.k][c] = 1
-		}
-		copy(m.B, p.capacity)
-		m.B[p.k] = 1
-		sol, err := lp.Solve(m)
-		if err != nil {
-			return nil, 0, fmt.Errorf("sia LP relaxation master: %w", err)
-		}
-		for j := range lambda {
-			lambda[j] = math.Max(0, sol.Duals[j])
-		}
-		sigma = math.Max(0, sol.Duals[p.k])
-		x = make([]float64, p.n*p.m)
-		for c, w := range sol.X {
-			if w <= 0 {
-				continue
-			}
-			for i, j := range cols[c].plan {
-				if j >= 0 {
-					x[i*p.m+j] += w
-				}
-			}
-		}
-		objective = sol.Objective
+		return lp.Column[[]int]{Value: value, Usage: usage, Plan: plan}, priced
+	}, lp.ColGenOptions{RelTol: 1e-9, MaxIter: 2000})
+	if err != nil {
+		return nil, 0, fmt.Errorf("sia LP relaxation: %w", err)
 	}
+	x := make([]float64, p.n*p.m)
+	for c, w := range res.Weights {
+		if w <= 0 {
+			continue
+		}
+		for i, j := range res.Columns[c].Plan {
+			if j >= 0 {
+				x[i*p.m+j] += w
+			}
+		}
+	}
+	return x, res.Objective, nil
 }
