@@ -324,6 +324,20 @@ type jobInfo struct {
 	// Eligible), built on first use; masked says it was.
 	mask   []bool
 	masked bool
+	// width is the GPUs the job is planned at: its scale factor, or for
+	// an elastic job the width being weighed (width.go); tp, spread and
+	// best are its figures at that width. 0 means the scale factor.
+	width int
+	// at caches an elastic job's figures per width (width.go).
+	at map[int]*widthFigures
+}
+
+// sf is the number of GPUs (workers) the job is planned at.
+func (ji *jobInfo) sf() int {
+	if ji.width > 0 {
+		return ji.width
+	}
+	return ji.view.ScaleFactor
 }
 
 // cells is the job's mask on g (nil: every cell).
@@ -395,7 +409,7 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 			rejected = append(rejected, ji)
 		}
 		if _, now := s.jobs[ji.view.ID].holds(s.cur); !now && !holding(v, ji.view) {
-			ahead += ji.view.ScaleFactor
+			ahead += ji.sf()
 		}
 	}
 	// Execute slot 0 of every commitment.
@@ -715,7 +729,7 @@ func (s *Scheduler) keepNow(v *round.View, g *grid, ji *jobInfo) *option {
 
 // keepFrom is unit u as an option continuing without a restart.
 func (s *Scheduler) keepFrom(v *round.View, g *grid, ji *jobInfo, u planner.Unit) *option {
-	if u.GPUs() != ji.view.ScaleFactor || !ji.view.Eligible.AllowsUnit(u) {
+	if !ji.view.AllowsWidth(u.GPUs()) || !ji.view.Eligible.AllowsUnit(u) {
 		return nil
 	}
 	take, ok := g.resolve(u)
@@ -775,6 +789,9 @@ func (s *Scheduler) backfill(v *round.View, g *grid, rejected []*jobInfo, out []
 			if g.freeTotal(0) == 0 {
 				return
 			}
+			if len(out[ji.idx].Units) == 0 {
+				s.fitWidth(v, g, ji)
+			}
 			if len(out[ji.idx].Units) > 0 || !g.fits(0, ji) || anyType && ji.allowed == nil {
 				continue
 			}
@@ -817,7 +834,7 @@ func (ji *jobInfo) allows(take []slotIdx) bool {
 // fits reports whether slot t has enough free GPUs of the job's runnable
 // types for all its workers.
 func (g *grid) fits(t int, ji *jobInfo) bool {
-	return g.freeOfTypes(t, func(k int) bool { return ji.tp[k] > 0 }) >= ji.view.ScaleFactor
+	return g.freeOfTypes(t, func(k int) bool { return ji.tp[k] > 0 }) >= ji.sf()
 }
 
 func (s *Scheduler) explainCommitted(v *round.View, g *grid, ji *jobInfo, u planner.Unit) {
@@ -829,8 +846,11 @@ func (s *Scheduler) explainCommitted(v *round.View, g *grid, ji *jobInfo, u plan
 	rate := s.rate(v, ji, u)
 	val := ji.valueSec * rate * v.Round
 	cost := g.costAt(0, take)
-	v.Explain(ji.idx, round.Reason{Price: cost, Utility: val,
-		Why: fmt.Sprintf("runs under its committed schedule (%d more round(s)); its progress this round is worth %.3g against a price of %.3g", r.end()-s.cur-1, val, cost)})
+	why := fmt.Sprintf("runs under its committed schedule (%d more round(s)); its progress this round is worth %.3g against a price of %.3g", r.end()-s.cur-1, val, cost)
+	if here := ji.view.Placement.Units; ji.at != nil && holding(v, ji.view) && u.GPUs() != here[0].GPUs() {
+		why += "; " + s.resizeWhy(v, ji, u, rate, s.moveGain(ji, s.rate(v, ji, here[0]), rate), "")
+	}
+	v.Explain(ji.idx, round.Reason{Price: cost, Utility: val, Why: why})
 }
 
 func (s *Scheduler) explainPlan(v *round.View, ji *jobInfo, sc *schedule) {
@@ -849,6 +869,10 @@ func (s *Scheduler) explainPlan(v *round.View, ji *jobInfo, sc *schedule) {
 		// restart (restart-aware, only moves that gain are planned).
 		from, to := s.rate(v, ji, here[0]), sc.opt.rate
 		gain := s.moveGain(ji, from, to)
+		if resize := s.resizeWhy(v, ji, sc.opt.unit, to, gain, ""); resize != "" {
+			v.Explain(ji.idx, round.Reason{Price: sc.cost, Utility: sc.value, Why: why + "; " + resize})
+			return
+		}
 		verb := "a gain of"
 		if gain <= 0 {
 			verb, gain = "a loss of", -gain
@@ -875,6 +899,7 @@ func (s *Scheduler) jobInfos(v *round.View) []*jobInfo {
 				ji.spread[k], _ = s.cfg.Speed.Profile.Throughput(jb.Model, jb.ScaleFactor, t, true)
 			}
 		}
+		s.initWidth(v, ji)
 		infos = append(infos, ji)
 	}
 	return infos
@@ -902,7 +927,7 @@ func (s *Scheduler) value(v *round.View, infos []*jobInfo) {
 		}
 		ji.remTime = ji.view.Remaining / ji.best
 		maxRem = math.Max(maxRem, ji.remTime)
-		work += ji.remTime * float64(ji.view.ScaleFactor)
+		work += ji.remTime * float64(ji.sf())
 	}
 	// The remaining makespan: that of the fluid solution when there is one
 	// (its jobs' remaining steps over their fluid throughputs), else a
@@ -926,7 +951,7 @@ func (s *Scheduler) value(v *round.View, infos []*jobInfo) {
 			w = 1
 		}
 		ji.valueSec = w / ji.view.Remaining
-		ji.density = ji.valueSec * ji.best * v.Round / float64(ji.view.ScaleFactor)
+		ji.density = ji.valueSec * ji.best * v.Round / float64(ji.sf())
 		ji.base = ji.density
 	}
 	if s.cfg.Utility == Makespan {
@@ -983,6 +1008,14 @@ func discount(ji *jobInfo, t int, round float64) float64 {
 // keep, when set, is its current GPUs (no restart if it continues there
 // from slot from).
 func (s *Scheduler) dual(v *round.View, g *grid, ji *jobInfo, from int, keep *option, need float64) *schedule {
+	if ji.at == nil {
+		return s.dualAt(v, g, ji, from, keep, need)
+	}
+	return s.dualWidths(v, g, ji, from, keep, need)
+}
+
+// dualAt is the dual subroutine at the job's planned width (ji.sf()).
+func (s *Scheduler) dualAt(v *round.View, g *grid, ji *jobInfo, from int, keep *option, need float64) *schedule {
 	h := g.horizon()
 	if from >= h || need <= 0 {
 		return nil
@@ -1007,7 +1040,7 @@ func (s *Scheduler) dual(v *round.View, g *grid, ji *jobInfo, from int, keep *op
 			// for a later slot is a stop and a restart, never planned.
 			break
 		}
-		if g.freeOfTypes(st, func(k int) bool { return ji.tp[k] > 0 }) < ji.view.ScaleFactor {
+		if g.freeOfTypes(st, func(k int) bool { return ji.tp[k] > 0 }) < ji.sf() {
 			continue
 		}
 		end := min(h, st+int(math.Ceil(need/(ji.best*v.Round))))
@@ -1050,7 +1083,7 @@ func (s *Scheduler) mayPay(v *round.View, g *grid, ji *jobInfo, from int) bool {
 	if ji.critical {
 		return true
 	}
-	perGPU := ji.valueSec * ji.best * v.Round / float64(ji.view.ScaleFactor)
+	perGPU := ji.valueSec * ji.best * v.Round / float64(ji.sf())
 	for t := from; t < g.horizon(); t++ {
 		for k := range g.types {
 			if ji.tp[k] <= 0 || g.typeCap[k] == g.typeUsed[t][k] {
@@ -1126,7 +1159,7 @@ func (s *Scheduler) allowed(v *round.View, g *grid, ji *jobInfo, o *option) bool
 // among types at least that fast (task-level mixing across types and
 // nodes). An option on the GPUs of keep is marked as such.
 func (s *Scheduler) bestOption(v *round.View, g *grid, ji *jobInfo, w *window, free, anyType bool) *option {
-	sf := ji.view.ScaleFactor
+	sf := ji.sf()
 	slots := float64(w.e - w.s)
 	var best *option
 	bestScore := math.Inf(-1)

@@ -91,7 +91,7 @@ func (rs *releases) wait(g *grid, ji *jobInfo, w *window, ahead int) float64 {
 			have += w.typeFree[k]
 		}
 	}
-	if have >= ji.view.ScaleFactor {
+	if have >= ji.sf() {
 		return 0
 	}
 	for {
@@ -106,7 +106,7 @@ func (rs *releases) wait(g *grid, ji *jobInfo, w *window, ahead int) float64 {
 		}
 		have += rs.at[nk][idx[nk]].count
 		idx[nk]++
-		if have >= ji.view.ScaleFactor {
+		if have >= ji.sf() {
 			return next
 		}
 	}
@@ -115,7 +115,7 @@ func (rs *releases) wait(g *grid, ji *jobInfo, w *window, ahead int) float64 {
 // waitAtLeast is the least time until the job's width of GPUs of types
 // on which it runs at least rate is free (free now, or released).
 func (rs *releases) waitAtLeast(g *grid, ji *jobInfo, rate float64) float64 {
-	fast := &jobInfo{view: ji.view, tp: make([]float64, len(ji.tp))}
+	fast := &jobInfo{view: ji.view, width: ji.width, tp: make([]float64, len(ji.tp))}
 	for k, x := range ji.tp {
 		if x >= rate*(1-1e-9) {
 			fast.tp[k] = x
@@ -337,7 +337,7 @@ func (s *Scheduler) weigh(v *round.View, g *grid, k *jobInfo, o *option, victims
 // where it runs now, the cheapest victims there whose GPUs complete a
 // consolidated placement; it returns the one that pays most, or nil.
 func (s *Scheduler) displaceOnNode(v *round.View, g *grid, k *jobInfo, cands []*victim, w int, before, beforeRate float64, crit bool) *displacement {
-	sf := k.view.ScaleFactor
+	sf := k.sf()
 	at := map[[2]int][]*victim{}
 	var cells [][2]int
 	for _, c := range cands {

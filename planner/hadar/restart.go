@@ -290,16 +290,24 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 				continue
 			}
 			rate := s.rate(v, ji, p.Units[0])
-			w := s.startWindow(v, g, ji, 0)
-			// Onto the fluid guide's types only: the guide is what keeps
-			// each type for the jobs with the advantage there.
-			o := s.bestOption(v, g, ji, g.window(0, w), true, false)
-			if o == nil || o.rate <= rate {
-				continue
+			held := ji.sf()
+			// An elastic job weighs its every width (width.go).
+			for _, wd := range ji.widths() {
+				if !s.setWidth(v, ji, wd) {
+					continue
+				}
+				w := s.startWindow(v, g, ji, 0)
+				// Onto the fluid guide's types only: the guide is what keeps
+				// each type for the jobs with the advantage there.
+				o := s.bestOption(v, g, ji, g.window(0, w), true, false)
+				if o == nil || o.rate <= rate {
+					continue
+				}
+				if gain := jobWeight(ji) * s.moveGain(ji, rate, o.rate); gain > 0 && (best == nil || gain > best.gain) {
+					best = &cand{ji, o, gain, w}
+				}
 			}
-			if gain := jobWeight(ji) * s.moveGain(ji, rate, o.rate); gain > 0 && (best == nil || gain > best.gain) {
-				best = &cand{ji, o, gain, w}
-			}
+			s.setWidth(v, ji, held)
 		}
 		if best == nil {
 			return
@@ -320,6 +328,11 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 		g.commit(0, best.w, o.take)
 		r.add(s.cur, s.cur+int64(best.w), o.unit)
 		out[ji.idx] = planner.Placement{Units: []planner.Unit{o.unit}}
+		s.setWidth(v, ji, o.unit.GPUs())
+		if resize := s.resizeWhy(v, ji, o.unit, o.rate, best.gain, "idle "); resize != "" {
+			v.Explain(ji.idx, round.Reason{Why: resize})
+			continue
+		}
 		v.Explain(ji.idx, round.Reason{Why: fmt.Sprintf("moves to idle GPUs (%s): done in about %s instead of %s where it ran, a gain of %s over its %s restart",
 			unitString(o.unit), hours(s.cfg.RestartCost+ji.view.Remaining/o.rate), hours(ji.view.Remaining/s.rate(v, ji, ji.view.Placement.Units[0])), hours(best.gain), hours(s.cfg.RestartCost))})
 	}

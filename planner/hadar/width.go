@@ -1,0 +1,154 @@
+package hadar
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/round"
+)
+
+// Elastic jobs (planner.Job.Widths, issue 35): the width of an elastic
+// job is one more choice of the dual subroutine. For each declared width w
+// it finds the job's best schedule on units of w GPUs, at the speeds the
+// engine gives for that width (JobView.WidthThroughput: the profiled
+// figure T(w), so the job's work is the same at every width), priced as
+// any job's; the schedule with the largest value minus price wins. Its
+// utility per step does not depend on the width, so a wider unit is worth
+// its added progress and costs the prices of its added GPUs.
+//
+// A running job that changes width restarts, and the same restart-aware
+// rule as a move decides it: the new width is taken only where the
+// job's remaining time there plus the restart is less than its remaining
+// time where it runs (moveGain), and never within its minimum run time
+// (its pin keeps its GPUs). upgrade grows running elastic jobs onto GPUs
+// left idle after every other decision by the same rule, and backfill
+// starts a job at a narrower width where its own does not fit.
+//
+// HadarE does not fork elastic jobs (fork.go): its width is chosen as
+// Hadar chooses it, for its single unit.
+
+// widthFigures are an elastic job's per-type speeds at one width.
+type widthFigures struct {
+	tp, spread []float64
+}
+
+// initWidth makes ji elastic when its job is: planned first at the width
+// it holds (one unit of a declared width), else at its scale factor.
+func (s *Scheduler) initWidth(v *round.View, ji *jobInfo) {
+	jb := ji.view
+	if !jb.Elastic() || len(jb.WidthThroughput) != len(jb.Widths) {
+		return
+	}
+	ji.at = map[int]*widthFigures{}
+	w := jb.ScaleFactor
+	if holding(v, jb) && len(jb.Placement.Units) == 1 && jb.AllowsWidth(jb.Placement.Units[0].GPUs()) {
+		w = jb.Placement.Units[0].GPUs()
+	}
+	if !s.setWidth(v, ji, w) {
+		s.setWidth(v, ji, jb.ScaleFactor)
+	}
+}
+
+// setWidth plans an elastic job at w GPUs: its per-type speeds and best
+// speed (on the fluid guide's types where it has any) at that width. It
+// reports false, changing nothing, where the job has no figures for w.
+func (s *Scheduler) setWidth(v *round.View, ji *jobInfo, w int) bool {
+	if ji.at == nil {
+		return w == ji.sf()
+	}
+	f := ji.at[w]
+	if f == nil {
+		wi := slices.Index(ji.view.Widths, w)
+		if wi < 0 || wi >= len(ji.view.WidthThroughput) || len(ji.view.WidthThroughput[wi]) != len(v.Types) {
+			return false
+		}
+		f = &widthFigures{tp: ji.view.WidthThroughput[wi], spread: make([]float64, len(v.Types))}
+		for k, t := range v.Types {
+			if f.tp[k] > 0 {
+				f.spread[k], _ = s.cfg.Speed.Profile.Throughput(ji.view.Model, w, t, true)
+			}
+		}
+		ji.at[w] = f
+	}
+	best, guided := 0.0, 0.0
+	for k, x := range f.tp {
+		best = max(best, x)
+		if ji.allowed != nil && ji.allowed[k] {
+			guided = max(guided, x)
+		}
+	}
+	if best <= 0 {
+		return false
+	}
+	if guided > 0 {
+		best = guided
+	}
+	ji.width, ji.tp, ji.spread, ji.best = w, f.tp, f.spread, best
+	return true
+}
+
+// widths is the widths to weigh for the job: its declared ones when it is
+// elastic, else only the one it is planned at.
+func (ji *jobInfo) widths() []int {
+	if ji.at == nil {
+		return []int{ji.sf()}
+	}
+	return ji.view.Widths
+}
+
+// dualWidths is the dual subroutine for an elastic job: the best schedule
+// over its widths (value minus price), the job left planned at the width
+// of the one chosen (or where it was, when none pays).
+func (s *Scheduler) dualWidths(v *round.View, g *grid, ji *jobInfo, from int, keep *option, need float64) *schedule {
+	w0 := ji.sf()
+	var best *schedule
+	for _, w := range ji.view.Widths {
+		if !s.setWidth(v, ji, w) {
+			continue
+		}
+		if sc := s.dualAt(v, g, ji, from, keep, need); sc != nil && (best == nil || sc.pay > best.pay) {
+			best = sc
+		}
+	}
+	if best == nil || !s.setWidth(v, ji, best.opt.unit.GPUs()) {
+		s.setWidth(v, ji, w0)
+	}
+	return best
+}
+
+// resizeWhy is the reason a running job gives for changing width (or
+// moving, at the same width): its remaining time at the new placement
+// plus the restart against its remaining time where it runs.
+func (s *Scheduler) resizeWhy(v *round.View, ji *jobInfo, to planner.Unit, toRate float64, gain float64, where string) string {
+	here := ji.view.Placement.Units[0]
+	from := s.rate(v, ji, here)
+	verb := "a gain of"
+	if gain <= 0 {
+		verb, gain = "a loss of", -gain
+	}
+	done := fmt.Sprintf("done in about %s instead of %s", hours(s.cfg.RestartCost+ji.view.Remaining/toRate), hours(ji.view.Remaining/from))
+	n, m := to.GPUs(), here.GPUs()
+	switch {
+	case n > m:
+		return fmt.Sprintf("grows to %d workers (%s%s): %s at %d, %s %s over its %s restart", n, where, unitString(to), done, m, verb, hours(gain), hours(s.cfg.RestartCost))
+	case n < m:
+		return fmt.Sprintf("shrinks to %d workers (%s%s): %s at %d, %s %s over its %s restart", n, where, unitString(to), done, m, verb, hours(gain), hours(s.cfg.RestartCost))
+	}
+	return ""
+}
+
+// fitWidth plans an elastic job that does not fit slot 0's free GPUs at
+// its width at the widest narrower width that fits (backfill), if any.
+func (s *Scheduler) fitWidth(v *round.View, g *grid, ji *jobInfo) {
+	if ji.at == nil || g.fits(0, ji) {
+		return
+	}
+	w0 := ji.sf()
+	for i := len(ji.view.Widths) - 1; i >= 0; i-- {
+		if w := ji.view.Widths[i]; w < w0 && s.setWidth(v, ji, w) && g.fits(0, ji) {
+			return
+		}
+	}
+	s.setWidth(v, ji, w0)
+}
