@@ -163,8 +163,19 @@ func TestPlansRespectTheMinimumRunTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	model := speed.Model{Profile: profile.Default()}
-	for _, fork := range []bool{false, true} {
-		t.Run(fmt.Sprintf("fork=%v", fork), func(t *testing.T) {
+	// Every job elastic too: a width change is a move the engine holds to
+	// the minimum run time as well.
+	elastic, err := trace.MakeElastic(jobs, 1, 4, profile.Default().ScaleFactors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		fork bool
+		jobs []planner.Job
+		name string
+	}{{false, jobs, "rigid"}, {true, jobs, "rigid"}, {false, elastic, "elastic"}, {true, elastic, "elastic"}} {
+		fork, jobs := tc.fork, tc.jobs
+		t.Run(fmt.Sprintf("fork=%v/%s", fork, tc.name), func(t *testing.T) {
 			s, err := New(Config{Speed: model, RestartCost: 20, MergeCost: 10, Fork: fork, MinRunTime: 1800})
 			if err != nil {
 				t.Fatal(err)
@@ -180,6 +191,9 @@ func TestPlansRespectTheMinimumRunTime(t *testing.T) {
 			if w.checked == 0 {
 				t.Fatal("no placement was checked")
 			}
+			if (w.resized > 0) != (tc.name == "elastic") {
+				t.Fatalf("%d placements at a width other than the scale factor", w.resized)
+			}
 		})
 	}
 }
@@ -191,6 +205,9 @@ type applied struct {
 	inner   round.Scheduler
 	last    map[string]planner.Placement
 	checked int
+	// resized counts placements whose first unit is not the job's scale
+	// factor wide.
+	resized int
 }
 
 func (a *applied) Name() string { return a.inner.Name() }
@@ -212,6 +229,9 @@ func (a *applied) Schedule(v *round.View) ([]planner.Placement, error) {
 	for i, jb := range v.Jobs {
 		if !(v.MidRound && jb.Running) && err == nil {
 			a.last[jb.ID] = ps[i]
+			if len(ps[i].Units) > 0 && ps[i].Units[0].GPUs() != jb.ScaleFactor {
+				a.resized++
+			}
 		}
 	}
 	return ps, err
