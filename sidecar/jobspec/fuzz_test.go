@@ -23,6 +23,9 @@ func FuzzParse(f *testing.F) {
 	f.Add(valid, "")
 	f.Add(valid, "hadar.workers=4\nhadar.gang=false\nhadar.throughput=v100=40,k80=12")
 	f.Add(valid, "hadar.steps=1e\nhadar.weight=NaN")
+	f.Add(valid, "hadar.workers=2-8")
+	f.Add(valid, "hadar.workers=1,2,4\nhadar.gang=false")
+	f.Add(valid, "hadar.workers=4,2")
 	f.Add([]byte(`{"ID":"x","Type":"batch","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","Resources":{"Devices":[{"Name":"nvidia/gpu/Tesla K80"}]}}]}],"Constraints":[{"LTarget":"${meta.hadar.gate}","RTarget":"waiting-for-hadar","Operand":"="}]}`),
 		"hadar.throughput=v100=1\nhadar.steps=10")
 	f.Add([]byte(`{"ID":"x","Type":"batch","TaskGroups":[null]}`), "hadar.steps=1")
@@ -58,6 +61,19 @@ func FuzzParse(f *testing.F) {
 			!(s.Weight > 0) || s.Weight > MaxWeight || (s.Sensitivity != SensitivityAuto && !(s.Sensitivity >= 1 && s.Sensitivity <= MaxSensitivity)) ||
 			s.MinRunTime < 0 || s.MinRunTime > MaxMinRunTime {
 			t.Fatalf("accepted spec out of bounds: %+v", s)
+		}
+		if s.Widths != nil {
+			if len(s.Widths) < 2 || s.Widths[0] != s.Workers || s.Widths[len(s.Widths)-1] > MaxWorkers || s.Forkable {
+				t.Fatalf("accepted widths out of bounds: %+v", s)
+			}
+			for i := 1; i < len(s.Widths); i++ {
+				if s.Widths[i] <= s.Widths[i-1] {
+					t.Fatalf("accepted widths not ascending: %v", s.Widths)
+				}
+			}
+			if err := s.Job("x", 0).Validate(); err != nil {
+				t.Fatalf("accepted elastic spec the planner refuses: %v", err)
+			}
 		}
 		if s.Model == "" && len(s.Throughput) == 0 {
 			t.Fatalf("accepted spec without model or throughput: %+v", s)

@@ -83,8 +83,14 @@ type Spec struct {
 	Throughput map[string]float64
 	// Steps is the total number of training steps (hadar.steps).
 	Steps int64
-	// Workers is the number of GPUs, one per worker (hadar.workers).
+	// Workers is the number of GPUs, one per worker (hadar.workers): the
+	// width the job asks for first, the smallest of an elastic job's
+	// widths.
 	Workers int
+	// Widths are an elastic job's widths, ascending, Workers the first
+	// (hadar.workers as a range "2-8" or a list "2,4,8"); nil for a rigid
+	// job (one number).
+	Widths []int
 	// Weight is the priority weight (hadar.weight).
 	Weight float64
 	// Forkable lets HadarE fork the job into copies (hadar.forkable).
@@ -419,11 +425,14 @@ func (p *parser) meta(m map[string]string) error {
 	}
 	s.Workers = 1
 	if v, ok := m[KeyWorkers]; ok {
-		n, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || n < 1 || n > MaxWorkers {
-			return p.fail(KeyWorkers, v, fmt.Sprintf(`want an integer number of GPUs from 1 to %d, e.g. hadar.workers = "4"`, MaxWorkers))
+		ws, want := parseWidths(v)
+		if want != "" {
+			return p.fail(KeyWorkers, v, want)
 		}
-		s.Workers = n
+		s.Workers = ws[0]
+		if len(ws) > 1 {
+			s.Widths = ws
+		}
 	}
 	s.Weight = 1
 	if v, ok := m[KeyWeight]; ok {
@@ -439,7 +448,10 @@ func (p *parser) meta(m map[string]string) error {
 	if _, err = p.boolean(m, KeyResume, false); err != nil {
 		return err
 	}
-	if s.Gang, err = p.boolean(m, KeyGang, s.Workers > 1); err != nil {
+	if s.Forkable && len(s.Widths) > 1 {
+		return p.fail(KeyWorkers, m[KeyWorkers], `an elastic job (a range or list of widths) cannot also be hadar.forkable: give one number of workers, or drop hadar.forkable`)
+	}
+	if s.Gang, err = p.boolean(m, KeyGang, s.Workers > 1 || len(s.Widths) > 1); err != nil {
 		return err
 	}
 	if v, ok := m[KeySensitivity]; ok {
@@ -465,6 +477,54 @@ func (p *parser) meta(m map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// parseWidths reads hadar.workers: one number ("4", rigid), a range
+// ("2-8": every width from 2 to 8) or a list ("2,4,8", ascending). It
+// returns the widths ascending, or what would be accepted.
+func parseWidths(v string) (ws []int, want string) {
+	const forms = `an integer number of GPUs from 1 to %d ("4"), or for an elastic job a range ("2-8": every width from 2 to 8) or an ascending list ("2,4,8")`
+	bad := func(why string) ([]int, string) {
+		return nil, fmt.Sprintf(`%swant %s`, why, fmt.Sprintf(forms, MaxWorkers))
+	}
+	num := func(t string) (int, bool) {
+		n, err := strconv.Atoi(strings.TrimSpace(t))
+		return n, err == nil && n >= 1 && n <= MaxWorkers
+	}
+	t := strings.TrimSpace(v)
+	switch {
+	case strings.Contains(t, ","):
+		for _, f := range strings.Split(t, ",") {
+			n, ok := num(f)
+			if !ok {
+				return bad(fmt.Sprintf("width %q: ", strings.TrimSpace(f)))
+			}
+			if len(ws) > 0 && n <= ws[len(ws)-1] {
+				return bad(fmt.Sprintf("list not ascending (%d after %d): ", n, ws[len(ws)-1]))
+			}
+			ws = append(ws, n)
+		}
+	case strings.Contains(t, "-"):
+		a, b, _ := strings.Cut(t, "-")
+		lo, ok1 := num(a)
+		hi, ok2 := num(b)
+		if !ok1 || !ok2 {
+			return bad("")
+		}
+		if lo >= hi {
+			return bad(fmt.Sprintf("range %d-%d is empty or one width (write one number for a rigid job): ", lo, hi))
+		}
+		for n := lo; n <= hi; n++ {
+			ws = append(ws, n)
+		}
+	default:
+		n, ok := num(t)
+		if !ok {
+			return bad("")
+		}
+		ws = []int{n}
+	}
+	return ws, ""
 }
 
 func isKnownKey(k string) bool {

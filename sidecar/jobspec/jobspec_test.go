@@ -77,6 +77,11 @@ func TestParseFields(t *testing.T) {
 		{"workers max", with(KeyWorkers, "256"), func(s Spec) bool { return s.Workers == 256 }},
 		{"workers 4 gang off", with(KeyWorkers, "4", KeyGang, "false"), func(s Spec) bool { return s.Workers == 4 && !s.Gang }},
 		{"gang on one worker", with(KeyGang, "TRUE"), func(s Spec) bool { return s.Gang }},
+		{"workers one number is rigid", with(KeyWorkers, " 3 "), func(s Spec) bool { return s.Workers == 3 && s.Widths == nil }},
+		{"workers range", with(KeyWorkers, "2-5"), func(s Spec) bool { return s.Workers == 2 && reflect.DeepEqual(s.Widths, []int{2, 3, 4, 5}) && s.Gang }},
+		{"workers range spaces", with(KeyWorkers, " 1 - 2 "), func(s Spec) bool { return s.Workers == 1 && reflect.DeepEqual(s.Widths, []int{1, 2}) }},
+		{"workers range from 1 turns gang on", with(KeyWorkers, "1-2"), func(s Spec) bool { return s.Gang }},
+		{"workers list", with(KeyWorkers, "2, 4,8"), func(s Spec) bool { return s.Workers == 2 && reflect.DeepEqual(s.Widths, []int{2, 4, 8}) }},
 		{"weight", with(KeyWeight, "2.5"), func(s Spec) bool { return s.Weight == 2.5 }},
 		{"forkable", with(KeyForkable, "true"), func(s Spec) bool { return s.Forkable }},
 		{"forkable false", with(KeyForkable, "False"), func(s Spec) bool { return !s.Forkable }},
@@ -122,6 +127,17 @@ func TestParseMetaErrors(t *testing.T) {
 		{"workers negative", with(KeyWorkers, "-2"), KeyWorkers, "-2", "from 1 to 256"},
 		{"workers too many", with(KeyWorkers, "257"), KeyWorkers, "257", "from 1 to 256"},
 		{"workers word", with(KeyWorkers, "four"), KeyWorkers, "four", "integer"},
+		{"workers list unsorted", with(KeyWorkers, "4,2"), KeyWorkers, "4,2", "not ascending (2 after 4)"},
+		{"workers list repeated", with(KeyWorkers, "2,2"), KeyWorkers, "2,2", "not ascending"},
+		{"workers list zero", with(KeyWorkers, "0,2"), KeyWorkers, "0,2", `width "0"`},
+		{"workers list empty entry", with(KeyWorkers, "4,"), KeyWorkers, "4,", `width ""`},
+		{"workers list too many", with(KeyWorkers, "2,300"), KeyWorkers, "2,300", "from 1 to 256"},
+		{"workers range reversed", with(KeyWorkers, "8-2"), KeyWorkers, "8-2", "range 8-2 is empty"},
+		{"workers range of one", with(KeyWorkers, "4-4"), KeyWorkers, "4-4", "write one number"},
+		{"workers range from 0", with(KeyWorkers, "0-4"), KeyWorkers, "0-4", `range ("2-8"`},
+		{"workers range too wide", with(KeyWorkers, "2-257"), KeyWorkers, "2-257", "from 1 to 256"},
+		{"workers range open", with(KeyWorkers, "2-"), KeyWorkers, "2-", "range"},
+		{"elastic and forkable", with(KeyWorkers, "2-4", KeyForkable, "true"), KeyWorkers, "2-4", "hadar.forkable"},
 		{"weight zero", with(KeyWeight, "0"), KeyWeight, "0", "positive number"},
 		{"weight NaN", with(KeyWeight, "NaN"), KeyWeight, "NaN", "positive number"},
 		{"weight Inf", with(KeyWeight, "+Inf"), KeyWeight, "+Inf", "positive number"},
@@ -416,3 +432,30 @@ func TestKnownKeysIsACopy(t *testing.T) {
 // That GateHCL parses as the gate is checked against a real Nomad agent's
 // parser in e2e (TestGateHCL): Nomad's own parser is not a dependency of
 // this module.
+
+// TestJobCarriesWidths: an elastic spec's widths reach the planner job
+// (ScaleFactor the first), a rigid one's none.
+func TestJobCarriesWidths(t *testing.T) {
+	s, err := Parse(validJob(with(KeyWorkers, "2,4,8")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jb := s.Job("j", 0)
+	if jb.ScaleFactor != 2 || !reflect.DeepEqual(jb.Widths, []int{2, 4, 8}) || !jb.Elastic() {
+		t.Fatalf("elastic job: %+v", jb)
+	}
+	if err := jb.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	jb.Widths[0] = 3
+	if s.Widths[0] != 2 {
+		t.Fatal("Job shares the spec's widths")
+	}
+	r, err := Parse(validJob(with(KeyWorkers, "4")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jb := r.Job("r", 0); jb.ScaleFactor != 4 || jb.Widths != nil || jb.Elastic() {
+		t.Fatalf("rigid job: %+v", jb)
+	}
+}

@@ -34,6 +34,9 @@ func (s Spec) Declared() (d belief.Declared, ok bool) {
 func (s Spec) Job(id string, arrival float64) planner.Job {
 	jb := planner.Job{ID: id, Model: s.ModelKey(), ScaleFactor: s.Workers, TotalSteps: float64(s.Steps), Weight: s.Weight,
 		Arrival: arrival, MaxCopies: 1, MinRunTime: s.MinRunTime.Seconds(), Priority: s.Priority}
+	if len(s.Widths) > 1 {
+		jb.Widths = append([]int(nil), s.Widths...)
+	}
 	if s.Forkable {
 		jb.MaxCopies = 0 // HadarE decides how many copies
 	}
