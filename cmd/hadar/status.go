@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -329,9 +330,18 @@ func writeStatus(b *strings.Builder, base string, st wire.Status, decisions int)
 				// A hang holds GPUs and makes nothing: the operator's to act on.
 				state += ", stalled " + ago(j.StalledS)
 			}
+			if len(j.Widths) > 1 {
+				state += ", " + wire.WorkersText(j.Workers, j.Widths, wire.Width(j.Units))
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%3.0f%% (%.0f/%.0f)%s\t%.1f steps/s\t%s\n", j.ID, state, units(j.Units, names), 100*j.Progress, j.StepsDone, j.Steps, asOf(j.ProgressAt, st.Time), j.Rate, when(j.ETA, j.ETAS))
 		}
 		tw.Flush()
+		// Elastic jobs: the width the policy chose, and why.
+		for _, j := range st.Running {
+			if len(j.Widths) > 1 && j.Why != "" {
+				fmt.Fprintf(b, "%s: %s: %s\n", j.ID, wire.WorkersText(j.Workers, j.Widths, wire.Width(j.Units)), j.Why)
+			}
+		}
 	}
 
 	fmt.Fprintf(b, "\nQUEUE (%d)\n", len(st.Queue))
@@ -342,7 +352,11 @@ func writeStatus(b *strings.Builder, base string, st wire.Status, decisions int)
 			if q.Nomad != "" {
 				why += " (Nomad: " + q.Nomad + ")"
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%dx %s\t%s\n", q.Position, q.ID, waits(q.Waits), ago(q.WaitingS), q.Workers, strings.Join(q.RunsOn, "|"), why)
+			needs := strconv.Itoa(q.Workers)
+			if len(q.Widths) > 1 {
+				needs = wire.WidthsText(q.Widths)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%sx %s\t%s\n", q.Position, q.ID, waits(q.Waits), ago(q.WaitingS), needs, strings.Join(q.RunsOn, "|"), why)
 		}
 		tw.Flush()
 	}
@@ -381,7 +395,7 @@ func writeEvents(b *strings.Builder, evs []wire.Event) {
 func writeJob(b *strings.Builder, d wire.JobDetail) {
 	fmt.Fprintf(b, "job %s: %s\n", d.ID, d.State)
 	if j := d.Job; j != nil {
-		fmt.Fprintf(b, "model %s, %d workers, weight %g\n", j.Model, j.Workers, j.Weight)
+		fmt.Fprintf(b, "model %s, %s, weight %g\n", j.Model, wire.WorkersText(j.Workers, j.Widths, wire.Width(j.Units)), j.Weight)
 		fmt.Fprintf(b, "progress %.0f%% (%.0f of %.0f steps)%s", 100*d.Progress, j.StepsDone, j.Steps, asOf(d.ProgressAt, time.Now()))
 		if j.StalledS > 0 {
 			fmt.Fprintf(b, ", stalled: no step for %s", ago(j.StalledS))

@@ -34,7 +34,7 @@ func (a *Agent) planView(snap *watch.Snapshot) wire.PlanView {
 	now := a.now()
 	for _, st := range a.core.eng.Jobs() {
 		jv := wire.JobView{
-			JobIdentity: wire.JobIdentity{ID: st.Job.ID, Workers: st.Job.ScaleFactor, Weight: st.Job.Weight, Model: st.Job.Model},
+			JobIdentity: wire.JobIdentity{ID: st.Job.ID, Workers: st.Job.ScaleFactor, Widths: st.Job.Widths, Weight: st.Job.Weight, Model: st.Job.Model},
 			JobDecision: wire.JobDecision{Reason: wireReason(st.Reason), Position: -1},
 			JobProgress: wire.JobProgress{StepsDone: st.Done, Steps: st.Job.TotalSteps, Rate: st.Rate, ETA: st.ETA},
 			StalledS:    st.StalledS}

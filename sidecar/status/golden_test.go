@@ -80,7 +80,7 @@ func goldenScenario() *goldenSource {
 		return wire.Reason{Share: []float64{0.5, 0.25}, Priority: 1.25, Price: 3.5, Utility: 4.5, Timer: 60, Waited: 30, Why: why}
 	}
 	age := 12.5
-	a := wire.JobObservation{JobView: wire.JobView{JobIdentity: wire.JobIdentity{ID: "default/a", Namespace: "default", Job: "a", Model: "resnet50", Workers: 2, Weight: 1.5},
+	a := wire.JobObservation{JobView: wire.JobView{JobIdentity: wire.JobIdentity{ID: "default/a", Namespace: "default", Job: "a", Model: "resnet50", Workers: 2, Widths: []int{2, 4, 8}, Weight: 1.5},
 		JobDecision: wire.JobDecision{State: "running", Action: "move", Units: []wire.UnitView{{Slots: []wire.SlotView{{Node: "n1", Rack: "r1", Type: "v100", Count: 2}}}}, Position: -1, Reason: reason("faster on v100"), Nomad: "train: 1 node exhausted"},
 		JobProgress: wire.JobProgress{StepsDone: 250, Steps: 1000, ProgressAgeS: &age, Rate: 5, ETA: 150, WaitingS: 5},
 		JobHold:     wire.JobHold{MinRunTimeS: 600, MinRunTimeCap: "max_min_run_time"}, JobQueue: wire.JobQueue{TeamQueue: "vision", QueueReason: queue.ReasonBorrowing}, StalledS: 420},

@@ -68,13 +68,13 @@ func buildStatus(o wire.Observation, h wire.Health, hist []wire.Event, util []wi
 	}
 	for _, j := range o.Jobs {
 		if len(j.Units) > 0 {
-			s.Running = append(s.Running, wire.RunningEntry{ID: j.ID, State: j.State, Action: string(j.Action), Units: j.Units, Workers: j.Workers, Model: j.Model,
+			s.Running = append(s.Running, wire.RunningEntry{ID: j.ID, State: j.State, Action: string(j.Action), Units: j.Units, Workers: j.Workers, Widths: j.Widths, Model: j.Model,
 				Progress: progress(j.StepsDone, j.Steps), StepsDone: j.StepsDone, Steps: j.Steps, Rate: j.Rate, ETAS: j.ETA, ETA: eta(o.Time, j.ETA), Why: j.Reason.Why, StalledS: j.StalledS,
 				ProgressAt: progressAt(o.Time, j.ProgressAgeS)})
 			continue
 		}
 		q := wire.QueueEntry{ID: j.ID, Position: j.Position, Waits: j.Pending, Why: j.Reason.Why, Nomad: j.Nomad, State: j.State, WaitingS: j.WaitingS,
-			Workers: j.Workers, Model: j.Model, Weight: j.Weight, RunsOn: []string{}, StepsDone: j.StepsDone, Steps: j.Steps,
+			Workers: j.Workers, Widths: j.Widths, Model: j.Model, Weight: j.Weight, RunsOn: []string{}, StepsDone: j.StepsDone, Steps: j.Steps,
 			TeamQueue: j.TeamQueue, QueueReason: j.QueueReason}
 		for t := range j.Throughput {
 			q.RunsOn = append(q.RunsOn, t)

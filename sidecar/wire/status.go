@@ -70,11 +70,13 @@ type QueueEntry struct {
 	State    string  `json:"state"`
 	WaitingS float64 `json:"waiting_s"`
 	// TeamQueue and QueueReason as in JobView (docs/queues.md).
-	TeamQueue   string  `json:"team_queue,omitempty"`
-	QueueReason string  `json:"queue_reason,omitempty"`
-	Workers     int     `json:"workers"`
-	Model       string  `json:"model"`
-	Weight      float64 `json:"weight"`
+	TeamQueue   string `json:"team_queue,omitempty"`
+	QueueReason string `json:"queue_reason,omitempty"`
+	Workers     int    `json:"workers"`
+	// Widths as in JobIdentity (absent: rigid).
+	Widths []int   `json:"widths,omitempty"`
+	Model  string  `json:"model"`
+	Weight float64 `json:"weight"`
 	// RunsOn are the GPU types it can run on.
 	RunsOn    []string `json:"runs_on"`
 	StepsDone float64  `json:"steps_done"`
@@ -88,7 +90,10 @@ type RunningEntry struct {
 	Action  string     `json:"action,omitempty"`
 	Units   []UnitView `json:"units"`
 	Workers int        `json:"workers"`
-	Model   string     `json:"model"`
+	// Widths as in JobIdentity (absent: rigid); the width it runs at is
+	// its units' GPUs.
+	Widths []int  `json:"widths,omitempty"`
+	Model  string `json:"model"`
 	// Progress is steps done over steps declared, 0..1.
 	Progress  float64 `json:"progress"`
 	StepsDone float64 `json:"steps_done"`

@@ -12,6 +12,7 @@ package wire
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -50,12 +51,15 @@ type JobView struct {
 
 // JobIdentity is which job a JobView is and what it asked for.
 type JobIdentity struct {
-	ID        string  `json:"id"`
-	Namespace string  `json:"namespace"`
-	Job       string  `json:"job"`
-	Model     string  `json:"model"`
-	Workers   int     `json:"workers"`
-	Weight    float64 `json:"weight"`
+	ID        string `json:"id"`
+	Namespace string `json:"namespace"`
+	Job       string `json:"job"`
+	Model     string `json:"model"`
+	Workers   int    `json:"workers"`
+	// Widths are an elastic job's widths (hadar.workers "2-8" or
+	// "2,4,8"), ascending, Workers the first; absent for a rigid job.
+	Widths []int   `json:"widths,omitempty"`
+	Weight float64 `json:"weight"`
 }
 
 // JobDecision is what the plan decided for the job, where it runs, and
@@ -321,3 +325,45 @@ const (
 	RepairPlacement = "placement"
 	RepairFallback  = "fallback"
 )
+
+// WidthsText writes an elastic job's widths as hadar.workers takes them:
+// "2-8" when they are every width of a range, "2,4,8" otherwise.
+func WidthsText(ws []int) string {
+	if len(ws) == 0 {
+		return ""
+	}
+	run := true
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = strconv.Itoa(w)
+		run = run && (i == 0 || w == ws[i-1]+1)
+	}
+	if run && len(ws) > 1 {
+		return parts[0] + "-" + parts[len(parts)-1]
+	}
+	return strings.Join(parts, ",")
+}
+
+// WorkersText says a job's width: "4 workers" for a rigid job, "2 of
+// 1-4 workers" for an elastic one running at (its units' GPUs) 2, "1-4
+// workers" for an elastic one not running (at 0).
+func WorkersText(workers int, widths []int, at int) string {
+	if len(widths) < 2 {
+		return strconv.Itoa(workers) + " workers"
+	}
+	if at > 0 {
+		return strconv.Itoa(at) + " of " + WidthsText(widths) + " workers"
+	}
+	return WidthsText(widths) + " workers"
+}
+
+// Width is the GPUs of units: the width a job runs at.
+func Width(units []UnitView) int {
+	n := 0
+	for _, u := range units {
+		for _, s := range u.Slots {
+			n += s.Count
+		}
+	}
+	return n
+}

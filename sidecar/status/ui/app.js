@@ -156,6 +156,22 @@
     return el("td", { class: "job" }, sw, id);
   }
 
+  // An elastic job's widths as hadar.workers takes them: "2-8" for a
+  // range, "2,4,8" otherwise (wire.WidthsText).
+  function widthsText(ws) {
+    const run = ws.every((w, i) => i === 0 || w === ws[i - 1] + 1);
+    return run && ws.length > 1 ? ws[0] + "-" + ws[ws.length - 1] : ws.join(",");
+  }
+
+  // A running elastic job's width, "2 of 1-4 workers", and the policy's
+  // reason for it (issue 35); nothing for a rigid job.
+  function widthText(j) {
+    if (!j.widths || j.widths.length < 2) return null;
+    let n = 0;
+    for (const u of j.units || []) for (const s of u.slots) n += s.count;
+    return el("div", { class: "width muted", title: j.why || "" }, n + " of " + widthsText(j.widths) + " workers" + (j.why ? ": " + j.why : ""));
+  }
+
   function drawRunning(st) {
     const rows = st.running.map(j => {
       const pct = Math.round(100 * j.progress);
@@ -167,7 +183,7 @@
       bar.firstChild.style.width = pct + "%";
       return el("tr", { "data-job": j.id },
         jobCell(j.id),
-        el("td", {}, j.state),
+        el("td", {}, j.state, widthText(j)),
         el("td", {}, gpusText(j.units)),
         el("td", {}, bar, el("span", { class: "muted" }, " " + asOf)),
         el("td", {}, j.rate > 0 ? j.rate.toFixed(1) + " steps/s" : "-"),
@@ -197,7 +213,7 @@
       jobCell(j.id),
       el("td", {}, j.waits ? el("span", { class: "badge " + j.waits }, j.waits === "held" ? "held by hadar" : "no capacity") : j.state),
       el("td", {}, duration(j.waiting_s)),
-      el("td", {}, j.workers + "\u00d7 " + (j.runs_on.length ? j.runs_on.join(", ") : "none")),
+      el("td", {}, (j.widths && j.widths.length > 1 ? widthsText(j.widths) : j.workers) + "\u00d7 " + (j.runs_on.length ? j.runs_on.join(", ") : "none")),
       el("td", {}, j.why || "", teamQueue(j), j.nomad ? el("div", { class: "nomad" }, "Nomad: " + j.nomad) : null)));
     document.getElementById("queue-count").textContent = st.queue.length ? String(st.queue.length) : "";
     fill(document.querySelector("#queue tbody"), rows, "no job waits", 6);
