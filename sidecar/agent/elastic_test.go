@@ -2,12 +2,16 @@ package agent
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/watch"
+	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
 // An elastic job (hadar.workers = "1-2") under sia, alone on a node of two
@@ -54,5 +58,113 @@ func TestElasticJobStartsAtTheWidthSiaChooses(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no decision says sia's reason for the width: %+v", a.record.history)
+	}
+}
+
+// An elastic job sharing two GPUs with a rigid one runs at width 1; once
+// the rigid job completes, sia grows it to 2: a move, whose stop of the
+// old unit goes out first (its workers checkpoint and end), then the job
+// is rewritten on a new unit of two worker groups, WORLD_SIZE 2, with the
+// template (the checkpoint key) and total steps it had.
+func TestElasticJobGrowsWhenAnotherLeaves(t *testing.T) {
+	el := map[string]string{"hadar.model": "ResNet-50 (batch size 16)", "hadar.steps": "100000", "hadar.workers": "1-2"}
+	other := map[string]string{"hadar.model": "ResNet-50 (batch size 16)", "hadar.steps": "100000"}
+	snap, rec := noteState(t, []noteCase{{name: "el", meta: el}, {name: "other", meta: other}})
+	snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 2)
+	a := testAgent(t, rec, "sia")
+	steps := int64(0)
+	a.ahead.read = func(context.Context, *watch.Alloc) (*contract.Progress, error) {
+		return &contract.Progress{StepsDone: steps}, nil
+	}
+	ctx := context.Background()
+	elKey, otherKey := watch.JobKey{Namespace: "default", ID: "el"}, watch.JobKey{Namespace: "default", ID: "other"}
+	// groups are el's worker groups as written: name -> task env.
+	groups := func() map[string]map[string]string {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		out := map[string]map[string]string{}
+		for _, g := range rec.jobs["el"].TaskGroups {
+			if _, gen := groupname.Parse(*g.Name); gen {
+				out[*g.Name] = g.Tasks[0].Env
+			}
+		}
+		return out
+	}
+	cycle := func(force bool) {
+		t.Helper()
+		if err := a.cycleOn(ctx, snap, force); err != nil {
+			t.Fatal(err)
+		}
+		a.settleWrites()
+	}
+	cycle(true)
+	a.mu.Lock()
+	st, _ := a.core.eng.Job(engineID(elKey))
+	a.mu.Unlock()
+	if !st.Running || st.Placement.Units[0].GPUs() != 1 {
+		t.Fatalf("el beside the rigid job: running %v on %+v, want 1 GPU", st.Running, st.Placement)
+	}
+	before := groups()
+	if len(before) != 1 || before["train-hadar-u0-w0"][contract.EnvWorldSize] != "1" {
+		t.Fatalf("el written at width 1: %v", before)
+	}
+	// Both run and train; then the rigid job completes.
+	snap = observed(snap, rec)
+	for _, al := range snap.Allocs {
+		al.GPUs = map[string]int{"Tesla V100-SXM2-16GB": 1}
+	}
+	steps = 100
+	cycle(false)
+	for _, al := range snap.Allocs {
+		if al.JobID == "other" {
+			oj := snap.Jobs[otherKey]
+			al.ClientStatus, al.JobVersion, oj.Status = api.AllocClientStatusComplete, oj.Version, "dead"
+		}
+	}
+	a.mu.Lock()
+	a.mono.base += 6 * 3600 // well past the minimum run time
+	a.mu.Unlock()
+	steps = 5000
+	cycle(true)
+	a.mu.Lock()
+	st, _ = a.core.eng.Job(engineID(elKey))
+	var move *wire.Event
+	for i, ev := range a.record.history {
+		if ev.Job == engineID(elKey) && ev.Action == wire.ActionMove {
+			move = &a.record.history[i]
+		}
+	}
+	a.mu.Unlock()
+	if !st.Running || st.Placement.Units[0].GPUs() != 2 {
+		t.Fatalf("el alone: running %v on %+v, want 2 GPUs", st.Running, st.Placement)
+	}
+	if move == nil || !strings.HasPrefix(move.Why, "sia: 2 GPUs of v100") {
+		t.Fatalf("no move of el with sia's reason: %+v", a.record.history)
+	}
+	// The stop goes out first: the old unit's groups are gone, the new
+	// unit not yet written while its workers end.
+	if g := groups(); len(g) != 0 {
+		t.Fatalf("el's groups while its old unit stops: %v", g)
+	}
+	delete(snap.Jobs, otherKey)
+	for range 2 {
+		snap = observed(snap, rec)
+		cycle(false)
+	}
+	after := groups()
+	if len(after) != 2 {
+		t.Fatalf("el after the resize: %v, want two worker groups", after)
+	}
+	old := before["train-hadar-u0-w0"]
+	for r := range 2 {
+		env := after[groupname.Format("train", 1, r)]
+		if env == nil || env[contract.EnvWorldSize] != "2" || env[contract.EnvRank] != strconv.Itoa(r) {
+			t.Fatalf("el rank %d after the resize: %v", r, after)
+		}
+		for _, k := range []string{contract.EnvTemplate, contract.EnvTotalSteps, contract.EnvJobRun} {
+			if env[k] != old[k] {
+				t.Fatalf("%s %q after the resize, %q before", k, env[k], old[k])
+			}
+		}
 	}
 }
