@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hadar-sched/hadar/contract"
+	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/watch"
 	"github.com/hadar-sched/hadar/sidecar/wire"
@@ -166,5 +168,128 @@ func TestElasticJobGrowsWhenAnotherLeaves(t *testing.T) {
 				t.Fatalf("%s %q after the resize, %q before", k, env[k], old[k])
 			}
 		}
+	}
+}
+
+// Sia resizes a young elastic job both ways (its restart factor is 1
+// while the job is younger than the restart cost): alone it runs at 2;
+// a rigid job arrives and it shrinks to 1; the rigid job leaves and it
+// grows back to 2. Each resize is a move with sia's reason.
+func TestElasticJobResizedTwice(t *testing.T) {
+	el := map[string]string{"hadar.model": "ResNet-50 (batch size 16)", "hadar.steps": "100000", "hadar.workers": "1-2"}
+	snap, rec := noteState(t, []noteCase{{name: "el", meta: el}})
+	snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 2)
+	srv := httptest.NewServer(rec)
+	t.Cleanup(srv.Close)
+	client, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := config.Config{Scheduling: config.Scheduling{Policy: "sia", Placement: "pack", Round: "1m"},
+		RunLimits: config.RunLimits{MinRunTime: "1m", RestartCost: "1h"}, Service: config.Service{State: &config.StateConfig{Store: "none"}}}.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(s, client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.settleWrites)
+	steps := int64(0)
+	a.ahead.read = func(context.Context, *watch.Alloc) (*contract.Progress, error) {
+		steps += 10
+		return &contract.Progress{StepsDone: steps}, nil
+	}
+	ctx := context.Background()
+	elKey := watch.JobKey{Namespace: "default", ID: "el"}
+	width := func() int {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		st, _ := a.core.eng.Job(engineID(elKey))
+		if !st.Running {
+			return 0
+		}
+		return st.Placement.Units[0].GPUs()
+	}
+	cycle := func(force bool) {
+		t.Helper()
+		if err := a.cycleOn(ctx, snap, force); err != nil {
+			t.Fatal(err)
+		}
+		a.settleWrites()
+		snap = observed(snap, rec)
+		for _, al := range snap.Allocs {
+			al.GPUs = map[string]int{"Tesla V100-SXM2-16GB": 1}
+		}
+	}
+	later := func(d float64) {
+		a.mu.Lock()
+		a.mono.base += d
+		a.mu.Unlock()
+	}
+	cycle(true)
+	cycle(false)
+	if w := width(); w != 2 {
+		t.Fatalf("alone: width %d, want 2", w)
+	}
+	// A rigid job arrives.
+	other, orec := noteState(t, []noteCase{{name: "other", meta: map[string]string{"hadar.model": "ResNet-50 (batch size 16)", "hadar.steps": "100000"}}})
+	otherKey := watch.JobKey{Namespace: "default", ID: "other"}
+	snap.Jobs[otherKey] = other.Jobs[otherKey]
+	rec.mu.Lock()
+	rec.jobs["other"] = orec.jobs["other"]
+	rec.mu.Unlock()
+	later(120)
+	cycle(true)
+	for range 3 {
+		cycle(false)
+	}
+	if w := width(); w != 1 {
+		t.Fatalf("beside the rigid job: width %d, want 1", w)
+	}
+	// It leaves.
+	for _, al := range snap.Allocs {
+		if al.JobID == "other" {
+			oj := snap.Jobs[otherKey]
+			al.ClientStatus, al.JobVersion, oj.Status = api.AllocClientStatusComplete, oj.Version, "dead"
+		}
+	}
+	later(120)
+	if err := a.cycleOn(ctx, snap, true); err != nil {
+		t.Fatal(err)
+	}
+	a.settleWrites()
+	delete(snap.Jobs, otherKey)
+	snap = observed(snap, rec)
+	for range 3 {
+		cycle(false)
+	}
+	if w := width(); w != 2 {
+		t.Fatalf("after the rigid job left: width %d, want 2", w)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var moves []string
+	for _, ev := range a.record.history {
+		if ev.Job == engineID(elKey) && ev.Action == wire.ActionMove {
+			moves = append(moves, ev.Why)
+		}
+	}
+	if len(moves) != 2 || !strings.HasPrefix(moves[0], "sia: 1 GPUs") || !strings.HasPrefix(moves[1], "sia: 2 GPUs") {
+		t.Fatalf("el's moves: %q, want a shrink to 1 then a growth to 2, with sia's reasons", moves)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	n := 0
+	for _, g := range rec.jobs["el"].TaskGroups {
+		if _, gen := groupname.Parse(*g.Name); gen {
+			n++
+			if g.Tasks[0].Env[contract.EnvWorldSize] != "2" {
+				t.Fatalf("%s: WORLD_SIZE %s", *g.Name, g.Tasks[0].Env[contract.EnvWorldSize])
+			}
+		}
+	}
+	if n != 2 {
+		t.Fatalf("el written with %d worker groups at the end, want 2", n)
 	}
 }
