@@ -182,8 +182,10 @@ type torchJob struct {
 	id, driver string
 	steps      int
 	workers    int
+	widths     string // hadar.workers of an elastic job ("1-2"), in place of workers
 	forkable   bool
 	throughput string
+	model      string   // hadar.model (with or without a throughput)
 	module     string   // hadar_train.examples.<module>
 	script     string   // or a script's path, as the task sees it
 	args       []string // the script's
@@ -230,12 +232,22 @@ func (p torchPaths) hcl(j torchJob) string {
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		fmt.Fprintf(&envLines, "        %s = %q\n", k, env[k])
 	}
+	workers := strconv.Itoa(j.workers)
+	if j.widths != "" {
+		workers = j.widths
+	}
+	var meta strings.Builder
+	if j.throughput != "" || j.model == "" {
+		fmt.Fprintf(&meta, "    \"hadar.throughput\" = %q\n", j.throughput)
+	}
+	if j.model != "" {
+		fmt.Fprintf(&meta, "    \"hadar.model\"      = %q\n", j.model)
+	}
 	return fmt.Sprintf(`job %q {
   type = "batch"
   meta = {
-    "hadar.throughput" = %q
-    "hadar.steps"      = "%d"
-    "hadar.workers"    = "%d"
+%s    "hadar.steps"      = "%d"
+    "hadar.workers"    = %q
     "hadar.forkable"   = "%t"
   }
   %s
@@ -266,7 +278,7 @@ func (p torchPaths) hcl(j torchJob) string {
     }
   }
 }
-`, j.id, j.throughput, j.steps, j.workers, j.forkable, jobspec.GateHCL, j.driver, user, debianPython, strings.Join(quoted, ", "), j.config, envLines.String(), j.memory)
+`, j.id, meta.String(), j.steps, workers, j.forkable, jobspec.GateHCL, j.driver, user, debianPython, strings.Join(quoted, ", "), j.config, envLines.String(), j.memory)
 }
 
 func (c *sidecarCluster) submitTorch(p torchPaths, j torchJob) {
