@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,7 +50,7 @@ func TestSimJSONContract(t *testing.T) {
 		if r["policy"] != want {
 			t.Fatalf("result %d is %v, want %s", i, r["policy"], want)
 		}
-		for _, k := range []string{"makespan_s", "avg_jct_s", "p99_jct_s", "utilization", "jobs_completed", "jobs_total"} {
+		for _, k := range []string{"makespan_s", "avg_jct_s", "p99_jct_s", "utilization", "jobs_completed", "jobs_total", "gpu_h_per_job"} {
 			if _, ok := r[k].(float64); !ok {
 				t.Fatalf("result %s lacks numeric %q: %v", want, k, r)
 			}
@@ -57,6 +59,80 @@ func TestSimJSONContract(t *testing.T) {
 			t.Fatalf("%s completed %v of %v jobs, want 20 of 20", want, r["jobs_completed"], r["jobs_total"])
 		}
 	}
+}
+
+// TestSimGPUHoursPerJob checks the GPU-h/job column: the table's header
+// ends with it, every policy's row has one more column than before, and
+// the summary's value is the per-job CSV's GPU seconds, summed over the
+// completed jobs, in hours per job.
+func TestSimGPUHoursPerJob(t *testing.T) {
+	out, errs, code := runCLI(t, "sim", "--trace", gavelTrace, "--policies", "fifo,hadar")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var header string
+	rows := map[string][]string{}
+	for _, line := range strings.Split(out, "\n") {
+		fs := strings.Fields(line)
+		switch {
+		case len(fs) > 0 && fs[0] == "policy":
+			header = strings.Join(fs, " ")
+		case len(fs) == 9 && (fs[0] == "fifo" || fs[0] == "hadar"):
+			rows[fs[0]] = fs
+		}
+	}
+	if want := "policy makespan (h) avg JCT (h) p99 JCT (h) utilization completed restarts comm (h) GPU-h/job"; header != want {
+		t.Fatalf("header %q, want %q\n%s", header, want, out)
+	}
+	if len(rows) != 2 {
+		t.Fatalf("want a 9-column row for fifo and hadar:\n%s", out)
+	}
+
+	dir := t.TempDir()
+	if _, errs, code := runCLI(t, "sim", "--trace", gavelTrace, "--policies", "fifo,hadar", "--out", dir, "--format", "csv"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	sum := readCSV(t, filepath.Join(dir, "summary.csv"))
+	if h := sum[0]; h[len(h)-1] != "gpu_h_per_job" {
+		t.Fatalf("summary.csv header %v lacks gpu_h_per_job last", h)
+	}
+	for _, row := range sum[1:] {
+		pol := row[0]
+		jobs := readCSV(t, filepath.Join(dir, "jobs_"+pol+".csv"))
+		held, done := 0.0, 0
+		for _, j := range jobs[1:] {
+			var finish, gs float64
+			fmt.Sscan(j[5], &finish)
+			fmt.Sscan(j[8], &gs)
+			if finish > 0 {
+				held += gs
+				done++
+			}
+		}
+		var got float64
+		fmt.Sscan(row[len(row)-1], &got)
+		want := held / 3600 / float64(done)
+		if done != 20 || want <= 0 || math.Abs(got-want) > 1e-3 {
+			t.Errorf("%s: gpu_h_per_job %v, want %v (%d jobs done)", pol, got, want, done)
+		}
+		if tw := fmt.Sprintf("%.2f", want); rows[pol][8] != tw {
+			t.Errorf("%s: table GPU-h/job %s, want %s", pol, rows[pol][8], tw)
+		}
+	}
+}
+
+func readCSV(t *testing.T, name string) [][]string {
+	t.Helper()
+	fh, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	rows, err := csv.NewReader(fh).ReadAll()
+	if err != nil || len(rows) < 2 {
+		t.Fatalf("%s: %d rows, %v", name, len(rows), err)
+	}
+	return rows
 }
 
 func TestSimOutDirWritesPlotsAndCSVs(t *testing.T) {
