@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/hadar-sched/hadar/planner"
@@ -45,10 +46,26 @@ func clusterOf(gpus int) []planner.Node {
 
 func loadedOn(b *testing.B, policy string, n int, nodes []planner.Node) (*engine.Engine, []planner.Job) {
 	b.Helper()
+	return loadedJobs(b, policy, n, nodes, false)
+}
+
+// loadedJobs is loadedOn with, when elastic, every job elastic
+// (trace.MakeElastic with fraction 1: the profiled widths from 1 to twice
+// its scale factor, as `hadar sim --elastic 1` draws them).
+func loadedJobs(b *testing.B, policy string, n int, nodes []planner.Node, elastic bool) (*engine.Engine, []planner.Job) {
+	b.Helper()
 	prof := profile.Default()
 	jobs, err := trace.Synthesize(trace.SynthConfig{Jobs: n + 200, Seed: 1, Profile: prof, Reference: "v100"})
 	if err != nil {
 		b.Fatal(err)
+	}
+	if elastic {
+		if jobs, err = trace.MakeElastic(jobs, 1, 1, prof.ScaleFactors); err != nil {
+			b.Fatal(err)
+		}
+		if !slices.ContainsFunc(jobs[:n], func(j planner.Job) bool { return len(j.Widths) > 1 }) {
+			b.Fatal("no job made elastic")
+		}
 	}
 	est, err := engine.NewEstimates(prof, engine.LearnConfig{})
 	if err != nil {
@@ -126,12 +143,23 @@ func turnover(ctx context.Context, b *testing.B, e *engine.Engine, done string, 
 // Hadar's and Gavel's max-min on 64, 512 and 2,048 GPUs, with as many
 // active jobs as half the GPUs (about one GPU asked per GPU held): each
 // iteration one job completes and one arrives, so every policy decides
-// again (docs/results.md, "Sia").
+// again. The jobs=elastic variants run the same rounds with every job
+// elastic (trace.MakeElastic at fraction 1) for sia and hadar
+// (docs/results.md, "Decision time, rigid and elastic").
 func BenchmarkSiaDecision(b *testing.B) {
+	type variant struct {
+		policy  string
+		elastic bool
+	}
+	variants := []variant{{"sia", false}, {"hadar", false}, {"gavel-maxmin", false}, {"sia", true}, {"hadar", true}}
 	for _, gpus := range []int{64, 512, 2048} {
-		for _, policy := range []string{"sia", "hadar", "gavel-maxmin"} {
-			b.Run(fmt.Sprintf("gpus=%d/policy=%s", gpus, policy), func(b *testing.B) {
-				e, more := loadedOn(b, policy, gpus/2, clusterOf(gpus))
+		for _, v := range variants {
+			name := fmt.Sprintf("gpus=%d/policy=%s", gpus, v.policy)
+			if v.elastic {
+				name += "/jobs=elastic"
+			}
+			b.Run(name, func(b *testing.B) {
+				e, more := loadedJobs(b, v.policy, gpus/2, clusterOf(gpus), v.elastic)
 				ctx := context.Background()
 				now := 0.0
 				b.ResetTimer()
