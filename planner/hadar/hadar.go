@@ -34,6 +34,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/policy"
@@ -404,6 +405,8 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		ok := s.plan(v, g, ji)
 		if s.rs != nil && s.displace(v, g, ji, infos, s.rs, ahead) {
 			ok = true
+		} else if s.rs != nil && s.shrink(v, g, ji, infos, s.rs, ahead) {
+			ok = true
 		}
 		if !ok {
 			rejected = append(rejected, ji)
@@ -436,7 +439,11 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 	for _, ji := range infos {
 		if why, ok := s.displaced[ji.view.ID]; ok {
 			if len(out[ji.idx].Units) > 0 && v.Reasons != nil {
-				why += "; runs elsewhere: " + v.Reasons[ji.idx].Why
+				if strings.HasPrefix(why, "shrinks") {
+					why += "; " + v.Reasons[ji.idx].Why
+				} else {
+					why += "; runs elsewhere: " + v.Reasons[ji.idx].Why
+				}
 			}
 			v.Explain(ji.idx, round.Reason{Why: why})
 		}

@@ -291,6 +291,18 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 			}
 			rate := s.rate(v, ji, p.Units[0])
 			held := ji.sf()
+			// An elastic job may grow in place: its own GPUs are weighed
+			// as free while it looks.
+			var ownSegs []segment
+			var ownTen *tenancy
+			if ji.at != nil {
+				r := s.jobs[ji.view.ID]
+				ownSegs = slices.Clone(r.Segs)
+				if len(r.Segs) > 0 {
+					s.release(v, g, ji, r)
+				}
+				ownTen = s.vacate(g, ji.view.ID)
+			}
 			// An elastic job weighs its every width (width.go).
 			for _, wd := range ji.widths() {
 				if !s.setWidth(v, ji, wd) {
@@ -308,6 +320,14 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 				}
 			}
 			s.setWidth(v, ji, held)
+			if ji.at != nil {
+				if len(ownSegs) > 0 {
+					s.recommit(g, s.jobs[ji.view.ID], ownSegs)
+				}
+				if ownTen != nil {
+					s.reoccupy(g, ji.view.ID, ownTen)
+				}
+			}
 		}
 		if best == nil {
 			return
