@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -134,6 +135,13 @@ var jobspecKinds = map[string]func(t *testing.T, job *api.Job, spec *jobspec.Spe
 			t.Errorf("want a gang with a declared hadar.throughput, got gang %v throughput %v", s.Gang, s.Throughput)
 		}
 		wantPyTorch(t, job, "exec", "hadar_train.examples.ddp")
+	},
+	"pytorch-elastic.nomad.hcl": func(t *testing.T, job *api.Job, s *jobspec.Spec) {
+		wantManaged(t, s, 1)
+		if !slices.Equal(s.Widths, []int{1, 2, 3, 4}) || !s.Gang {
+			t.Errorf("want an elastic gang of widths 1-4, got widths %v gang %v", s.Widths, s.Gang)
+		}
+		wantPyTorch(t, job, "hadar-train", "hadar_train.examples.elastic")
 	},
 	"pytorch-hadar-train.nomad.hcl": func(t *testing.T, job *api.Job, s *jobspec.Spec) {
 		wantManaged(t, s, 1)

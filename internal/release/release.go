@@ -72,7 +72,7 @@ func Files() []string {
 		// installs from the archive, not from a clone.
 		"jobspecs/README.md", "jobspecs/dispatch.nomad.hcl", "jobspecs/forkable.nomad.hcl", "jobspecs/gang.nomad.hcl",
 		"jobspecs/hadare-emulated.nomad.hcl", "jobspecs/network-sensitive.nomad.hcl", "jobspecs/pytorch-exec.nomad.hcl",
-		"jobspecs/pytorch-hadar-train.nomad.hcl", "jobspecs/single-gpu.nomad.hcl", "jobspecs/stock-device.nomad.hcl",
+		"jobspecs/pytorch-elastic.nomad.hcl", "jobspecs/pytorch-hadar-train.nomad.hcl", "jobspecs/single-gpu.nomad.hcl", "jobspecs/stock-device.nomad.hcl",
 		"jobspecs/throughput.nomad.hcl", "jobspecs/train-emulated.nomad.hcl", "docs/pytorch.md", "docs/training-contract.md",
 		"python/README.md", "python/pyproject.toml", "python/hadar_train/__init__.py", "python/hadar_train/checkpoint.py",
 		"python/hadar_train/elastic.py", "python/hadar_train/env.py", "python/hadar_train/files.py", "python/hadar_train/launch.py", "python/hadar_train/local.py",
