@@ -24,7 +24,9 @@ func (s *Scheduler) shrink(v *round.View, g *grid, k *jobInfo, infos []*jobInfo,
 	}
 	rem, restart := k.view.Remaining, s.cfg.RestartCost
 	before, _, what := s.outlook(v, g, k, rs, ahead)
-	if before-(restart+rem/k.best) <= 1e-9*before || jobWeight(k)*(before-(restart+rem/k.best)) <= s.minWeight*restart {
+	// The most k could gain: a start now at its best speed.
+	most := before - (restart + rem/k.best)
+	if most <= 1e-9*before || jobWeight(k)*most <= s.minWeight*restart {
 		return false
 	}
 	type pick struct {
@@ -61,8 +63,11 @@ func (s *Scheduler) shrink(v *round.View, g *grid, k *jobInfo, infos []*jobInfo,
 			}
 			narrow := []slotIdx{{take[0].n, take[0].k, wd}}
 			rn := s.takeRate(v, g, ji, narrow)
+			if rn <= 0 {
+				continue
+			}
 			cost := jobWeight(ji) * (restart + ji.view.Remaining/rn - ji.view.Remaining/rj)
-			if rn <= 0 || cost >= jobWeight(k)*(before-(restart+rem/k.best)) {
+			if cost >= jobWeight(k)*most {
 				continue
 			}
 			s.vacateVictim(v, g, c)
