@@ -129,13 +129,14 @@ func (s *Scheduler) resizeWhy(v *round.View, ji *jobInfo, to planner.Unit, toRat
 	}
 	done := fmt.Sprintf("done in about %s instead of %s", hours(s.cfg.RestartCost+ji.view.Remaining/toRate), hours(ji.view.Remaining/from))
 	n, m := to.GPUs(), here.GPUs()
-	switch {
-	case n > m:
-		return fmt.Sprintf("grows to %d workers (%s%s): %s at %d, %s %s over its %s restart", n, where, unitString(to), done, m, verb, hours(gain), hours(s.cfg.RestartCost))
-	case n < m:
-		return fmt.Sprintf("shrinks to %d workers (%s%s): %s at %d, %s %s over its %s restart", n, where, unitString(to), done, m, verb, hours(gain), hours(s.cfg.RestartCost))
+	if n == m {
+		return ""
 	}
-	return ""
+	change := "grows"
+	if n < m {
+		change = "shrinks"
+	}
+	return fmt.Sprintf("%s to %d workers (%s%s): %s at %d, %s %s over its %s restart", change, n, where, unitString(to), done, m, verb, hours(gain), hours(s.cfg.RestartCost))
 }
 
 // fitWidth plans an elastic job that does not fit slot 0's free GPUs at
