@@ -3,6 +3,7 @@ package planner
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -160,15 +161,7 @@ func (j Job) Elastic() bool { return len(j.Widths) > 1 }
 // AllowsWidth reports whether the job may run on one unit of w GPUs: w is
 // ScaleFactor, or one of Widths.
 func (j Job) AllowsWidth(w int) bool {
-	if w == j.ScaleFactor {
-		return true
-	}
-	for _, x := range j.Widths {
-		if x == w {
-			return true
-		}
-	}
-	return false
+	return w == j.ScaleFactor || slices.Contains(j.Widths, w)
 }
 
 // Validate reports the first field of j that cannot be scheduled.
