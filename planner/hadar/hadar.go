@@ -990,6 +990,13 @@ func (s *Scheduler) value(v *round.View, infos []*jobInfo) {
 			top = math.Max(top, ji.density)
 		}
 	}
+	if top == 0 {
+		// No bounds yet (the first call) and every job critical: twice the
+		// highest of their own values, not zero.
+		for _, ji := range infos {
+			top = math.Max(top, ji.density)
+		}
+	}
 	for _, ji := range infos {
 		if ji.critical {
 			scale := 2 * top / ji.density

@@ -3,6 +3,7 @@ package hadar
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/hadar-sched/hadar/planner"
@@ -235,5 +236,27 @@ func TestForkRespectsTheJobsCopyLimit(t *testing.T) {
 		if got := len(ps[0].Units); got != limit {
 			t.Fatalf("job limit %d: %d units", limit, got)
 		}
+	}
+}
+
+// On the first call the price bounds are empty; a lone job is critical
+// for the makespan (it is the makespan) and must be worth twice its own
+// value, not zero: it is admitted by the dual, not left to backfill.
+func TestFirstCallCriticalJobHasValue(t *testing.T) {
+	v := testView(t, "v100=4,p100=4,k80=4", 1)
+	v.Reasons = make([]round.Reason, len(v.Jobs))
+	s, err := New(Config{Speed: speed.Model{Profile: profile.Default()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := s.Schedule(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps[0].Units) == 0 {
+		t.Fatalf("the lone job waits: %s", v.Reasons[0].Why)
+	}
+	if w := v.Reasons[0].Why; !strings.HasPrefix(w, "admitted") || !strings.Contains(w, "critical for the makespan") {
+		t.Fatalf("the lone job's reason %q: want it admitted as critical", w)
 	}
 }
