@@ -77,31 +77,8 @@ func extra() map[string]constructor {
 			if o.GavelFidelity {
 				cfg.MinRunTime = -1
 			}
-			for _, a := range ablations {
-				switch a {
-				case "flat":
-					cfg.FlatPrices = true
-				case "nobackfill":
-					cfg.NoBackfill = true
-				case "noguide":
-					cfg.NoFluidGuide = true
-				case "nodeprices":
-					cfg.NodePrices = true
-				case "eager":
-					cfg.Eager = true
-				case "pricedplace":
-					cfg.PricedPlacement = true
-				default:
-					if n, err := strconv.Atoi(strings.TrimPrefix(a, "h")); err == nil && strings.HasPrefix(a, "h") && n > 0 {
-						cfg.Horizon = n
-						continue
-					}
-					if x, err := strconv.ParseFloat(strings.TrimPrefix(a, "crit"), 64); err == nil && strings.HasPrefix(a, "crit") && x > 0 && x <= 1 {
-						cfg.Critical = x
-						continue
-					}
-					return nil, fmt.Errorf("unknown Hadar switch %q: want any of %s, e.g. hadar:flat:nobackfill", a, strings.Join(HadarAblations, ", "))
-				}
+			if err := hadarSwitches(&cfg, ablations); err != nil {
+				return nil, err
 			}
 			return hadar.New(cfg)
 		}
@@ -111,6 +88,37 @@ func extra() map[string]constructor {
 		"hadar-jct": build(false, string(hadar.AvgJCT)), "hadare-jct": build(true, string(hadar.AvgJCT)),
 		"sia": buildSia,
 	}
+}
+
+// hadarSwitches applies a Hadar or HadarE name's switches to cfg.
+func hadarSwitches(cfg *hadar.Config, ablations []string) error {
+	for _, a := range ablations {
+		switch a {
+		case "flat":
+			cfg.FlatPrices = true
+		case "nobackfill":
+			cfg.NoBackfill = true
+		case "noguide":
+			cfg.NoFluidGuide = true
+		case "nodeprices":
+			cfg.NodePrices = true
+		case "eager":
+			cfg.Eager = true
+		case "pricedplace":
+			cfg.PricedPlacement = true
+		default:
+			if n, err := strconv.Atoi(strings.TrimPrefix(a, "h")); err == nil && strings.HasPrefix(a, "h") && n > 0 {
+				cfg.Horizon = n
+				continue
+			}
+			if x, err := strconv.ParseFloat(strings.TrimPrefix(a, "crit"), 64); err == nil && strings.HasPrefix(a, "crit") && x > 0 && x <= 1 {
+				cfg.Critical = x
+				continue
+			}
+			return fmt.Errorf("unknown Hadar switch %q: want any of %s, e.g. hadar:flat:nobackfill", a, strings.Join(HadarAblations, ", "))
+		}
+	}
+	return nil
 }
 
 // buildSia is Sia (SOSP'23, planner/sia): the restart cost the simulator
@@ -124,6 +132,18 @@ func buildSia(o Options, switches []string) (round.Scheduler, error) {
 	if o.Placer != nil {
 		cfg.Placer = o.Placer
 	}
+	if err := siaSwitches(&cfg, switches); err != nil {
+		return nil, err
+	}
+	s, err := sia.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("policy sia: %w", err)
+	}
+	return s, nil
+}
+
+// siaSwitches applies a Sia name's switches to cfg.
+func siaSwitches(cfg *sia.Config, switches []string) error {
 	for _, a := range switches {
 		if a == "rigid" {
 			cfg.Rigid = true
@@ -131,15 +151,11 @@ func buildSia(o Options, switches []string) (round.Scheduler, error) {
 		}
 		x, err := strconv.ParseFloat(strings.TrimPrefix(a, "p"), 64)
 		if !strings.HasPrefix(a, "p") || err != nil || x == 0 {
-			return nil, fmt.Errorf("unknown Sia switch %q: want rigid, or pX, the fairness exponent (not 0), e.g. sia:p-0.5", a)
+			return fmt.Errorf("unknown Sia switch %q: want rigid, or pX, the fairness exponent (not 0), e.g. sia:p-0.5", a)
 		}
 		cfg.P = x
 	}
-	s, err := sia.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("policy sia: %w", err)
-	}
-	return s, nil
+	return nil
 }
 
 // filter keeps a nil placer a nil interface for Hadar.
@@ -158,6 +174,28 @@ func Names() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// Check tells whether New knows name, its switches included (sia:rigid,
+// hadar:h8), without the profile and cluster a build needs: what a
+// configuration is checked with before anything runs.
+func Check(name string) error {
+	name = strings.ToLower(strings.TrimSpace(name))
+	base, switches, _ := strings.Cut(name, ":")
+	var list []string
+	if switches != "" {
+		list = strings.Split(switches, ":")
+	}
+	switch base {
+	case "hadar", "hadare", "hadar-jct", "hadare-jct":
+		return hadarSwitches(&hadar.Config{}, list)
+	case "sia":
+		return siaSwitches(&sia.Config{}, list)
+	}
+	if _, err := policy.New(name); err != nil {
+		return fmt.Errorf("unknown policy %q: want one of %s", name, strings.Join(Names(), ", "))
+	}
+	return nil
 }
 
 // New builds the scheduler of the given name.

@@ -36,3 +36,18 @@ func TestHadarAblationSwitches(t *testing.T) {
 		t.Fatal("a Gavel policy took a Hadar switch")
 	}
 }
+
+// Check, the configuration's test of a name, accepts exactly what New
+// builds: every listed name, and the switches of each family.
+func TestCheckAgreesWithNew(t *testing.T) {
+	o := Options{Speed: speed.Model{Profile: profile.Default()}}
+	names := append(Names(), "sia:rigid", "sia:p1", "SIA:rigid:p-0.5", "hadar:h8:flat", "hadare-jct:crit0.7",
+		"sia:fast", "sia:p0", "hadar:fast", "gavel-maxmin:flat", "gavel-maxmin:rigid", "nope", "")
+	for _, name := range names {
+		_, errNew := New(name, o)
+		errCheck := Check(name)
+		if (errNew == nil) != (errCheck == nil) {
+			t.Errorf("%q: New says %v, Check says %v", name, errNew, errCheck)
+		}
+	}
+}

@@ -61,7 +61,8 @@ type Cluster struct {
 // Scheduling is how jobs are planned: the policy, the placement, the
 // round, and what the planner knows of models and GPUs.
 type Scheduling struct {
-	// Policy is the scheduler: one of `hadar policies`.
+	// Policy is the scheduler: one of `hadar policies`, with its switches
+	// (sia:rigid, hadar:h8) as hadar sim takes them.
 	Policy string `hcl:"policy,optional"`
 	// Placement is the placement policy (docs/placement.md).
 	Placement string `hcl:"placement,optional"`
@@ -414,8 +415,8 @@ func (c *Config) Validate() error {
 	if c.Nomad == nil || c.HTTP == nil || c.State == nil || c.Leader == nil {
 		return fmt.Errorf("sidecar config: not defaulted (a nomad, http, state or leader block is nil): call Default before Validate, or use Resolve")
 	}
-	if !slices.Contains(registry.Names(), c.Policy) {
-		return fmt.Errorf("sidecar config: policy %q: want one of %s", c.Policy, strings.Join(registry.Names(), ", "))
+	if err := registry.Check(c.Policy); err != nil {
+		return fmt.Errorf("sidecar config: policy %q: %w", c.Policy, err)
 	}
 	if !slices.Contains(placement.Names(), c.Placement) {
 		return fmt.Errorf("sidecar config: placement %q: want one of %s", c.Placement, strings.Join(placement.Names(), ", "))

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,8 @@ state {
 func TestConfigErrorsNameTheField(t *testing.T) {
 	for _, tc := range []struct{ src, want string }{
 		{`policy = "fastest"`, "policy"},
+		{`policy = "sia:fast"`, `policy "sia:fast": unknown Sia switch "fast"`},
+		{`queue "a" { policy = "hadar:nope" }`, `queue "a": policy "hadar:nope": unknown Hadar switch "nope"`},
 		{`placement = "anywhere"`, "placement"},
 		{`round = "6"`, "round"},
 		{`round = "0s"`, "round"},
@@ -202,6 +205,20 @@ func TestMaxMinRunTime(t *testing.T) {
 			t.Errorf("%q: %v", tc.src, err)
 		case tc.err == "" && s.MaxMinRunTime.Duration() != tc.want:
 			t.Errorf("%q: max_min_run_time %v, want %v", tc.src, s.MaxMinRunTime, tc.want)
+		}
+	}
+}
+
+// A policy's switches, as hadar sim takes them, are taken by the sidecar
+// too: Sia's rigid mode, a fairness exponent, a Hadar ablation.
+func TestConfigTakesPolicySwitches(t *testing.T) {
+	for _, p := range []string{"sia:rigid", "sia:p1", "hadar:h8", "hadare"} {
+		c, err := ParseConfig("s.hcl", []byte(fmt.Sprintf("policy = %q\nqueue \"a\" { policy = %q }\n", p, p)))
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if _, err := c.Resolve(); err != nil {
+			t.Fatalf("%s: %v", p, err)
 		}
 	}
 }

@@ -2,8 +2,6 @@ package config
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/hadar-sched/hadar/planner/queue"
 	"github.com/hadar-sched/hadar/planner/registry"
@@ -22,8 +20,11 @@ func (c *Config) validateQueues() error {
 		return fmt.Errorf("sidecar config: %w", err)
 	}
 	for _, q := range qc.Queues {
-		if q.Policy != "" && !slices.Contains(registry.Names(), q.Policy) {
-			return fmt.Errorf("sidecar config: queue %q: policy %q: want one of %s (or none: the sidecar's policy)", q.Name, q.Policy, strings.Join(registry.Names(), ", "))
+		if q.Policy == "" {
+			continue // the sidecar's policy
+		}
+		if err := registry.Check(q.Policy); err != nil {
+			return fmt.Errorf("sidecar config: queue %q: policy %q: %w (or none: the sidecar's policy)", q.Name, q.Policy, err)
 		}
 	}
 	c.QueueConfig = qc
