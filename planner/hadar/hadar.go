@@ -321,6 +321,11 @@ type jobInfo struct {
 	density  float64   // dual value: value per GPU-round at its best
 	base     float64   // density before the critical boost (price bounds)
 	critical bool
+	// protected: its remaining time at the width it holds reaches the
+	// makespan's share (Config.Critical): no other job preempts it or
+	// shrinks it. Every critical job is protected; an elastic job may be
+	// protected and not critical (value).
+	protected bool
 	// mask is the grid's cells the job may use (grid.mask of its
 	// Eligible), built on first use; masked says it was.
 	mask   []bool
@@ -980,6 +985,14 @@ func (s *Scheduler) value(v *round.View, infos []*jobInfo) {
 		left := math.Max(s.target-v.Now, 0)
 		for _, ji := range infos {
 			ji.critical = ji.remTime >= s.cfg.Critical*left
+			// A job this long is never a victim. An elastic one is
+			// critical only when it would miss the target even at its
+			// widest width (width.go, critical): one that can still
+			// make it by widening competes at its own value.
+			ji.protected = ji.critical
+			if ji.critical && ji.at != nil {
+				ji.critical = s.remainingWidest(v, ji) >= s.cfg.Critical*left
+			}
 		}
 	}
 	// Critical jobs are worth twice the highest value of any job, so they

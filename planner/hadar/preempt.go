@@ -220,7 +220,7 @@ func (s *Scheduler) displace(v *round.View, g *grid, k *jobInfo, infos []*jobInf
 	}
 	var cands []*victim
 	for _, ji := range infos {
-		if ji == k || !holding(v, ji.view) || s.pins[ji.view.ID] > 0 || ji.critical || ji.density >= k.density && !crit {
+		if ji == k || !holding(v, ji.view) || s.pins[ji.view.ID] > 0 || ji.protected || ji.density >= k.density && !crit {
 			continue
 		}
 		take, ok := s.heldNow(g, ji)

@@ -41,7 +41,7 @@ func (s *Scheduler) shrink(v *round.View, g *grid, k *jobInfo, infos []*jobInfo,
 	var best *pick
 	r := s.jobs[k.view.ID]
 	for _, ji := range infos {
-		if ji == k || ji.at == nil || !holding(v, ji.view) || len(ji.view.Placement.Units) != 1 || s.pins[ji.view.ID] > 0 || ji.critical || ji.density >= k.density {
+		if ji == k || ji.at == nil || !holding(v, ji.view) || len(ji.view.Placement.Units) != 1 || s.pins[ji.view.ID] > 0 || ji.protected || ji.density >= k.density {
 			continue
 		}
 		take, ok := s.heldNow(g, ji)

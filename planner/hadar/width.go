@@ -117,6 +117,32 @@ func (s *Scheduler) dualWidths(v *round.View, g *grid, ji *jobInfo, from int, ke
 	return best
 }
 
+// remainingWidest is an elastic job's remaining time at its widest
+// declared width, at its best speed there (on the fluid guide's types
+// where it has any), or at the width it is planned at when it has no
+// figures for the widest.
+//
+// The makespan utility (value) makes a job critical when its remaining
+// time reaches Config.Critical of the time left to the makespan target;
+// a critical job is worth twice any other, preempts others without
+// weighing their loss, and plans first. Measured at the width it holds,
+// an elastic job shrunk to make room, or started narrow, looked critical
+// although widening would still bring it in on time, and one that grew
+// stopped being critical. An elastic job is therefore critical only when
+// even its widest width would not bring it in on time; measured at the
+// width it holds it stays protected (jobInfo.protected): no other job
+// preempts it or shrinks it. Rigid jobs are planned as before (their
+// widest width is the one they have). Measured: docs/results.md, "Hadar's
+// critical elastic jobs".
+func (s *Scheduler) remainingWidest(v *round.View, ji *jobInfo) float64 {
+	w0 := ji.sf()
+	defer s.setWidth(v, ji, w0)
+	if !s.setWidth(v, ji, slices.Max(ji.view.Widths)) {
+		return ji.remTime
+	}
+	return min(ji.remTime, ji.view.Remaining/ji.best)
+}
+
 // resizeWhy is the reason a running job gives for changing width (or
 // moving, at the same width): its remaining time at the new placement
 // plus the restart against its remaining time where it runs.

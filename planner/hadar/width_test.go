@@ -2,6 +2,7 @@ package hadar
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -135,6 +136,60 @@ func TestElasticResizeOnlyWhenItSavesMoreThanTheRestart(t *testing.T) {
 				}
 			} else if strings.Contains(w, "grows") {
 				t.Fatalf("reason %q", w)
+			}
+		})
+	}
+}
+
+// The makespan utility on one node of eight V100s, first call: elastic a
+// (widths 2, 4, 8; T = 10, 19, 36) has 360,000 steps left, 36,000 s at
+// its scale factor 2; rigid b (2 GPUs, T = 10) has 340,000, 34,000 s.
+// The remaining makespan's bound is the longest job, 36,000 s (the work
+// over the GPUs is (2*36,000 + 2*34,000)/8 = 17,500 s), so a job is
+// critical from 0.9 * 36,000 = 32,400 s on: both are at the width they
+// are planned at. But a at 8 is done in 360,000/36 = 10,000 s, well
+// within the target: it is protected (no job preempts or shrinks it) but
+// not critical (its value is its own, not twice the highest), while b,
+// which has no other width, is both. With T(8) = 11, a at 8 still needs
+// 32,727 s: critical. Run as a rigid job (no widths), a is critical as
+// before. Values per GPU-round below, by hand.
+func TestElasticCriticalOnlyWhenWidestMissesTheTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		a        map[int]float64
+		rigid    bool
+		critical bool
+	}{
+		{"widening makes it", map[int]float64{2: 10, 4: 19, 8: 36}, false, false},
+		{"widest misses it", map[int]float64{2: 10, 4: 10.5, 8: 11}, false, true},
+		{"rigid", map[int]float64{2: 10, 4: 19, 8: 36}, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prof := widthRates{"a": tc.a, "b": {2: 10}}
+			v := elasticView(prof, 0, nil, map[string]float64{"a": 360000, "b": 340000})
+			v.Jobs[1].Widths, v.Jobs[1].WidthThroughput = nil, nil
+			if tc.rigid {
+				v.Jobs[0].Widths, v.Jobs[0].WidthThroughput = nil, nil
+			}
+			s := elasticSched(t, prof, Config{})
+			s.cfg.Utility = Makespan
+			infos := s.jobInfos(v)
+			s.value(v, infos)
+			a, b := infos[0], infos[1]
+			if !a.protected || a.critical != tc.critical {
+				t.Fatalf("a: protected %v, critical %v; want protected, critical %v", a.protected, a.critical, tc.critical)
+			}
+			if !b.protected || !b.critical {
+				t.Fatalf("b: protected %v, critical %v; want both", b.protected, b.critical)
+			}
+			// a's own value per GPU-round at its scale factor: 1/360,000
+			// per step, 10 steps/s, a 360 s round, over 2 GPUs, 0.005. A
+			// critical job is worth twice the highest value of the others
+			// (here a's, 0.01), or, all critical on the first call, twice
+			// the highest of theirs (b's 10*360/2/340,000: 0.01059 each).
+			want := map[bool][2]float64{false: {0.005, 0.01}, true: {2 * 1800 / 340000.0, 2 * 1800 / 340000.0}}[tc.critical]
+			if math.Abs(a.density-want[0]) > 1e-9 || math.Abs(b.density-want[1]) > 1e-9 {
+				t.Fatalf("values per GPU-round a %g, b %g; want %g and %g", a.density, b.density, want[0], want[1])
 			}
 		})
 	}
