@@ -310,8 +310,14 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 				}
 				w := s.startWindow(v, g, ji, 0)
 				// Onto the fluid guide's types only: the guide is what keeps
-				// each type for the jobs with the advantage there.
-				o := s.bestOption(v, g, ji, g.window(0, w), true, false)
+				// each type for the jobs with the advantage there. An
+				// elastic job protected and not critical (value: too long
+				// at the width it holds, on time if it widens) grows onto
+				// any type, as a critical job plans off the guide's types
+				// rather than wait: held narrow on its guide's type, one
+				// ran 95 h on 2 of its 8 P100s while other GPUs idled
+				// (philly-8h seed 1, all elastic).
+				o := s.bestOption(v, g, ji, g.window(0, w), true, ji.protected && !ji.critical)
 				if o == nil || o.rate <= rate {
 					continue
 				}

@@ -194,3 +194,58 @@ func TestElasticCriticalOnlyWhenWidestMissesTheTarget(t *testing.T) {
 		})
 	}
 }
+
+// typeWidthRates is a profile of one model whose figures depend on the
+// GPU type and the width (steps/s summed over the workers).
+type typeWidthRates map[planner.GPUType]map[int]float64
+
+func (r typeWidthRates) Throughput(_ string, w int, t planner.GPUType, _ bool) (float64, error) {
+	return r[t][w], nil
+}
+
+// Elastic a (widths 1, 2, 4) runs on the one K80 of node k0, the type
+// the fluid guide gives it; node v0's four V100s are idle. Makespan
+// utility: a alone, 36,000 steps at 1 step/s on its K80 take 10 h, the
+// whole remaining makespan, so it is protected; at 4 on K80s (3.6/s)
+// 2.8 h would do, so it is not critical, and the dual keeps it on its
+// K80 (the guide's type; no second K80 to widen on). upgrade then lets a
+// protected job that is not critical grow onto idle GPUs of any type: 4
+// V100s at 16/s, done in 20 s + 36,000/16 s = 0.6 h instead of 10 h.
+// upgrade otherwise looks only on the guide's types, and a stayed on its
+// one K80.
+func TestElasticProtectedJobGrowsOffTheGuidesTypes(t *testing.T) {
+	prof := typeWidthRates{"k80": {1: 1, 2: 1.9, 4: 3.6}, "v100": {1: 4, 2: 8, 4: 16}}
+	c := planner.Cluster{Nodes: []planner.Node{node("k0", "k80", 1), node("v0", "v100", 4)}}
+	v := &round.View{Now: 360, Round: 360, Types: c.Types(), Cluster: c, Pool: round.NewPool(c)}
+	for _, ty := range v.Types {
+		v.Capacity = append(v.Capacity, float64(c.Capacity(ty)))
+	}
+	jv := &round.JobView{Job: planner.Job{ID: "a", Model: "a", ScaleFactor: 1, Widths: []int{1, 2, 4}, TotalSteps: 36000, Weight: 1},
+		Remaining: 36000, Received: make([]float64, len(v.Types)),
+		Placement: planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{{Node: "k0", Type: "k80", Count: 1}}}}}}
+	guide := make([]bool, len(v.Types))
+	for k, ty := range v.Types {
+		jv.Throughput = append(jv.Throughput, prof[ty][1])
+		guide[k] = ty == "k80"
+	}
+	for _, w := range jv.Widths {
+		row := []float64{}
+		for _, ty := range v.Types {
+			row = append(row, prof[ty][w])
+		}
+		jv.WidthThroughput = append(jv.WidthThroughput, row)
+	}
+	v.Jobs = []*round.JobView{jv}
+	v.Reasons = make([]round.Reason, 1)
+	s := elasticSched(t, widthRates{}, Config{RestartCost: 20})
+	s.cfg.Speed = speed.Model{Profile: prof}
+	s.cfg.NoFluidGuide, s.cfg.Utility = false, Makespan
+	s.fluid, s.fluidKey = map[string][]bool{"a": guide}, round.JobSetKey(v)
+	got := planned(t, s, v)
+	if got["a"] != 4 {
+		t.Fatalf("a on %d GPUs, want 4 V100s: %s", got["a"], why(v, "a"))
+	}
+	if w := why(v, "a"); !strings.Contains(w, "grows to 4 workers (idle 4 v100 on v0)") {
+		t.Fatalf("a's reason %q", w)
+	}
+}
