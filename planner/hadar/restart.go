@@ -314,9 +314,9 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 				// elastic job protected and not critical (value: too long
 				// at the width it holds, on time if it widens) grows onto
 				// any type, as a critical job plans off the guide's types
-				// rather than wait: held narrow on its guide's type, one
-				// ran 95 h on 2 of its 8 P100s while other GPUs idled
-				// (philly-8h seed 1, all elastic).
+				// rather than wait: without it, one of scale factor 8 ran
+				// 95 h on 2 P100s on philly-8h seed 1, all elastic, with
+				// a third of the GPUs idle over the run.
 				o := s.bestOption(v, g, ji, g.window(0, w), true, ji.protected && !ji.critical)
 				if o == nil || o.rate <= rate {
 					continue
