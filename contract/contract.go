@@ -85,6 +85,11 @@ const (
 	// checkpoint directory was written by another run, or by a run that
 	// finished, starts fresh unless the job asks to resume (MetaResume).
 	EnvJobRun = "HADAR_JOB_RUN"
+	// EnvWidths is the widths an elastic job may run at (hadar.workers),
+	// ascending and comma-separated ("1,2,4"), so that the process can
+	// check its global batch divides among each; set only on elastic
+	// jobs' workers.
+	EnvWidths = "HADAR_WIDTHS"
 )
 
 // Job meta keys the task driver reads as well as the sidecar (Nomad puts

@@ -19,7 +19,7 @@ import (
 // An elastic job (hadar.workers = "1-2") under sia, alone on a node of two
 // GPUs, grows to both: the engine gets its widths from the jobspec, the
 // decision's reason is sia's, and the job is written with two worker
-// groups of WORLD_SIZE 2.
+// groups of WORLD_SIZE 2 that carry the widths (HADAR_WIDTHS).
 func TestElasticJobStartsAtTheWidthSiaChooses(t *testing.T) {
 	snap, rec := noteState(t, []noteCase{{name: "el", meta: map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "100000", "hadar.workers": "1-2"}}})
 	snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 2)
@@ -46,8 +46,8 @@ func TestElasticJobStartsAtTheWidthSiaChooses(t *testing.T) {
 			continue
 		}
 		env := g.Tasks[0].Env
-		if env[contract.EnvWorldSize] != "2" {
-			t.Fatalf("%s: WORLD_SIZE %q", *g.Name, env[contract.EnvWorldSize])
+		if env[contract.EnvWorldSize] != "2" || env[contract.EnvWidths] != "1,2" {
+			t.Fatalf("%s: WORLD_SIZE %q, %s %q (want 1,2)", *g.Name, env[contract.EnvWorldSize], contract.EnvWidths, env[contract.EnvWidths])
 		}
 		ranks[env[contract.EnvRank]] = true
 	}
@@ -163,7 +163,7 @@ func TestElasticJobGrowsWhenAnotherLeaves(t *testing.T) {
 		if env == nil || env[contract.EnvWorldSize] != "2" || env[contract.EnvRank] != strconv.Itoa(r) {
 			t.Fatalf("el rank %d after the resize: %v", r, after)
 		}
-		for _, k := range []string{contract.EnvTemplate, contract.EnvTotalSteps, contract.EnvJobRun} {
+		for _, k := range []string{contract.EnvTemplate, contract.EnvTotalSteps, contract.EnvJobRun, contract.EnvWidths} {
 			if env[k] != old[k] {
 				t.Fatalf("%s %q after the resize, %q before", k, env[k], old[k])
 			}

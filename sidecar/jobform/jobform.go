@@ -334,6 +334,19 @@ func run(job *api.Job) string {
 	return strconv.FormatUint(*job.CreateIndex, 10)
 }
 
+// widths is contract.EnvWidths of an elastic job: its widths, ascending,
+// comma-separated ("1,2,4"); "" for a rigid job.
+func widths(spec jobspec.Spec) string {
+	if len(spec.Widths) < 2 {
+		return ""
+	}
+	ws := make([]string, len(spec.Widths))
+	for i, w := range spec.Widths {
+		ws[i] = strconv.Itoa(w)
+	}
+	return strings.Join(ws, ",")
+}
+
 // worker builds the generated group of one worker from the template.
 func worker(t *api.TaskGroup, spec jobspec.Spec, u Unit, rank int, o Options, run string) (*api.TaskGroup, error) {
 	g, err := clone(t)
@@ -366,6 +379,9 @@ func worker(t *api.TaskGroup, spec jobspec.Spec, u Unit, rank int, o Options, ru
 	}
 	if run != "" {
 		env[contract.EnvJobRun] = run
+	}
+	if ws := widths(spec); ws != "" {
+		env[contract.EnvWidths] = ws
 	}
 	found := false
 	for _, task := range g.Tasks {

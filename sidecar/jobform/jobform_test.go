@@ -443,3 +443,44 @@ func TestWorkersCarryTheJobsRun(t *testing.T) {
 		}
 	}
 }
+
+// TestElasticWorkersGetTheirWidths: every worker of an elastic job gets
+// its widths (hadar.workers) as HADAR_WIDTHS, ascending and
+// comma-separated, so that its script need not repeat them; a rigid
+// job's workers do not get it.
+func TestElasticWorkersGetTheirWidths(t *testing.T) {
+	for _, tc := range []struct{ workers, want string }{
+		{"1-4", "1,2,3,4"}, {"2,4,8", "2,4,8"}, {"3", ""},
+	} {
+		j, _ := submitted(t)
+		j.Meta["hadar.workers"] = tc.workers
+		spec, err := jobspec.Parse(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		placed, err := Placed(j, spec, []Unit{unit0, unit1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, g := range placed.TaskGroups {
+			if _, gen := groupname.Parse(*g.Name); !gen {
+				if _, ok := g.Tasks[0].Env[contract.EnvWidths]; ok {
+					t.Errorf("hadar.workers %q: the template %s has %s", tc.workers, *g.Name, contract.EnvWidths)
+				}
+				continue
+			}
+			n++
+			got, ok := g.Tasks[0].Env[contract.EnvWidths]
+			if tc.want == "" && ok {
+				t.Errorf("hadar.workers %q (rigid): %s has %s = %q, want none", tc.workers, *g.Name, contract.EnvWidths, got)
+			}
+			if tc.want != "" && got != tc.want {
+				t.Errorf("hadar.workers %q: %s has %s = %q, want %q", tc.workers, *g.Name, contract.EnvWidths, got, tc.want)
+			}
+		}
+		if n != len(unit0.Workers)+len(unit1.Workers) {
+			t.Errorf("hadar.workers %q: %d workers placed, want %d", tc.workers, n, len(unit0.Workers)+len(unit1.Workers))
+		}
+	}
+}
