@@ -39,7 +39,9 @@ func TestPyTorchElasticResizedTwice(t *testing.T) {
 	skipShort(t)
 	c, p := startTorchDev(t, "el-dev", []torchNode{{"", "ev", modelV100, "16GiB", 2}})
 	const steps = 1500
-	args := []string{"--log-every", "1", "--widths", "1-2"}
+	// No --widths: the example checks the global batch against
+	// HADAR_WIDTHS, which the sidecar sets from hadar.workers.
+	args := []string{"--log-every", "1"}
 	ref := exec.Command(debianPython, append([]string{"-m", "hadar_train.local", "-n", "1", "--steps", strconv.Itoa(steps), "-m", "hadar_train.examples.elastic"}, args...)...)
 	ref.Env = append(os.Environ(), "PYTHONPATH="+p.python, "OMP_NUM_THREADS=1")
 	out, err := ref.Output()

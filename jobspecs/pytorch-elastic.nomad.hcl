@@ -1,6 +1,7 @@
 # An elastic PyTorch job (issue 35): it may run at 1 to 4 workers, one GPU
 # each, with a fixed global batch of 48 samples a step at every width
-# (48 divides among 1, 2, 3 and 4 workers: the library checks it).
+# (48 divides among 1, 2, 3 and 4 workers: the library checks it against
+# HADAR_WIDTHS, which the sidecar sets from hadar.workers on each worker).
 # A policy that resizes (sia, hadar) chooses its width each round; the
 # sidecar stops the workers with a checkpoint and writes the job again at
 # the new width, and the library resumes at the new WORLD_SIZE with the
@@ -35,7 +36,7 @@ job "pytorch-elastic" {
 
   meta = {
     # The widths it may run at: a range, or an ascending list ("1,2,4").
-    # It starts at the smallest.
+    # It starts at the smallest. The workers get them as HADAR_WIDTHS.
     "hadar.workers" = "1-4"
     "hadar.model"   = "ResNet-50 (batch size 16)"
     "hadar.steps"   = "${var.steps}"
@@ -63,9 +64,10 @@ job "pytorch-elastic" {
 
       config {
         command = var.python
-        # --widths repeats hadar.workers so that the library checks the
-        # global batch divides among every width before the first step.
-        args        = ["-m", "hadar_train.run", "-m", "hadar_train.examples.elastic", "--global-batch", "48", "--widths", "1-4"]
+        # The sidecar passes hadar.workers to every worker as HADAR_WIDTHS
+        # ("1,2,3,4"): run.batch_plan checks the global batch divides among
+        # every width before the first step (--widths would override it).
+        args        = ["-m", "hadar_train.run", "-m", "hadar_train.examples.elastic", "--global-batch", "48"]
         total_steps = var.steps
 
         emulate {

@@ -173,7 +173,9 @@ def batch_plan(global_batch: int, world_size: int = 1, rank: int = 0, max_per_wo
     most ``max_per_worker`` (gradient accumulation; sizes differ by one at
     most). ``widths`` (the
     widths the job may run at, as ``parse_widths`` reads them) checks that
-    the global batch divides among every one of them, not only this one."""
+    the global batch divides among every one of them, not only this one.
+    It reads no environment (``Run.batch_plan`` takes ``world_size``,
+    ``rank`` and, when not given, the widths from ``HADAR_WIDTHS``)."""
     if not isinstance(global_batch, int) or global_batch < 1:
         raise BatchPlanError(f"global batch {global_batch!r}: want an integer >= 1")
     if world_size < 1 or not 0 <= rank < world_size:

@@ -26,6 +26,7 @@ GPU_TYPE = "HADAR_GPU_TYPE"
 UNIT = "HADAR_UNIT"
 TEMPLATE = "HADAR_TEMPLATE"
 MANAGED_BY = "HADAR_MANAGED_BY"
+WIDTHS = "HADAR_WIDTHS"
 
 PROGRESS_FILE_NAME = "hadar-progress.json"
 
@@ -80,6 +81,10 @@ class Env:
     master_addr: str = ""
     master_port: int = 0
     run_id: str = ""
+    # An elastic job's widths as the sidecar writes them ("1,2,4"), as
+    # they are: Run.batch_plan reads them ("" when unset: a rigid job, or
+    # outside hadar).
+    widths: str = ""
     # HadarE.
     unit: int = -1
     copy_index: int = 0
@@ -178,6 +183,7 @@ class Env:
             master_addr=get("MASTER_ADDR"),
             master_port=integer("MASTER_PORT", 0),
             run_id=get("TORCHELASTIC_RUN_ID"),
+            widths=get(WIDTHS),
             unit=unit,
             copy_index=copy_index,
             copies=copies,

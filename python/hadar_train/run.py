@@ -46,7 +46,7 @@ import torch
 from . import checkpoint as ck
 from . import elastic
 from . import launch
-from .env import Env
+from .env import WIDTHS, Env
 from .launch import Stopped
 from .membership import LEAVING, Merged, MergeError, Membership
 from .progress import (DONE, FAILED, JOINING, MERGING, RENDEZVOUS, RUNNING, STOPPED, Progress, write_progress)
@@ -330,9 +330,26 @@ class Run:
         ``hadar_train.elastic``. ``global_batch / world_size`` samples per
         step, in micro-batches of at most ``max_per_worker``; ``widths``
         (``"2-8"``, ``[1, 2, 4]``) checks that the global batch divides
-        among every width the job may run at. Checkpoints record the global
-        batch; resuming with another one is logged as a warning."""
-        plan = elastic.batch_plan(global_batch, self.world_size, self.rank, max_per_worker, widths)
+        among every width the job may run at, and that this run's
+        ``world_size`` is one of them. Without ``widths`` they are
+        ``HADAR_WIDTHS``, which the sidecar sets on an elastic job's
+        workers from its ``hadar.workers`` ("1,2,3,4" for "1-4"); a
+        ``widths`` given wins over it, and with neither nothing is
+        checked. Checkpoints record the global batch; resuming with
+        another one is logged as a warning."""
+        if widths is None and self.env.widths:
+            raw = self.env.widths
+            try:
+                elastic.parse_widths(raw)
+            except elastic.BatchPlanError as e:
+                raise elastic.BatchPlanError(f"env {WIDTHS}={raw!r}: {e} (the sidecar writes it from the job's hadar.workers; "
+                                             f"pass batch_plan(widths=...) to declare them otherwise)") from None
+            try:
+                plan = elastic.batch_plan(global_batch, self.world_size, self.rank, max_per_worker, raw)
+            except elastic.BatchPlanError as e:
+                raise elastic.BatchPlanError(f"{e} (env {WIDTHS}: the job's hadar.workers, which the sidecar passes to its workers)") from None
+        else:
+            plan = elastic.batch_plan(global_batch, self.world_size, self.rank, max_per_worker, widths)
         self._global_batch = plan.global_batch
         return plan
 

@@ -126,6 +126,49 @@ class Plan(unittest.TestCase):
         self.assertNotEqual(s2, rng_for_rank(other, 2, 4)[1])
 
 
+class DeclaredWidths(unittest.TestCase):
+    """``run.batch_plan`` takes the widths from HADAR_WIDTHS, which the
+    sidecar sets on an elastic job's workers, when the script gives none;
+    widths given win; unset, nothing is checked beyond WORLD_SIZE."""
+
+    def run_(self, world: int, rank: int = 0, **env: str) -> Run:
+        run = Run(Env.from_environ(dict({"HADAR_JOB_ID": "j"}, **env)), total_steps=10, install_signals=False)
+        run.rank, run.world_size = rank, world  # as a rank of a unit sees them, without its process group
+        return run
+
+    def test_the_sidecars_widths_are_checked(self) -> None:
+        p = self.run_(2, 1, HADAR_WIDTHS="1,2,3,4").batch_plan(48, max_per_worker=16)
+        self.assertEqual((p.world_size, p.rank, p.per_worker, p.accumulation), (2, 1, 24, 2))
+        self.assertEqual(self.run_(4, HADAR_WIDTHS="1-4").batch_plan(12).per_worker, 3)  # parse_widths' forms
+
+    def test_refused_naming_the_fix(self) -> None:
+        for run, batch, want in [
+            (self.run_(2, HADAR_WIDTHS="1,2,3,4"), 32,
+             r"global batch 32 does not divide among 3 workers, widths the job may run at \('1,2,3,4'\): make the global batch a multiple of 12 "
+             r"\(the widths' least common multiple\), e.g. 36, or declare only widths that divide 32 \(env HADAR_WIDTHS: the job's hadar.workers"),
+            (self.run_(8, HADAR_WIDTHS="1,2,4"), 64, r"WORLD_SIZE=8 is not among the widths the job declared \('1,2,4'\) \(env HADAR_WIDTHS"),
+            (self.run_(2, HADAR_WIDTHS="two"), 64, r"env HADAR_WIDTHS='two': widths 'two': want a range like \"2-8\" or a list like \"1,2,4\" "
+                                                   r"\(the sidecar writes it from the job's hadar.workers; pass batch_plan\(widths=...\)"),
+            (self.run_(2, HADAR_WIDTHS="0,2"), 64, r"env HADAR_WIDTHS='0,2': widths '0,2': want one or more widths >= 1"),
+        ]:
+            with self.subTest(want=want):
+                with self.assertRaisesRegex(BatchPlanError, want):
+                    run.batch_plan(batch)
+
+    def test_widths_given_win(self) -> None:
+        run = self.run_(2, HADAR_WIDTHS="1,2,3,4")
+        self.assertEqual(run.batch_plan(32, widths="1,2,4").per_worker, 16)  # 3 does not divide 32: not checked
+        with self.assertRaisesRegex(BatchPlanError, r"does not divide among 3 workers, widths the job may run at \('2,3'\): make"):
+            self.run_(2, HADAR_WIDTHS="1,2,4").batch_plan(32, widths="2,3")
+
+    def test_unset_as_before(self) -> None:
+        self.assertEqual(self.run_(2).batch_plan(32).per_worker, 16)  # no widths: only WORLD_SIZE is checked
+        self.assertEqual(self.run_(2, HADAR_WIDTHS="").batch_plan(32).per_worker, 16)
+        with self.assertRaisesRegex(BatchPlanError, "global batch 30 does not divide among WORLD_SIZE=4 workers"):
+            self.run_(4).batch_plan(30)
+        self.assertEqual(Env.from_environ({}).widths, "")
+
+
 class Resume(unittest.TestCase):
     def setUp(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="hadar-elastic-")

@@ -4,7 +4,9 @@ the same global batch of samples whether the unit has 1, 2 or 4 workers
 ``--max-per-worker`` with gradient accumulation), so a run stopped with a
 checkpoint at one WORLD_SIZE and resumed at another follows the loss
 curve of a run never resized. Prints the global batch's mean loss (the
-same on every rank) from rank 0."""
+same on every rank) from rank 0. The widths the job may run at, among
+which the global batch must divide, are its ``hadar.workers``, which the
+sidecar passes as ``HADAR_WIDTHS``; ``--widths`` overrides them."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ def main() -> None:
     p = digits.arguments(__doc__)
     p.add_argument("--global-batch", type=int, default=64, help="samples per step, split among the unit's workers")
     p.add_argument("--max-per-worker", type=int, default=None, help="most samples a worker puts through at once (more: gradient accumulation)")
-    p.add_argument("--widths", default=None, help='the widths the job may run at ("1-4", "1,2,4"): the global batch must divide among each')
+    p.add_argument("--widths", default=None, help='the widths the job may run at ("1-4", "1,2,4"): the global batch must divide among each '
+                   "(default: HADAR_WIDTHS, which the sidecar sets from the job's hadar.workers)")
     p.add_argument("--dropout", type=float, default=0.0, help="dropout after the hidden layer (per-rank random streams: a resized run's losses are then close, not equal)")
     p.add_argument("--lr-decay-every", type=int, default=200, help="halve the learning rate every N steps")
     args = p.parse_args()
