@@ -34,7 +34,9 @@ const elasticLossTolerance = 1e-4
 // it back to 2. It completes; its rank-0 losses, across the three runs,
 // are every step once, each within elasticLossTolerance of an unresized
 // run of the same seed (python -m hadar_train.local -n 1), the final loss
-// too; the plan shows its widths and sia's reason.
+// too; the plan shows its widths and sia's reason. The script is given no
+// --widths: each unit's rank 0 says it checked the global batch against
+// 1,2, the HADAR_WIDTHS the sidecar set from hadar.workers.
 func TestPyTorchElasticResizedTwice(t *testing.T) {
 	skipShort(t)
 	c, p := startTorchDev(t, "el-dev", []torchNode{{"", "ev", modelV100, "16GiB", 2}})
@@ -111,8 +113,12 @@ func TestPyTorchElasticResizedTwice(t *testing.T) {
 	dups := 0
 	for _, al := range rank0 {
 		log := c.logOf(al.ID, "stdout")
-		if m := regexp.MustCompile(`(?m)^width (\d+):`).FindStringSubmatch(log); m != nil {
+		if m := regexp.MustCompile(`(?m)^width (\d+):.*, widths checked (.*)$`).FindStringSubmatch(log); m != nil {
 			widths = append(widths, m[1])
+			if m[2] != "1,2" {
+				// The example has no --widths: they come from HADAR_WIDTHS.
+				t.Errorf("unit of rank-0 alloc %s checked the global batch against widths %q, want 1,2 (HADAR_WIDTHS from hadar.workers)", al.ID, m[2])
+			}
 		}
 		for s, l := range elasticLosses(t, log) {
 			if _, ok := got[s]; ok {

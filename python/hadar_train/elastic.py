@@ -78,7 +78,9 @@ class BatchPlan:
     ``micro_batch`` samples (``micro_sizes``: sizes differ by one at most,
     the larger first); ``loss_scale(i)`` (micro-batch ``i``'s share of the
     rank's samples, ``1 / accumulation`` when they are equal) is what its
-    mean loss is multiplied by before ``backward()``."""
+    mean loss is multiplied by before ``backward()``. ``widths`` are the
+    widths the global batch was checked against, ascending (empty: none
+    were declared)."""
 
     global_batch: int
     world_size: int
@@ -86,6 +88,7 @@ class BatchPlan:
     per_worker: int
     micro_batch: int
     accumulation: int
+    widths: Tuple[int, ...] = ()
     _perm: Dict[Tuple[int, int, int], Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -182,6 +185,7 @@ def batch_plan(global_batch: int, world_size: int = 1, rank: int = 0, max_per_wo
         raise BatchPlanError(f"rank {rank} of world size {world_size}: want 0 <= rank < world size >= 1")
     if max_per_worker is not None and max_per_worker < 1:
         raise BatchPlanError(f"max_per_worker {max_per_worker!r}: want an integer >= 1, or None for no cap")
+    ws: List[int] = []
     if widths is not None:
         ws = parse_widths(widths)
         bad, lcm = _divisible_by_all(global_batch, ws)
@@ -198,7 +202,8 @@ def batch_plan(global_batch: int, world_size: int = 1, rank: int = 0, max_per_wo
                              f"({', '.join(map(str, divisors))})")
     per = global_batch // world_size
     acc = 1 if max_per_worker is None else -(-per // max_per_worker)
-    return BatchPlan(global_batch=global_batch, world_size=world_size, rank=rank, per_worker=per, micro_batch=-(-per // acc), accumulation=acc)
+    return BatchPlan(global_batch=global_batch, world_size=world_size, rank=rank, per_worker=per, micro_batch=-(-per // acc), accumulation=acc,
+                     widths=tuple(ws))
 
 
 def _next_multiple(n: int, m: int) -> int:

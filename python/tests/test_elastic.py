@@ -138,7 +138,7 @@ class DeclaredWidths(unittest.TestCase):
 
     def test_the_sidecars_widths_are_checked(self) -> None:
         p = self.run_(2, 1, HADAR_WIDTHS="1,2,3,4").batch_plan(48, max_per_worker=16)
-        self.assertEqual((p.world_size, p.rank, p.per_worker, p.accumulation), (2, 1, 24, 2))
+        self.assertEqual((p.world_size, p.rank, p.per_worker, p.accumulation, p.widths), (2, 1, 24, 2, (1, 2, 3, 4)))
         self.assertEqual(self.run_(4, HADAR_WIDTHS="1-4").batch_plan(12).per_worker, 3)  # parse_widths' forms
 
     def test_refused_naming_the_fix(self) -> None:
@@ -157,12 +157,12 @@ class DeclaredWidths(unittest.TestCase):
 
     def test_widths_given_win(self) -> None:
         run = self.run_(2, HADAR_WIDTHS="1,2,3,4")
-        self.assertEqual(run.batch_plan(32, widths="1,2,4").per_worker, 16)  # 3 does not divide 32: not checked
+        self.assertEqual(run.batch_plan(32, widths="1,2,4").widths, (1, 2, 4))  # 3 does not divide 32: not checked
         with self.assertRaisesRegex(BatchPlanError, r"does not divide among 3 workers, widths the job may run at \('2,3'\): make"):
             self.run_(2, HADAR_WIDTHS="1,2,4").batch_plan(32, widths="2,3")
 
     def test_unset_as_before(self) -> None:
-        self.assertEqual(self.run_(2).batch_plan(32).per_worker, 16)  # no widths: only WORLD_SIZE is checked
+        self.assertEqual(self.run_(2).batch_plan(32).widths, ())  # no widths: only WORLD_SIZE is checked
         self.assertEqual(self.run_(2, HADAR_WIDTHS="").batch_plan(32).per_worker, 16)
         with self.assertRaisesRegex(BatchPlanError, "global batch 30 does not divide among WORLD_SIZE=4 workers"):
             self.run_(4).batch_plan(30)
@@ -255,7 +255,7 @@ class Resize(ProcTest):
         second = self.start(args + ["--steps", str(s1 + 12)], dict(extra, HADAR_PROGRESS_FILE=os.path.join(self.tmp, "progress-second.json")), "second")
         self.finish([second])
         self.assertIn(f"ckpt-{s1}.pt was written by a unit of 2, this one has 1: resuming resized", second.stderr())
-        self.assertIn("width 1: global batch 48, 48 per worker in 3 micro-batch(es) of [16, 16, 16]", second.stdout())
+        self.assertIn("width 1: global batch 48, 48 per worker in 3 micro-batch(es) of [16, 16, 16], widths checked 1,2,3,4", second.stdout())
 
         total = s1 + 24
         third = self.start_unit(2, extra, args + ["--steps", str(total)], "third")
@@ -263,7 +263,7 @@ class Resize(ProcTest):
         for p in third:
             self.assertIn(f"ckpt-{s1 + 12}.pt was written by a unit of 1, this one has 2: resuming resized", p.stderr())
         self.assertIn("rank 1 is new to the unit", third[1].stderr())
-        self.assertIn("width 2: global batch 48, 24 per worker in 2 micro-batch(es) of [12, 12]", third[0].stdout())
+        self.assertIn("width 2: global batch 48, 24 per worker in 2 micro-batch(es) of [12, 12], widths checked 1,2,3,4", third[0].stdout())
 
         ref = self.start_unit(2, {"HADAR_JOB_ID": "ref"}, args + ["--steps", str(total)], "ref")
         self.finish(ref)

@@ -45,7 +45,7 @@ def main() -> None:
     run.track(model=model, optimizer=opt, scheduler=sched)
     if run.is_main:
         print(f"width {run.world_size}: global batch {plan.global_batch}, {plan.per_worker} per worker "
-              f"in {plan.accumulation} micro-batch(es) of {plan.micro_sizes}", flush=True)
+              f"in {plan.accumulation} micro-batch(es) of {plan.micro_sizes}, widths checked {','.join(map(str, plan.widths)) or 'none'}", flush=True)
     for step in run.steps():
         opt.zero_grad()
         mine = 0.0  # this rank's mean loss over its slice
