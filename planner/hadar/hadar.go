@@ -987,11 +987,11 @@ func (s *Scheduler) value(v *round.View, infos []*jobInfo) {
 			ji.critical = ji.remTime >= s.cfg.Critical*left
 			// A job this long is never a victim. An elastic one is
 			// critical only when it would miss the target even at its
-			// widest width (width.go, critical): one that can still
-			// make it by widening competes at its own value.
+			// fastest width (width.go, remainingFastest): one that can
+			// still make it by resizing competes at its own value.
 			ji.protected = ji.critical
 			if ji.critical && ji.at != nil {
-				ji.critical = s.remainingWidest(v, ji) >= s.cfg.Critical*left
+				ji.critical = s.remainingFastest(v, ji) >= s.cfg.Critical*left
 			}
 		}
 	}
@@ -1095,7 +1095,17 @@ func (s *Scheduler) dualAt(v *round.View, g *grid, ji *jobInfo, from int, keep *
 		// A critical job runs somewhere rather than wait for the types
 		// the fluid guide gave it.
 		w := g.window(0, 1)
-		try(s.bestOption(v, g, ji, w, false, true), 0, h)
+		o := s.bestOption(v, g, ji, w, false, true)
+		// A running elastic job resizes only when that saves it more
+		// than the restart costs, as above: at its last round, a
+		// critical elastic job that finishes within the round at any
+		// width found no other schedule paying and was shrunk here,
+		// losing more than the restart (TestSimElasticJobs). A move at
+		// the same width is left as it was.
+		if o != nil && ji.at != nil && keep != nil && o.unit.GPUs() != keep.unit.GPUs() && holding(v, ji.view) && s.restartAware() && s.moveGain(ji, keep.rate, o.rate) <= 0 {
+			o = nil
+		}
+		try(o, 0, h)
 	}
 	if best == nil || best.pay <= 0 {
 		return nil
@@ -1319,7 +1329,11 @@ func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
 	}
 	if !v.MidRound || stale {
 		if key != s.fluidKey || s.fluid == nil || stale {
-			a, err := policy.Makespan{}.Allocate(round.PolicyInput(v, nil))
+			in, err := s.fluidInput(v)
+			if err != nil {
+				return fmt.Errorf("hadar fluid guide: %w", err)
+			}
+			a, err := policy.Makespan{}.Allocate(in)
 			if err != nil {
 				return fmt.Errorf("hadar fluid guide: %w", err)
 			}
@@ -1331,7 +1345,7 @@ func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
 				for k, x := range a.X[i] {
 					row[k] = x > 1e-6
 					any = any || row[k]
-					thr += x * j.Throughput[k]
+					thr += x * in.Jobs[i].Throughput[k]
 				}
 				// Every job solved for has a row (all false: the LP gave
 				// it nothing, and it is not guided).

@@ -151,9 +151,11 @@ func TestElasticResizeOnlyWhenItSavesMoreThanTheRestart(t *testing.T) {
 // within the target: it is protected (no job preempts or shrinks it) but
 // not critical (its value is its own, not twice the highest), while b,
 // which has no other width, is both. With T(8) = 11, a at 8 still needs
-// 32,727 s: critical. Run as a rigid job (no widths), a is critical as
-// before. Values per GPU-round below, by hand.
-func TestElasticCriticalOnlyWhenWidestMissesTheTarget(t *testing.T) {
+// 32,727 s: critical, unless a narrower width is fast enough (T(4) = 36:
+// 10,000 s; the fastest width counts, not the widest). Run as a rigid job
+// (no widths), a is critical as before. Values per GPU-round below, by
+// hand.
+func TestElasticCriticalOnlyWhenFastestMissesTheTarget(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		a        map[int]float64
@@ -162,6 +164,7 @@ func TestElasticCriticalOnlyWhenWidestMissesTheTarget(t *testing.T) {
 	}{
 		{"widening makes it", map[int]float64{2: 10, 4: 19, 8: 36}, false, false},
 		{"widest misses it", map[int]float64{2: 10, 4: 10.5, 8: 11}, false, true},
+		{"a narrower width makes it", map[int]float64{2: 10, 4: 36, 8: 11}, false, false},
 		{"rigid", map[int]float64{2: 10, 4: 19, 8: 36}, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -247,5 +250,74 @@ func TestElasticProtectedJobGrowsOffTheGuidesTypes(t *testing.T) {
 	}
 	if w := why(v, "a"); !strings.Contains(w, "grows to 4 workers (idle 4 v100 on v0)") {
 		t.Fatalf("a's reason %q", w)
+	}
+}
+
+// The fluid guide poses an elastic job that sets the fluid makespan at its
+// fastest width. Four P100s and two V100s; elastic a (scale factor 4,
+// widths 1, 2, 4) runs 30, 35, 50 steps/s on P100s and 40, 80, 20 on
+// V100s (at 4 it is spread, slow on V100s), 3,600,000 steps left; rigid b
+// (1 GPU) runs 10 on either. At the scale factors the relaxation's
+// makespan is a's on all four P100s, 3,600,000/50 = 72,000 s, and a's
+// remaining time at its scale factor on its fastest type, 72,000 s,
+// reaches 0.9 of it: a is posed again at 2, where the V100s run it at 80,
+// and the relaxation gives it the two V100s (45,000 s; any P100 share
+// runs it slower), b a P100. Before, the guide kept a on the P100s at 50.
+// With b 1,000,000 steps long (100,000 s), a does not bound the makespan
+// and stays at its scale factor; run rigid it is posed as it is.
+func TestElasticFluidGuidePosesTheMakespansJobAtItsFastestWidth(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		bRem  float64
+		rigid bool
+		width int
+	}{
+		{"sets the makespan", 36000, false, 2},
+		{"does not", 1000000, false, 4},
+		{"rigid", 36000, true, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := planner.Cluster{Nodes: []planner.Node{node("p0", "p100", 4), node("v0", "v100", 2)}}
+			v := &round.View{Round: 360, Types: c.Types(), Cluster: c, Pool: round.NewPool(c), Capacity: []float64{4, 2}}
+			if v.Types[0] != "p100" || v.Types[1] != "v100" {
+				t.Fatalf("types %v", v.Types)
+			}
+			a := &round.JobView{Job: planner.Job{ID: "a", Model: "a", ScaleFactor: 4, Widths: []int{1, 2, 4}, TotalSteps: 3.6e6, Weight: 1},
+				Remaining: 3.6e6, Received: []float64{0, 0}, Throughput: []float64{50, 20},
+				WidthThroughput: [][]float64{{30, 40}, {35, 80}, {50, 20}}}
+			if tc.rigid {
+				a.Widths, a.WidthThroughput = nil, nil
+			}
+			b := &round.JobView{Job: planner.Job{ID: "b", Model: "b", ScaleFactor: 1, TotalSteps: tc.bRem, Weight: 1},
+				Remaining: tc.bRem, Received: []float64{0, 0}, Throughput: []float64{10, 10}}
+			v.Jobs = []*round.JobView{a, b}
+			v.Reasons = make([]round.Reason, len(v.Jobs))
+			s, err := New(Config{Speed: speed.Model{Profile: widthRates{}}, Utility: Makespan, Horizon: 4, MinRunTime: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, err := s.fluidInput(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := in.Jobs[0].ScaleFactor; got != tc.width {
+				t.Fatalf("a posed at %d; want %d", got, tc.width)
+			}
+			if in.Jobs[1].ScaleFactor != 1 || in.Jobs[1].Throughput[0] != 10 {
+				t.Fatalf("b posed as %+v; want as it is", in.Jobs[1])
+			}
+			if tc.width != 2 {
+				return
+			}
+			if err := s.guide(v, s.jobInfos(v)); err != nil {
+				t.Fatal(err)
+			}
+			if row := s.fluid["a"]; row[0] || !row[1] {
+				t.Fatalf("a guided to %v (p100, v100); want the V100s only", row)
+			}
+			if r := s.fluidRate["a"]; math.Abs(r-80) > 1e-6 {
+				t.Fatalf("a's fluid rate %g; want 80", r)
+			}
+		})
 	}
 }
