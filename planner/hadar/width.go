@@ -151,26 +151,13 @@ func (s *Scheduler) remainingFastest(v *round.View, ji *jobInfo) float64 {
 
 // fluidInput is the fluid guide's allocation problem (guide): every job
 // at its scale factor, except an elastic job that sets the fluid
-// makespan, which is posed at its fastest width.
-//
-// The fluid relaxation (policy.Makespan) finds the least makespan, and
-// the rates and types that reach it, for jobs at fixed widths. Posed at
-// its scale factor, an elastic job may be far slower than it can run:
-// on philly-8h seed 2, all elastic, job-0111 (LM (batch size 10), scale
-// factor 8, 189 M steps) runs 84.5 steps/s on 8 P100s spread over
-// servers and 163 on 2 V100s; the relaxation sent it to the P100s with
-// a makespan of 622 h, the guide kept it there, its 4 P100s (105 steps/s,
-// 500 h) left it short of the target and so neither protected nor
-// critical, restarted 45 times, and it set the makespan at
-// 521 h against Sia's 361 (Sia ran it on 2 V100s). So the relaxation is
-// solved once at the scale factors, and an elastic job whose remaining
-// time at its scale factor, on its fastest type, reaches Config.Critical
-// of that makespan (the jobs that bound it) is posed again at the width
-// where some type runs it fastest, and the relaxation solved again.
-// Posing every elastic job at its fastest width instead took V100s from
-// the short jobs (philly-8h seed 5, all elastic: average JCT 27.5 to
-// 36.0 h, restarts 339 to 2,978). Rigid jobs are posed as before: with
-// no elastic job the problem is the same.
+// makespan, which is posed at the width where some type runs it fastest.
+// Posed at its scale factor such a job can be far slower than it can run
+// (a scale factor wider than a server runs spread) and the guide keeps it
+// on slow types, where it sets the makespan; posing every elastic job at
+// its fastest width instead takes the fast types from the short jobs.
+// Measured: docs/results.md, "The fluid guide at the makespan job's
+// fastest width". With no elastic job the problem is the same as before.
 func (s *Scheduler) fluidInput(v *round.View) (policy.Input, error) {
 	in := round.PolicyInput(v, nil)
 	if !slices.ContainsFunc(v.Jobs, func(j *round.JobView) bool { return j.Elastic() }) {
