@@ -37,7 +37,6 @@ import (
 	"strings"
 
 	"github.com/hadar-sched/hadar/planner"
-	"github.com/hadar-sched/hadar/planner/policy"
 	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/planner/speed"
 )
@@ -1329,11 +1328,7 @@ func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
 	}
 	if !v.MidRound || stale {
 		if key != s.fluidKey || s.fluid == nil || stale {
-			in, err := s.fluidInput(v)
-			if err != nil {
-				return fmt.Errorf("hadar fluid guide: %w", err)
-			}
-			a, err := policy.Makespan{}.Allocate(in)
+			in, a, err := s.fluidInput(v)
 			if err != nil {
 				return fmt.Errorf("hadar fluid guide: %w", err)
 			}

@@ -149,7 +149,7 @@ func (s *Scheduler) remainingFastest(v *round.View, ji *jobInfo) float64 {
 	return r
 }
 
-// fluidInput is the fluid guide's allocation problem (guide): every job
+// fluidInput is the fluid guide's allocation problem (guide), solved: every job
 // at its scale factor, except an elastic job that sets the fluid
 // makespan, which is posed at the width where some type runs it fastest.
 // Posed at its scale factor such a job can be far slower than it can run
@@ -158,15 +158,17 @@ func (s *Scheduler) remainingFastest(v *round.View, ji *jobInfo) float64 {
 // its fastest width instead takes the fast types from the short jobs.
 // Measured: docs/results.md, "The fluid guide at the makespan job's
 // fastest width". With no elastic job the problem is the same as before.
-func (s *Scheduler) fluidInput(v *round.View) (policy.Input, error) {
+func (s *Scheduler) fluidInput(v *round.View) (policy.Input, policy.Allocation, error) {
 	in := round.PolicyInput(v, nil)
 	if !slices.ContainsFunc(v.Jobs, func(j *round.JobView) bool { return j.Elastic() }) {
-		return in, nil
+		a, err := policy.Makespan{}.Allocate(in)
+		return in, a, err
 	}
 	a, err := policy.Makespan{}.Allocate(in)
 	if err != nil {
-		return in, err
+		return in, a, err
 	}
+	reposed := false
 	makespan := 0.0
 	for i, j := range v.Jobs {
 		thr := 0.0
@@ -195,9 +197,14 @@ func (s *Scheduler) fluidInput(v *round.View) (policy.Input, error) {
 		}
 		if bw >= 0 && j.Widths[bw] != j.ScaleFactor {
 			in.Jobs[i].ScaleFactor, in.Jobs[i].Throughput = j.Widths[bw], j.WidthThroughput[bw]
+			reposed = true
 		}
 	}
-	return in, nil
+	if !reposed {
+		return in, a, nil // the same problem: no second solve
+	}
+	a, err = policy.Makespan{}.Allocate(in)
+	return in, a, err
 }
 
 // resizeWhy is the reason a running job gives for changing width (or

@@ -296,7 +296,7 @@ func TestElasticFluidGuidePosesTheMakespansJobAtItsFastestWidth(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			in, err := s.fluidInput(v)
+			in, _, err := s.fluidInput(v)
 			if err != nil {
 				t.Fatal(err)
 			}
