@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"testing"
 
@@ -78,5 +79,56 @@ func TestElasticJobWidths(t *testing.T) {
 	s.next["x"] = place(unit(slot("b", "v100", 4)))
 	if d, err = e2.Plan(context.Background(), 2880, engine.Boundary); err != nil || actions(d)["x"] != engine.Move {
 		t.Fatalf("restored engine, wider: %v, %v; want a move", actions(d), err)
+	}
+}
+
+// An elastic job's progress reports are bounded by its fastest width,
+// not its scale factor's speed: a 1-16 job on 16 GPUs honestly reports
+// 16 times its width-1 speed, past the bound of 2 MaxFactor (8) times
+// that speed, and was cut as implausible.
+func TestElasticJobsProgressBoundedByItsWidestWidth(t *testing.T) {
+	const m = "linear"
+	prof, err := profile.New("linear scaling", []profile.Entry{
+		{Model: m, ScaleFactor: 1, Consolidated: map[planner.GPUType]float64{"v100": 10}},
+		{Model: m, ScaleFactor: 16, Consolidated: map[planner.GPUType]float64{"v100": 160}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, err := engine.NewEstimates(prof, engine.LearnConfig{On: true, Warmup: 30, MinEvidence: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		p    speed.Profile
+	}{{"figures", prof}, {"learning", est}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &scripted{next: map[string]planner.Placement{"x": place(unit(slot("w", "v100", 16)))}}
+			e, err := engine.New(engine.Config{Speed: speed.Model{Profile: tc.p}}, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.SetNodes([]planner.Node{{ID: "w", Rack: "r1", GPUs: map[planner.GPUType]int{"v100": 16}}}, 0); err != nil {
+				t.Fatal(err)
+			}
+			x := planner.Job{ID: "x", Model: m, ScaleFactor: 1, Widths: []int{1, 16}, TotalSteps: 1e9, Weight: 1}
+			if err := e.Admit(x, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.Plan(context.Background(), 0, engine.Boundary); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Progress("x", 160*600, 600); err != nil {
+				t.Fatalf("16 GPUs at their profiled 160 steps/s for 600 s: %v", err)
+			}
+			if st, _ := e.Job("x"); st.Done != 160*600 {
+				t.Fatalf("done %v, want %v", st.Done, 160*600)
+			}
+			// Still bounded: far past 2 MaxFactor times its widest speed.
+			if err := e.Progress("x", 160*600+2*engine.MaxFactor*160*1000, 700); !errors.Is(err, engine.ErrImplausible) {
+				t.Fatalf("a report past its widest speed's bound: %v", err)
+			}
+		})
 	}
 }

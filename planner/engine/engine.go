@@ -364,12 +364,7 @@ func (e *Engine) throughputs(j *job) error {
 			v = 0 // no node may run it on this type
 		}
 		tp[k] = v
-		firm := true
-		if e.est != nil && v > 0 {
-			ke, err := e.est.Estimate(j.view.Model, j.view.ScaleFactor, t)
-			firm = err == nil && ke.firm()
-		}
-		if firm {
+		if v > 0 && e.firmAt(j, j.view.ScaleFactor, t) {
 			j.firmBest = max(j.firmBest, v)
 		}
 	}
@@ -394,11 +389,25 @@ func (e *Engine) throughputs(j *job) error {
 					continue // not profiled at this width: not a width it runs at here
 				}
 				row[k] = v // the job's steps at any width (planner/speed, "Elastic jobs")
+				if e.firmAt(j, w, t) {
+					// A wider job reports faster: its bound is its widest speed.
+					j.firmBest = max(j.firmBest, v)
+				}
 			}
 			j.view.WidthThroughput[wi] = row
 		}
 	}
 	return nil
+}
+
+// firmAt is whether the job's estimate at width w on type t is firm (a
+// figure or a measurement; every figure is, without learning).
+func (e *Engine) firmAt(j *job, w int, t planner.GPUType) bool {
+	if e.est == nil {
+		return true
+	}
+	ke, err := e.est.Estimate(j.view.Model, w, t)
+	return err == nil && ke.firm()
 }
 
 // excludeStalled sets the job's effective eligibility: the sidecar's,
@@ -619,23 +628,23 @@ const progressGrace = 60.0
 
 // progressLimit is the most steps done a report at now may claim: the
 // steps of the last report taken as written (or 0 at admission) plus
-// MaxFactor twice the job's fastest estimated rate (per unit, for a forked
-// job) over the time since it, and progressGrace. Only firm estimates (a
+// MaxFactor twice the job's fastest estimated rate (at any of its widths,
+// for an elastic job; per unit, for a forked job) over the time since it,
+// and progressGrace. Only firm estimates (a
 // figure or a measurement) count; ok is false when the job has none to
 // bound it by (a model no one measured: its own reports are all there is).
 func (e *Engine) progressLimit(j *job, now float64) (float64, bool) {
-	best := 0.0
-	for _, tp := range j.view.Throughput {
-		best = max(best, tp)
-	}
-	if e.est != nil {
-		// Only a firm estimate bounds a report: a guess may be far off.
-		best = j.firmBest
-	}
+	// Only a firm estimate bounds a report (a guess may be far off); an
+	// elastic job's is its fastest over every width it may run at.
+	best := j.firmBest
 	if !(best > 0) {
 		// No estimate to go by: still no step of any GPU is that fast,
 		// and a report claiming all steps at once is not a speed.
-		best = MaxRatePerGPU * float64(max(1, j.view.ScaleFactor)) / (2 * MaxFactor)
+		widest := j.view.ScaleFactor
+		if n := len(j.view.Widths); n > 0 {
+			widest = j.view.Widths[n-1] // ascending, the scale factor among them
+		}
+		best = MaxRatePerGPU * float64(max(1, widest)) / (2 * MaxFactor)
 	}
 	units := max(1, len(j.view.Placement.Units))
 	return j.trustedDone + 2*MaxFactor*best*float64(units)*(max(0, now-j.trustedAt)+progressGrace), true
