@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/hadar-sched/hadar/planner"
@@ -130,5 +131,50 @@ func TestElasticJobsProgressBoundedByItsWidestWidth(t *testing.T) {
 				t.Fatalf("a report past its widest speed's bound: %v", err)
 			}
 		})
+	}
+}
+
+// An elastic job teaches the estimate of the width it runs at (issue 35,
+// "from what is learned"): a 1-4 job profiled at 40 steps/s on four V100s
+// that runs at 20 is planned at 20 at width 4, its width-1 figure left as
+// the profile's.
+func TestElasticJobLearnsTheWidthItRunsAt(t *testing.T) {
+	const m = "halved"
+	prof, err := profile.New("profiled at widths 1 and 4", []profile.Entry{
+		{Model: m, ScaleFactor: 1, Consolidated: map[planner.GPUType]float64{"v100": 10}},
+		{Model: m, ScaleFactor: 4, Consolidated: map[planner.GPUType]float64{"v100": 40}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, err := engine.NewEstimates(prof, engine.LearnConfig{On: true, Warmup: 30, MinEvidence: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &scripted{next: map[string]planner.Placement{"x": place(unit(slot("a", "v100", 4)))}}
+	e := newEngine(t, s, engine.Config{Speed: speed.Model{Profile: est}})
+	x := planner.Job{ID: "x", Model: m, ScaleFactor: 1, Widths: []int{1, 4}, TotalSteps: 1e9, Weight: 1}
+	if err := e.Admit(x, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Plan(context.Background(), 0, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	for now := 60.0; now <= 1200; now += 60 {
+		if err := e.Progress("x", 20*now, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Plan(context.Background(), 1200, engine.Boundary); err != nil {
+		t.Fatal(err)
+	}
+	v := s.views[len(s.views)-1]
+	k := slices.Index(v.Types, "v100")
+	j := v.Jobs[0]
+	if w1, w4 := j.WidthThroughput[0][k], j.WidthThroughput[1][k]; math.Abs(w4-20) > 0.5 || w1 != 10 {
+		t.Fatalf("v100 at widths 1 and 4: %v and %v steps/s, want the profile's 10 and the learned 20", w1, w4)
+	}
+	if st, _ := e.Job("x"); math.Abs(st.Rate-20) > 0.5 {
+		t.Fatalf("rate on four V100s %v, want the learned 20", st.Rate)
 	}
 }
