@@ -27,7 +27,9 @@ const elasticLossTolerance = 1e-4
 
 // TestPyTorchElasticResizedTwice (issue 35, item 4): an elastic job of the
 // elastic example (real torch, gloo) declared hadar.workers = "1-2" under
-// sia on one dev agent with 2 V100 declared, restart_cost 1h (the job is
+// sia:free (Sia without its growth limit, which would start the job at
+// width 1 and grow it first: planner/sia's TestSiaElasticGrowsByDoublings)
+// on one dev agent with 2 V100 declared, restart_cost 1h (the job is
 // younger than it, so Sia's restart factor is 1) and min_run_time 20s:
 // alone it runs at width 2; a rigid job arrives and sia shrinks it to 1
 // (a move through its checkpoint); the rigid job completes and sia grows
@@ -55,7 +57,7 @@ func TestPyTorchElasticResizedTwice(t *testing.T) {
 		t.Fatalf("the unresized run printed %d losses", len(want))
 	}
 	learn := false
-	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "sia", Round: "10s"},
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "sia:free", Round: "10s"},
 		RunLimits: config.RunLimits{GangTimeout: "2m", StopTimeout: "2m", MinRunTime: "20s", RestartCost: "1h"}, Learning: config.Learning{Learn: &learn}})
 	pace := fmt.Sprintf("        emulate {\n          steps_per_sec = {\n            %q = 8\n          }\n        }\n", modelV100)
 	c.submitTorch(p, torchJob{id: "el", driver: "hadar-train", steps: steps, widths: "1-2", model: "ResNet-50 (batch size 16)", module: "elastic", args: args, config: pace})

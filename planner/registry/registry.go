@@ -145,13 +145,17 @@ func buildSia(o Options, switches []string) (round.Scheduler, error) {
 // siaSwitches applies a Sia name's switches to cfg.
 func siaSwitches(cfg *sia.Config, switches []string) error {
 	for _, a := range switches {
-		if a == "rigid" {
+		switch a {
+		case "rigid":
 			cfg.Rigid = true
+			continue
+		case "free":
+			cfg.FreeGrowth = true
 			continue
 		}
 		x, err := strconv.ParseFloat(strings.TrimPrefix(a, "p"), 64)
 		if !strings.HasPrefix(a, "p") || err != nil || x == 0 {
-			return fmt.Errorf("unknown Sia switch %q: want rigid, or pX, the fairness exponent (not 0), e.g. sia:p-0.5", a)
+			return fmt.Errorf("unknown Sia switch %q: want rigid, free (no growth limit), or pX, the fairness exponent (not 0), e.g. sia:p-0.5", a)
 		}
 		cfg.P = x
 	}

@@ -61,15 +61,25 @@ type Config struct {
 	// rigid mode); false lets elastic jobs (planner.Job.Widths) run at
 	// any of their widths, a configuration per (width, type).
 	Rigid bool
+	// FreeGrowth lifts Sia's growth limit: by default an elastic job is
+	// offered, on each type, widths up to twice the widest it has run at
+	// there (its smallest width on a type it has not run on), as Sia's
+	// simulator does (its throughput model knows only what the job has
+	// run at, so it grows by doublings).
+	FreeGrowth bool
 }
 
 // Scheduler is Sia as a round.Scheduler. It remembers how many times it
 // changed each job's configuration (the paper's N_i in the restart
-// factor), which it saves with the engine's snapshot (round.Stateful).
+// factor) and the widest an elastic job has run at on each type (its
+// growth limit), which it saves with the engine's snapshot
+// (round.Stateful).
 type Scheduler struct {
 	cfg Config
 	// restarts[id] counts the rounds Sia moved or stopped the running job.
 	restarts map[string]int
+	// widest[id][type] is the most GPUs elastic job id has run on of type.
+	widest map[string]map[planner.GPUType]int
 }
 
 // New checks cfg and returns a scheduler.
@@ -88,7 +98,7 @@ func New(cfg Config) (*Scheduler, error) {
 	case math.IsNaN(cfg.RestartCost) || math.IsInf(cfg.RestartCost, 0):
 		return nil, fmt.Errorf("sia: restart cost %v s: want a finite number of seconds", cfg.RestartCost)
 	}
-	return &Scheduler{cfg: cfg, restarts: map[string]int{}}, nil
+	return &Scheduler{cfg: cfg, restarts: map[string]int{}, widest: map[string]map[planner.GPUType]int{}}, nil
 }
 
 // Name implements round.Scheduler: sia, or sia:rigid in rigid mode.
@@ -138,6 +148,30 @@ func (s *Scheduler) widths(jb *round.JobView) ([]int, [][]float64) {
 	return jb.Widths, jb.WidthThroughput
 }
 
+// grown records the width elastic job jb runs at on its one type.
+func (s *Scheduler) grown(v *round.View, jb *round.JobView) {
+	j := oneType(v.Types, jb.Placement)
+	if !jb.Running || j < 0 || len(jb.Widths) < 2 {
+		return
+	}
+	m := s.widest[jb.ID]
+	if m == nil {
+		m = map[planner.GPUType]int{}
+		s.widest[jb.ID] = m
+	}
+	m[v.Types[j]] = max(m[v.Types[j]], jb.Placement.GPUs())
+}
+
+// limit is the widest configuration Sia offers job jb on type t: twice
+// the widest it ran at there, at least its smallest width; unlimited for
+// a rigid job or with FreeGrowth.
+func (s *Scheduler) limit(jb *round.JobView, ws []int, t planner.GPUType) int {
+	if s.cfg.FreeGrowth || len(ws) < 2 {
+		return math.MaxInt
+	}
+	return max(2*s.widest[jb.ID][t], ws[0])
+}
+
 // current is the configuration slot (wi*k + type) job jb runs in, or -1:
 // its one type, and the index in ws of its one unit's width (0 for a
 // rigid job, whatever its units).
@@ -171,6 +205,7 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 	m := k
 	for i, jb := range v.Jobs {
 		ws[i], rows[i] = s.widths(jb)
+		s.grown(v, jb)
 		m = max(m, len(ws[i])*k)
 		cur[i] = -1
 		if v.MidRound {
@@ -224,7 +259,7 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 			for j := range k {
 				c := wi*k + j
 				width[c] = float64(n)
-				if math.IsInf(worst, 1) || j >= len(row) || row[j] <= 0 || float64(n) > capacity[j] {
+				if math.IsInf(worst, 1) || j >= len(row) || row[j] <= 0 || float64(n) > capacity[j] || n > s.limit(jb, ws[i], v.Types[j]) {
 					continue
 				}
 				e := float64(least) * row[j] / worst
@@ -320,6 +355,11 @@ func (s *Scheduler) prune(v *round.View) {
 			delete(s.restarts, id)
 		}
 	}
+	for id := range s.widest {
+		if !active[id] {
+			delete(s.widest, id)
+		}
+	}
 }
 
 // oneType is the index in ts of the one GPU type placement p runs on, or
@@ -338,9 +378,16 @@ func oneType(ts []planner.GPUType, p planner.Placement) int {
 	return j
 }
 
-// SaveState implements round.Stateful: the restart counts.
+// state is what a Sia scheduler saves. An older state was the restart
+// counts alone (a JSON object of numbers), which LoadState still reads.
+type state struct {
+	Restarts map[string]int                     `json:"restarts"`
+	Widest   map[string]map[planner.GPUType]int `json:"widest,omitempty"`
+}
+
+// SaveState implements round.Stateful: the restart counts and growth.
 func (s *Scheduler) SaveState() ([]byte, error) {
-	b, err := json.Marshal(s.restarts)
+	b, err := json.Marshal(state{Restarts: s.restarts, Widest: s.widest})
 	if err != nil {
 		return nil, fmt.Errorf("sia: save state: %w", err)
 	}
@@ -349,10 +396,21 @@ func (s *Scheduler) SaveState() ([]byte, error) {
 
 // LoadState implements round.Stateful.
 func (s *Scheduler) LoadState(data []byte) error {
-	m := map[string]int{}
-	if err := json.Unmarshal(data, &m); err != nil {
+	old := map[string]int{}
+	if err := json.Unmarshal(data, &old); err == nil {
+		s.restarts, s.widest = old, map[string]map[planner.GPUType]int{}
+		return nil
+	}
+	var st state
+	if err := round.StrictUnmarshal(data, &st); err != nil {
 		return fmt.Errorf("sia: load state: %w", err)
 	}
-	s.restarts = m
+	s.restarts, s.widest = st.Restarts, st.Widest
+	if s.restarts == nil {
+		s.restarts = map[string]int{}
+	}
+	if s.widest == nil {
+		s.widest = map[string]map[planner.GPUType]int{}
+	}
 	return nil
 }

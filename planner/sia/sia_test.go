@@ -354,15 +354,16 @@ func widthOf(p planner.Placement) int {
 // p = -0.5 a choice gains 1.1 - w^-0.5: 0.1 at 1, 0.393 at 2, 0.6 at 4.
 // Splitting 2 + 2 gains 0.786, against 0.6 for 4 + 0 and 0.493 for
 // 2 + 1: each job gets two GPUs. Alone, a job grows to four. In rigid
-// mode both run at their scale factor, 1.
+// mode both run at their scale factor, 1. (Without the growth limit,
+// which TestSiaElasticGrowsByDoublings tests.)
 func TestSiaElasticSplitsAndGrows(t *testing.T) {
 	v := view(oneServer(), 0, []*round.JobView{elastic("a"), elastic("b")}, []tp{{"v100": 10}, {"v100": 10}})
-	ps := schedule(t, Config{}, v)
+	ps := schedule(t, Config{FreeGrowth: true}, v)
 	if widthOf(ps[0]) != 2 || widthOf(ps[1]) != 2 {
 		t.Fatalf("two elastic jobs: widths %d and %d, want 2 and 2 (%v)", widthOf(ps[0]), widthOf(ps[1]), ps)
 	}
 	v = view(oneServer(), 0, []*round.JobView{elastic("a")}, []tp{{"v100": 10}})
-	if ps := schedule(t, Config{}, v); widthOf(ps[0]) != 4 {
+	if ps := schedule(t, Config{FreeGrowth: true}, v); widthOf(ps[0]) != 4 {
 		t.Fatalf("one elastic job alone: width %d, want 4", widthOf(ps[0]))
 	}
 	v = view(oneServer(), 0, []*round.JobView{elastic("a"), elastic("b")}, []tp{{"v100": 10}, {"v100": 10}})
@@ -449,5 +450,51 @@ func TestSiaElasticRoundingIsFeasible(t *testing.T) {
 		if got.bound < exact.value-1e-9 || got.value > exact.value+1e-9 || got.value < 0.8*exact.value {
 			t.Fatalf("trial %d: rounding %v, bound %v, exact %v", trial, got.value, got.bound, exact.value)
 		}
+	}
+}
+
+// Sia's growth limit: a job alone on four GPUs, free to take them all,
+// starts on one, then doubles each round to the widest it may run at
+// (no restart cost, so nothing holds it back): 1, 2, 4. On a type it has
+// not run on it is offered its smallest width only. The limit survives
+// a save and load, and a state saved before the limit (restart counts
+// alone) still loads.
+func TestSiaElasticGrowsByDoublings(t *testing.T) {
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := elastic("a")
+	for r, want := range []int{1, 2, 4, 4} {
+		v := view(oneServer(), float64(r)*360, []*round.JobView{a}, []tp{{"v100": 10}})
+		ps, err := s.Schedule(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := widthOf(ps[0]); got != want {
+			t.Fatalf("round %d: width %d, want %d", r, got, want)
+		}
+		a.Placement, a.Running = ps[0], true
+		if r == 1 {
+			b, err := s.SaveState()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s, err = New(Config{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.LoadState(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := s.limit(a, a.Widths, "k80"); got != 1 {
+		t.Fatalf("on a type it never ran on: up to %d GPUs, want its smallest width, 1", got)
+	}
+	if err := s.LoadState([]byte(`{"a":2}`)); err != nil || s.restarts["a"] != 2 || len(s.widest) != 0 {
+		t.Fatalf("a state of restart counts alone: %v, restarts %v, widest %v", err, s.restarts, s.widest)
+	}
+	if err := s.LoadState([]byte(`{"restarts":{},"widest":{},"extra":1}`)); err == nil {
+		t.Fatal("a state with an unknown field loaded")
 	}
 }

@@ -16,14 +16,15 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
-// An elastic job (hadar.workers = "1-2") under sia, alone on a node of two
-// GPUs, grows to both: the engine gets its widths from the jobspec, the
+// An elastic job (hadar.workers = "1-2") under sia:free (Sia without its
+// growth limit, which would start it at 1), alone on a node of two GPUs,
+// takes both: the engine gets its widths from the jobspec, the
 // decision's reason is sia's, and the job is written with two worker
 // groups of WORLD_SIZE 2 that carry the widths (HADAR_WIDTHS).
 func TestElasticJobStartsAtTheWidthSiaChooses(t *testing.T) {
 	snap, rec := noteState(t, []noteCase{{name: "el", meta: map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "100000", "hadar.workers": "1-2"}}})
 	snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 2)
-	a := testAgent(t, rec, "sia")
+	a := testAgent(t, rec, "sia:free")
 	if err := a.cycleOn(context.Background(), snap, true); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func TestElasticJobGrowsWhenAnotherLeaves(t *testing.T) {
 	}
 }
 
-// Sia resizes a young elastic job both ways (its restart factor is 1
+// Sia (sia:free: no growth limit) resizes a young elastic job both ways (its restart factor is 1
 // while the job is younger than the restart cost): alone it runs at 2;
 // a rigid job arrives and it shrinks to 1; the rigid job leaves and it
 // grows back to 2. Each resize is a move with sia's reason.
@@ -185,7 +186,7 @@ func TestElasticJobResizedTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := config.Config{Scheduling: config.Scheduling{Policy: "sia", Placement: "pack", Round: "1m"},
+	s, err := config.Config{Scheduling: config.Scheduling{Policy: "sia:free", Placement: "pack", Round: "1m"},
 		RunLimits: config.RunLimits{MinRunTime: "1m", RestartCost: "1h"}, Service: config.Service{State: &config.StateConfig{Store: "none"}}}.Resolve()
 	if err != nil {
 		t.Fatal(err)
