@@ -993,6 +993,7 @@ func (s *Scheduler) value(v *round.View, infos []*jobInfo) {
 				ji.critical = s.remainingFastest(v, ji) >= s.cfg.Critical*left
 			}
 		}
+		s.guardTail(v, infos, left)
 	}
 	// Critical jobs are worth twice the highest value of any job, so they
 	// pay any price below U: they run every round at their best placement.

@@ -253,6 +253,46 @@ func TestElasticProtectedJobGrowsOffTheGuidesTypes(t *testing.T) {
 	}
 }
 
+// The tail guard: elastic a (scale factor 2, 10 steps/s; 19 at 4 and 20
+// at 8 GPUs) has 1,000,000 steps left, rigid b 1,200,000 at 10/s. The
+// makespan target is b's 120,000 s; a, 100,000 s at its scale factor, is
+// not critical (under 0.9 of it), and at its fastest width, 50,000 s, it
+// is long (at least tailLong, 0.4, of the time left). Once it has been in
+// the system tailWait (0.1) of that, 5,000 s, it is protected and no
+// longer held to the fluid guide's types; before, or when it is short, it
+// is left as it was.
+func TestElasticTailGuardProtectsLongWaitingJob(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		arrival   float64
+		steps     float64
+		protected bool
+	}{
+		{"long, in the system 6,000 s", 0, 1000000, true},
+		{"long, in the system 4,000 s", 2000, 1000000, false},
+		{"short, in the system 6,000 s", 0, 300000, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prof := widthRates{"a": {2: 10, 4: 19, 8: 20}, "b": {2: 10}}
+			v := elasticView(prof, 6000, nil, map[string]float64{"a": tc.steps, "b": 1200000})
+			v.Jobs[0].Arrival = tc.arrival
+			v.Jobs[1].Widths, v.Jobs[1].WidthThroughput = nil, nil
+			s := elasticSched(t, prof, Config{})
+			s.cfg.Utility = Makespan
+			infos := s.jobInfos(v)
+			infos[0].allowed = []bool{true}
+			s.value(v, infos)
+			a := infos[0]
+			if a.critical || a.protected != tc.protected {
+				t.Fatalf("a: critical %v, protected %v; want not critical, protected %v", a.critical, a.protected, tc.protected)
+			}
+			if (a.allowed == nil) != tc.protected {
+				t.Fatalf("a's guide types %v; want them cleared only when protected", a.allowed)
+			}
+		})
+	}
+}
+
 // The fluid guide poses an elastic job that sets the fluid makespan at its
 // fastest width. Four P100s and two V100s; elastic a (scale factor 4,
 // widths 1, 2, 4) runs 30, 35, 50 steps/s on P100s and 40, 80, 20 on
