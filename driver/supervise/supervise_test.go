@@ -304,6 +304,9 @@ func TestTaskProcess(t *testing.T) {
 			if r := wait(t, h); r.ExitCode != 0 {
 				t.Fatalf("result %+v; stderr: %s", r, readFile(logOf(spec.Stderr)))
 			}
+			// The test's logmon copies the FIFO on its own time: wait for
+			// the script's last line before reading the rest.
+			waitFor(t, logOf(spec.Stdout), `^EXTRA=`)
 			out := readFile(logOf(spec.Stdout))
 			field := func(name string) string {
 				m := regexp.MustCompile(`(?m)^` + name + `:\s*(.*)$`).FindStringSubmatch(out)
@@ -455,9 +458,8 @@ func TestCgroupGiven(t *testing.T) {
 	if r := wait(t, hd); r.ExitCode != 0 {
 		t.Fatalf("result %+v: %s", r, readFile(logOf(spec.Stderr)))
 	}
-	if !strings.Contains(readFile(logOf(spec.Stdout)), "/"+rel) {
-		t.Errorf("task not in the given cgroup %s:\n%s", rel, readFile(logOf(spec.Stdout)))
-	}
+	// In the given cgroup: its line reaches the test's logmon in time.
+	waitFor(t, logOf(spec.Stdout), regexp.QuoteMeta("/"+rel))
 	// The given cgroup is left to whoever made it; what the supervisor
 	// added is gone.
 	for _, d := range made {
@@ -536,6 +538,8 @@ while :; do sleep 0.05; done`)
 		t.Fatal(err)
 	}
 	r := wait(t, h)
+	waitFor(t, logOf(spec.Stdout), "child-term")
+	waitFor(t, logOf(spec.Stdout), "parent-term")
 	out := readFile(logOf(spec.Stdout))
 	if r.ExitCode != 5 || !strings.Contains(out, "child-term") || !strings.Contains(out, "parent-term") {
 		t.Errorf("result %+v, output %q: want both the shell and its child to get SIGTERM", r, out)
@@ -582,7 +586,9 @@ func TestStopGraceful(t *testing.T) {
 	if err := h.Stop(ctx, syscall.SIGTERM, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if r := wait(t, h); r.ExitCode != 0 || r.Signal != 0 || !strings.Contains(readFile(logOf(spec.Stdout)), "checkpoint") {
+	r := wait(t, h)
+	waitFor(t, logOf(spec.Stdout), "checkpoint")
+	if r.ExitCode != 0 || r.Signal != 0 {
 		t.Errorf("result %+v, output %q: want a clean exit after the checkpoint", r, readFile(logOf(spec.Stdout)))
 	}
 }
