@@ -174,6 +174,17 @@ func busyPool(v *round.View) *round.Pool {
 
 func (g *grid) horizon() int { return len(g.used) }
 
+// server is the most GPUs of one type on one node.
+func (g *grid) server() int {
+	n := 0
+	for _, row := range g.capacity {
+		for _, c := range row {
+			n = max(n, c)
+		}
+	}
+	return n
+}
+
 func (g *grid) free(t, n, k int) int { return g.capacity[n][k] - g.used[t][n][k] }
 
 // resolve maps a unit onto the grid's node and type indices; ok is false

@@ -211,6 +211,9 @@ type Scheduler struct {
 	// remaining makespan of that solution is the largest remaining steps
 	// over it (value uses it to find the critical jobs).
 	fluidRate map[string]float64
+	// fluidUse is the GPUs of each type the fluid solution keeps busy
+	// (time shares times the width each job is posed at).
+	fluidUse []float64
 
 	// The primal-dual state, saved in snapshots (state.go).
 	// cur is the absolute number of the current slot, started at base.
@@ -1335,6 +1338,7 @@ func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
 			}
 			s.fluid = make(map[string][]bool, len(v.Jobs))
 			s.fluidRate = make(map[string]float64, len(v.Jobs))
+			s.fluidUse = make([]float64, len(v.Types))
 			for i, j := range v.Jobs {
 				row := make([]bool, len(v.Types))
 				any, thr := false, 0.0
@@ -1342,6 +1346,7 @@ func (s *Scheduler) guide(v *round.View, infos []*jobInfo) error {
 					row[k] = x > 1e-6
 					any = any || row[k]
 					thr += x * in.Jobs[i].Throughput[k]
+					s.fluidUse[k] += x * float64(in.Jobs[i].ScaleFactor)
 				}
 				// Every job solved for has a row (all false: the LP gave
 				// it nothing, and it is not guided).

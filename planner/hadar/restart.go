@@ -282,6 +282,7 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 		gain float64
 		w    int
 	}
+	waiting := slices.ContainsFunc(infos, func(ji *jobInfo) bool { return len(out[ji.idx].Units) == 0 })
 	for {
 		var best *cand
 		for _, ji := range infos {
@@ -318,6 +319,18 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 				// 95 h on 2 P100s on philly-8h seed 1, all elastic, with
 				// a third of the GPUs idle over the run.
 				o := s.bestOption(v, g, ji, g.window(0, w), true, ji.protected && !ji.critical)
+				// With no job waiting, an elastic job also grows or moves
+				// onto GPUs of other types that the fluid solution leaves
+				// idle: the guide keeps them for no job, and it poses the
+				// job at its scale factor, where (spread) the guide's type
+				// may not be where the job runs fastest at any width.
+				// Measured: docs/results.md, "Idle fast GPUs in the drain,
+				// and critical jobs no wider than a server".
+				if !waiting && ji.at != nil && !ji.protected {
+					if alt := s.bestOption(v, g, ji, g.window(0, w), true, true); alt != nil && (o == nil || alt.rate > o.rate) && s.fluidSpare(v, ji, alt) {
+						o = alt
+					}
+				}
 				if o == nil || o.rate <= rate {
 					continue
 				}
@@ -362,4 +375,25 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 		v.Explain(ji.idx, round.Reason{Why: fmt.Sprintf("moves to idle GPUs (%s): done in about %s instead of %s where it ran, a gain of %s over its %s restart",
 			unitString(o.unit), hours(s.cfg.RestartCost+ji.view.Remaining/o.rate), hours(ji.view.Remaining/s.rate(v, ji, ji.view.Placement.Units[0])), hours(best.gain), hours(s.cfg.RestartCost))})
 	}
+}
+
+// fluidSpare reports whether the GPUs of o off the job's guided types are
+// all GPUs the fluid solution leaves idle (capacity less its use of the
+// type).
+func (s *Scheduler) fluidSpare(v *round.View, ji *jobInfo, o *option) bool {
+	if len(s.fluidUse) != len(v.Types) {
+		return false
+	}
+	need := make([]float64, len(v.Types))
+	for _, sl := range o.take {
+		if ji.allowed != nil && !ji.allowed[sl.k] {
+			need[sl.k] += float64(sl.count)
+		}
+	}
+	for k, n := range need {
+		if n > 0 && v.Capacity[k]-s.fluidUse[k] < n-1e-9 {
+			return false
+		}
+	}
+	return true
 }

@@ -101,10 +101,22 @@ func (ji *jobInfo) widths() []int {
 // dualWidths is the dual subroutine for an elastic job: the best schedule
 // over its widths (value minus price), the job left planned at the width
 // of the one chosen (or where it was, when none pays).
+//
+// A critical job is worth more than any price, so prices do not weigh its
+// width: it would take the width that runs it fastest whatever that costs
+// the others. It is planned no wider than a server (or at its narrowest
+// width), since spread over servers an added GPU gains it least; it may
+// keep a wider unit it holds, and upgrade may still grow it onto idle
+// GPUs. Measured: docs/results.md, "Idle fast GPUs in the drain, and
+// critical jobs no wider than a server".
 func (s *Scheduler) dualWidths(v *round.View, g *grid, ji *jobInfo, from int, keep *option, need float64) *schedule {
 	w0 := ji.sf()
+	server := g.server()
 	var best *schedule
 	for _, w := range ji.view.Widths {
+		if ji.critical && w > server && w != ji.view.Widths[0] {
+			continue
+		}
 		if !s.setWidth(v, ji, w) {
 			continue
 		}

@@ -361,3 +361,145 @@ func TestElasticFluidGuidePosesTheMakespansJobAtItsFastestWidth(t *testing.T) {
 		})
 	}
 }
+
+// typedJob is a job of the given widths (nil: rigid at sf) on the view's
+// types, its figures from prof (a type absent from the job's rates map is
+// one it cannot run on), at the placement u (none when nil).
+func typedJob(v *round.View, prof typeWidthRates, id string, sf int, widths []int, rem float64, runs map[planner.GPUType]bool, u *planner.Unit) *round.JobView {
+	jv := &round.JobView{Job: planner.Job{ID: id, Model: id, ScaleFactor: sf, Widths: widths, TotalSteps: rem, Weight: 1},
+		Remaining: rem, Received: make([]float64, len(v.Types))}
+	if u != nil {
+		jv.Placement = planner.Placement{Units: []planner.Unit{*u}}
+	}
+	rate := func(ty planner.GPUType, w int) float64 {
+		if !runs[ty] {
+			return 0
+		}
+		return prof[ty][w]
+	}
+	for _, ty := range v.Types {
+		jv.Throughput = append(jv.Throughput, rate(ty, sf))
+	}
+	for _, w := range widths {
+		row := []float64{}
+		for _, ty := range v.Types {
+			row = append(row, rate(ty, w))
+		}
+		jv.WidthThroughput = append(jv.WidthThroughput, row)
+	}
+	return jv
+}
+
+// Elastic a (widths 1, 2, 4) runs on K80 node k0, the type the fluid
+// guide gives it; node v0's four V100s are idle. Rigid b (K80s only,
+// 100 h left) sets the makespan, so a (10 h) is neither protected nor
+// critical and upgrade looks for it on the guide's types only, where
+// there is nothing to grow onto. With no job waiting and the fluid
+// solution leaving the V100s idle, a grows onto them (4 V100s, 16
+// steps/s); with the V100s busy in the fluid solution, or a job waiting
+// (c, 8 GPUs, fits nowhere), it stays on its K80.
+func TestElasticGrowsOntoTypesTheFluidSolutionLeavesIdle(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		v100Use   float64
+		waiting   bool
+		wantWidth int
+	}{
+		{"idle in the fluid solution", 0, false, 4},
+		{"busy in the fluid solution", 4, false, 1},
+		{"a job waits", 0, true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prof := typeWidthRates{"k80": {1: 1, 2: 1.9, 4: 3.6, 8: 7}, "v100": {1: 4, 2: 8, 4: 16, 8: 30}}
+			c := planner.Cluster{Nodes: []planner.Node{node("k0", "k80", 1), node("k1", "k80", 1), node("v0", "v100", 4)}}
+			v := &round.View{Now: 360, Round: 360, Types: c.Types(), Cluster: c, Pool: round.NewPool(c)}
+			for _, ty := range v.Types {
+				v.Capacity = append(v.Capacity, float64(c.Capacity(ty)))
+			}
+			both := map[planner.GPUType]bool{"k80": true, "v100": true}
+			onK80 := func(n string) *planner.Unit {
+				return &planner.Unit{Slots: []planner.Slot{{Node: n, Type: "k80", Count: 1}}}
+			}
+			v.Jobs = []*round.JobView{
+				typedJob(v, prof, "a", 1, []int{1, 2, 4}, 36000, both, onK80("k0")),
+				typedJob(v, prof, "b", 1, nil, 360000, map[planner.GPUType]bool{"k80": true}, onK80("k1")),
+			}
+			if tc.waiting {
+				v.Jobs = append(v.Jobs, typedJob(v, prof, "c", 8, nil, 36000, both, nil))
+			}
+			v.Reasons = make([]round.Reason, len(v.Jobs))
+			guide := map[string][]bool{}
+			use := make([]float64, len(v.Types))
+			for _, jb := range v.Jobs {
+				row := make([]bool, len(v.Types))
+				for k, ty := range v.Types {
+					row[k] = ty == "k80"
+					if ty == "v100" {
+						use[k] = tc.v100Use
+					} else {
+						use[k] = 2
+					}
+				}
+				guide[jb.ID] = row
+			}
+			s := elasticSched(t, widthRates{}, Config{RestartCost: 20})
+			s.cfg.Speed = speed.Model{Profile: prof}
+			s.cfg.NoFluidGuide, s.cfg.Utility = false, Makespan
+			s.fluid, s.fluidKey, s.fluidUse = guide, round.JobSetKey(v), use
+			got := planned(t, s, v)
+			if got["a"] != tc.wantWidth {
+				t.Fatalf("a on %d GPUs, want %d: %s", got["a"], tc.wantWidth, why(v, "a"))
+			}
+			if got["b"] != 1 {
+				t.Fatalf("b on %d GPUs, want its K80: %s", got["b"], why(v, "b"))
+			}
+		})
+	}
+}
+
+// A critical elastic job is planned no wider than a server. Elastic a
+// (widths 2, 4, 8; V100s only) runs 10, 19 and 30 steps/s; 8 workers
+// spread over the two nodes of four V100s. Rigid b (a K80, 100 h) sets
+// the target; a at its fastest, 8, takes 95 h, over 0.9 of it: a is
+// critical and the dual plans it at 4 on one node, not at 8 over both.
+// Run with servers of eight V100s, 8 is one server and it takes it.
+func TestElasticCriticalJobNoWiderThanAServer(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		perNode   int
+		wantWidth int
+	}{
+		{"servers of four", 4, 4},
+		{"servers of eight", 8, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prof := typeWidthRates{"k80": {1: 1}, "v100": {2: 10, 4: 19, 8: 30}}
+			nodes := []planner.Node{node("k0", "k80", 1)}
+			for i := 0; i < 8/tc.perNode; i++ {
+				nodes = append(nodes, node(fmt.Sprintf("v%d", i), "v100", tc.perNode))
+			}
+			c := planner.Cluster{Nodes: nodes}
+			v := &round.View{Round: 360, Types: c.Types(), Cluster: c, Pool: round.NewPool(c)}
+			for _, ty := range v.Types {
+				v.Capacity = append(v.Capacity, float64(c.Capacity(ty)))
+			}
+			v.Jobs = []*round.JobView{
+				typedJob(v, prof, "a", 8, []int{2, 4, 8}, 30*3600*95, map[planner.GPUType]bool{"v100": true}, nil),
+				typedJob(v, prof, "b", 1, nil, 360000, map[planner.GPUType]bool{"k80": true}, nil),
+			}
+			v.Reasons = make([]round.Reason, len(v.Jobs))
+			s := elasticSched(t, widthRates{}, Config{RestartCost: 20})
+			s.cfg.Speed = speed.Model{Profile: prof}
+			s.cfg.Utility = Makespan
+			infos := s.jobInfos(v)
+			s.value(v, infos)
+			if !infos[0].critical {
+				t.Fatalf("a not critical")
+			}
+			got := planned(t, s, v)
+			if got["a"] != tc.wantWidth {
+				t.Fatalf("a on %d GPUs, want %d: %s", got["a"], tc.wantWidth, why(v, "a"))
+			}
+		})
+	}
+}
