@@ -19,7 +19,9 @@ type state struct {
 	Fluid     map[string][]bool  `json:"fluid"`
 	FluidKey  []byte             `json:"fluid_key"`
 	FluidRate map[string]float64 `json:"fluid_rate,omitempty"`
-	Filter    json.RawMessage    `json:"filter,omitempty"`
+	// FluidUse is the GPUs of each type the fluid solution keeps busy.
+	FluidUse []float64       `json:"fluid_use,omitempty"`
+	Filter   json.RawMessage `json:"filter,omitempty"`
 	// Slot is the absolute number of the current slot, which started at
 	// Base (seconds); Started is false before the first round.
 	Slot    int64              `json:"slot"`
@@ -40,7 +42,7 @@ type state struct {
 
 // SaveState implements round.Stateful.
 func (s *Scheduler) SaveState() ([]byte, error) {
-	st := state{Scheduler: s.Name(), Fluid: s.fluid, FluidKey: []byte(s.fluidKey), FluidRate: s.fluidRate,
+	st := state{Scheduler: s.Name(), Fluid: s.fluid, FluidKey: []byte(s.fluidKey), FluidRate: s.fluidRate, FluidUse: s.fluidUse,
 		Slot: s.cur, Base: s.base, Started: s.started, Seq: s.seq, Bounds: s.bounds, Jobs: s.jobs, Target: s.target, HasTarget: s.hasTarget,
 		LastCall: s.lastCall, HasLast: s.hasLast}
 	if f, ok := s.cfg.Filter.(round.Stateful); ok {
@@ -79,7 +81,7 @@ func (s *Scheduler) LoadState(data []byte) error {
 	if st.Jobs == nil {
 		st.Jobs = map[string]*record{}
 	}
-	s.fluid, s.fluidKey, s.fluidRate = st.Fluid, string(st.FluidKey), st.FluidRate
+	s.fluid, s.fluidKey, s.fluidRate, s.fluidUse = st.Fluid, string(st.FluidKey), st.FluidRate, st.FluidUse
 	s.cur, s.base, s.started, s.seq, s.bounds, s.jobs = st.Slot, st.Base, st.Started, st.Seq, st.Bounds, st.Jobs
 	s.target, s.hasTarget = st.Target, st.HasTarget
 	s.lastCall, s.hasLast = st.LastCall, st.HasLast
@@ -100,6 +102,11 @@ func (st *state) check() error {
 	for id, x := range st.FluidRate {
 		if !(x >= 0) || math.IsInf(x, 0) {
 			return fmt.Errorf("job %s: fluid throughput %v", id, x)
+		}
+	}
+	for k, x := range st.FluidUse {
+		if !(x >= 0) || math.IsInf(x, 0) {
+			return fmt.Errorf("type %d: fluid use %v", k, x)
 		}
 	}
 	for id, r := range st.Jobs {

@@ -20,6 +20,7 @@ import (
 	"github.com/hadar-sched/hadar/planner/round"
 	"github.com/hadar-sched/hadar/planner/sim"
 	"github.com/hadar-sched/hadar/planner/speed"
+	"github.com/hadar-sched/hadar/planner/trace"
 )
 
 // resumeCase names one configuration the resume test runs; the child
@@ -33,6 +34,8 @@ type resumeCase struct {
 	at float64
 	// queues runs the policy inside two team queues (planner/queue).
 	queues bool
+	// elastic makes half the jobs elastic (trace.MakeElastic).
+	elastic bool
 }
 
 func (c resumeCase) name() string {
@@ -40,20 +43,25 @@ func (c resumeCase) name() string {
 	if c.queues {
 		name += "/queues"
 	}
+	if c.elastic {
+		name += "/elastic"
+	}
 	return name
 }
 
 var resumeCases = []resumeCase{
-	{"gavel-maxmin", placement.Pack, sim.Improved, false, 0.3, false},
-	{"gavel-makespan", placement.DelayAutotune, sim.Improved, false, 0.4, false},
-	{"gavel-ftf", placement.Spread, sim.Improved, true, 0.5, false},
-	{"gavel-maxmin", placement.Pack, sim.Gavel, false, 20000, false},
-	{"hadar", placement.Delay, sim.Improved, false, 0.25, false},
-	{"hadare", placement.Pack, sim.Improved, true, 0.35, false},
-	{"fifo", placement.Pack, sim.Improved, false, 0.6, false},
-	{"gavel-maxmin", placement.Pack, sim.Improved, false, 0.3, true},
-	{"hadar", placement.Delay, sim.Improved, true, 0.4, true},
-	{"sia", placement.Pack, sim.Improved, false, 0.3, false},
+	{"gavel-maxmin", placement.Pack, sim.Improved, false, 0.3, false, false},
+	{"gavel-makespan", placement.DelayAutotune, sim.Improved, false, 0.4, false, false},
+	{"gavel-ftf", placement.Spread, sim.Improved, true, 0.5, false, false},
+	{"gavel-maxmin", placement.Pack, sim.Gavel, false, 20000, false, false},
+	{"hadar", placement.Delay, sim.Improved, false, 0.25, false, false},
+	{"hadare", placement.Pack, sim.Improved, true, 0.35, false, false},
+	{"fifo", placement.Pack, sim.Improved, false, 0.6, false, false},
+	{"gavel-maxmin", placement.Pack, sim.Improved, false, 0.3, true, false},
+	{"hadar", placement.Delay, sim.Improved, true, 0.4, true, false},
+	{"sia", placement.Pack, sim.Improved, false, 0.3, false, false},
+	{"hadar", placement.Pack, sim.Improved, false, 0.35, false, true},
+	{"sia", placement.Pack, sim.Improved, false, 0.3, false, true},
 }
 
 func caseByName(name string) (resumeCase, bool) {
@@ -71,6 +79,12 @@ func (c resumeCase) build(t testing.TB) (sim.Config, round.Scheduler) {
 	t.Helper()
 	cl := cluster(t, "v100=12,p100=12,k80=12")
 	jobs := synth(t, 150, 14, 11)
+	if c.elastic {
+		var err error
+		if jobs, err = trace.MakeElastic(jobs, 0.5, 2, profile.Default().ScaleFactors); err != nil {
+			t.Fatal(err)
+		}
+	}
 	est := sim.EstimateConfig{ProfileError: 0.2, StepError: 0.2, Seed: 3, Learn: c.learn}
 	truth := speedModel(c.fid)
 	plan, _, err := sim.EstimatedModel(truth, est)
