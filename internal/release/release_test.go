@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hadar-sched/hadar/internal/hostpath"
 )
 
 // stage writes stand-ins for the binaries (their bytes do not matter to
@@ -33,7 +35,7 @@ func stage(t *testing.T) string {
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("../..")
+	root, err := hostpath.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
