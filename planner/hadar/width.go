@@ -164,7 +164,7 @@ func (s *Scheduler) remainingFastest(v *round.View, ji *jobInfo) float64 {
 // Tail guard (issue 35, p99 JCT against Sia): an elastic job whose
 // remaining time at its fastest width on any type is at least tailLong
 // of the time left to the makespan target, and which has been in the
-// system at least tailWait of that time, is protected (no other job
+// system at least tailWait of that remaining time, is protected (no other job
 // preempts or shrinks it) and planned, grown and backfilled on any GPU
 // type, not only the fluid guide's. The guide solves for the makespan
 // alone: it posed such a job at its scale factor, where LM (batch size
