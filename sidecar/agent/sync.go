@@ -356,6 +356,9 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 			failed = fmt.Sprintf("allocation %s %s (%s)", shortID(al.ID), al.ClientStatus, al.ClientDescription)
 		}
 	}
+	if !complete && failed == "" {
+		complete = doneOnItsOwn(snap, j, mj)
+	}
 	switch {
 	case complete && failed == "":
 		if err := a.core.eng.Complete(mj.id, now); err == nil {
@@ -367,6 +370,35 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 	case failed != "":
 		a.failedRun(snap, mj, j.Version, failed, now)
 	}
+}
+
+// doneOnItsOwn tells whether a rank 0 of the job's current run ended
+// with exit 0 without Nomad stopping it: by the training contract, the
+// run is done. It catches a job that finished as the sidecar rewrote it
+// (a stop decided on progress a few seconds old): its allocations are then
+// of an older version, desired "stop", and placing it again would rerun a
+// finished run (hadar-train starts a finished run's task fresh). Only
+// allocations made since the job's admission count (a finished earlier
+// run of the same job is not this one), and only rank 0 (a rank whose
+// rank 0 left exits 0 by itself).
+func doneOnItsOwn(snap *watch.Snapshot, j *watch.Job, mj *managed) bool {
+	for _, al := range snap.AllocsOf(j.Key()) {
+		if al.Worker == nil || al.Worker.Rank != 0 || al.ClientStatus != api.AllocClientStatusComplete || al.CreateTime.Before(mj.arrival) {
+			continue
+		}
+		ts, ok := al.TaskStates[al.Task]
+		if !ok || ts.State != "dead" || ts.Failed {
+			continue
+		}
+		stopped := false
+		for _, ev := range ts.Events {
+			stopped = stopped || ev.Type == api.TaskKilling || ev.Type == api.TaskKilled
+		}
+		if !stopped {
+			return true
+		}
+	}
+	return false
 }
 
 // Failed runs back off before the next try, doubling from

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -568,4 +569,61 @@ func generated(group string) *groupname.Worker {
 		return &w
 	}
 	return nil
+}
+
+// A job whose rank 0 finished on its own just as the sidecar stopped it
+// (a stop decided on progress a few seconds old: its allocations are of
+// an older version, desired "stop") is complete, not waiting: placed
+// again, hadar-train would start the finished run's task fresh (make test
+// run 16: docs-b ran its 160 steps twice). A rank 0 that Nomad stopped
+// (a Killing event), or one from before the job's admission (an earlier
+// run of the job), does not finish it.
+func TestSyncFinishesAJobDoneAsItWasStopped(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		events []string
+		before bool
+		done   bool
+	}{
+		{"ended on its own", []string{"Started", "Terminated"}, false, true},
+		{"stopped by Nomad", []string{"Started", api.TaskKilling, "Terminated", api.TaskKilled}, false, false},
+		{"an earlier run's", []string{"Started", "Terminated"}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			good := map[string]string{"hadar.model": "ResNet-18 (batch size 16)", "hadar.steps": "1000"}
+			snap, rec := noteState(t, []noteCase{{name: "done", meta: good}})
+			snap.Nodes["n1"] = gpuNode("n1", "Tesla V100-SXM2-16GB", 1)
+			a := testAgent(t, rec, "gavel-maxmin")
+			k := watch.JobKey{Namespace: "default", ID: "done"}
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			now := a.now()
+			placedJob(t, snap, rec, "done", "n1", api.AllocClientStatusRunning)
+			if err := a.sync(snap, now); err != nil {
+				t.Fatal(err)
+			}
+			al := snap.Allocs["done/"+groupname.Format("train", 0, 0)]
+			al.CreateTime = snap.Jobs[k].SubmitTime.Add(time.Second)
+			if tc.before {
+				al.CreateTime = snap.Jobs[k].SubmitTime.Add(-time.Hour)
+			}
+			var evs []watch.TaskEvent
+			for _, e := range tc.events {
+				evs = append(evs, watch.TaskEvent{Type: e})
+			}
+			// The sidecar's stop: a newer version without the unit; the
+			// allocation is desired "stop", but its task had ended 0.
+			al.ClientStatus, al.DesiredStatus = api.AllocClientStatusComplete, api.AllocDesiredStatusStop
+			al.TaskStates = map[string]watch.TaskState{al.Task: {State: "dead", Events: evs}}
+			snap.Jobs[k].Version++
+			snap.Jobs[k].Status = "dead"
+			if err := a.sync(snap, now+1); err != nil {
+				t.Fatal(err)
+			}
+			_, planned := a.core.eng.Job(engineID(k))
+			if planned == tc.done {
+				t.Fatalf("planned %v after its rank 0 ended (events %v); want complete %v", planned, tc.events, tc.done)
+			}
+		})
+	}
 }
