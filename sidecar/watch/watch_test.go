@@ -517,6 +517,11 @@ func TestIndexGoesBack(t *testing.T) {
 	eventually(t, "state of the restarted server", func() error {
 		s := w.Snapshot()
 		if len(s.Jobs) != 0 || s.Nodes["n1"].Rack != "r9" {
+			// A restarted server has no stream of before: one the
+			// watcher opened as the cut came (job c can arrive by a
+			// re-list, the ghost batch replayed to the next stream; make
+			// test run 16) is cut too, not left to the periodic resync.
+			f.cutStreams()
 			return fmt.Errorf("jobs %d, rack %s", len(s.Jobs), s.Nodes["n1"].Rack)
 		}
 		return nil
