@@ -344,8 +344,9 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 	if a.applier.InFlight(watch.JobKey(j.Key())) != nil {
 		return // our own write is in flight: Nomad's status is stale
 	}
-	complete, failed := false, ""
+	complete, failed, own := false, "", false
 	for _, al := range snap.AllocsOf(j.Key()) {
+		own = own || doneOnItsOwn(al, mj)
 		if al.Worker == nil || al.JobVersion != j.Version || al.DesiredStatus != api.AllocDesiredStatusRun {
 			continue
 		}
@@ -357,7 +358,7 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 		}
 	}
 	if !complete && failed == "" {
-		complete = doneOnItsOwn(snap, j, mj)
+		complete = own
 	}
 	switch {
 	case complete && failed == "":
@@ -372,7 +373,7 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 	}
 }
 
-// doneOnItsOwn tells whether a rank 0 of the job's current run ended
+// doneOnItsOwn tells whether al is a rank 0 of the job's current run that ended
 // with exit 0 without Nomad stopping it: by the training contract, the
 // run is done. It catches a job that finished as the sidecar rewrote it
 // (a stop decided on progress a few seconds old): its allocations are then
@@ -381,24 +382,20 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 // allocations made since the job's admission count (a finished earlier
 // run of the same job is not this one), and only rank 0 (a rank whose
 // rank 0 left exits 0 by itself).
-func doneOnItsOwn(snap *watch.Snapshot, j *watch.Job, mj *managed) bool {
-	for _, al := range snap.AllocsOf(j.Key()) {
-		if al.Worker == nil || al.Worker.Rank != 0 || al.ClientStatus != api.AllocClientStatusComplete || al.CreateTime.Before(mj.arrival) {
-			continue
-		}
-		ts, ok := al.TaskStates[al.Task]
-		if !ok || ts.State != "dead" || ts.Failed {
-			continue
-		}
-		stopped := false
-		for _, ev := range ts.Events {
-			stopped = stopped || ev.Type == api.TaskKilling || ev.Type == api.TaskKilled
-		}
-		if !stopped {
-			return true
+func doneOnItsOwn(al *watch.Alloc, mj *managed) bool {
+	if al.Worker == nil || al.Worker.Rank != 0 || al.ClientStatus != api.AllocClientStatusComplete || al.CreateTime.Before(mj.arrival) {
+		return false
+	}
+	ts, ok := al.TaskStates[al.Task]
+	if !ok || ts.State != "dead" || ts.Failed {
+		return false
+	}
+	for _, ev := range ts.Events {
+		if ev.Type == api.TaskKilling || ev.Type == api.TaskKilled {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // Failed runs back off before the next try, doubling from
