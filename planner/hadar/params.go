@@ -82,3 +82,19 @@ func (b bounds) horizon(cfg Config) int {
 	}
 	return min(max(h, cfg.MinHorizon), cfg.MaxHorizon)
 }
+
+// restartCharge is what a preemption made for a rigid job that is not
+// critical is charged per restart it causes (each victim's, and the job's
+// own when it moves), on top of the victims' losses: the 20 s restart is
+// not the whole price of a swap. Each moved job is pinned for its minimum
+// run time where it lands, a victim moved onto other GPUs is the
+// cheapest victim of the next arrival there, and a victim sent to slower
+// GPUs moves back when faster ones free: on the 300-job continuous
+// traces most of hadar's restarts were such swaps, each "gaining" hours
+// that later rounds undid (docs/results.md, "Hadar's own restarts").
+const restartCharge = 1800.0
+
+// upgradeSpeedup is the least speedup for which a running rigid job moves
+// to idle GPUs (upgrade): a move to GPUs only a little faster is undone as
+// soon as a job of more value per GPU-round wants them.
+const upgradeSpeedup = 1.3

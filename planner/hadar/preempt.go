@@ -210,6 +210,14 @@ func (s *Scheduler) displace(v *round.View, g *grid, k *jobInfo, infos []*jobInf
 	}
 	rem, restart := k.view.Remaining, s.cfg.RestartCost
 	before, beforeRate, what := s.outlook(v, g, k, rs, ahead)
+	// A running rigid job can move to idle GPUs faster than its own
+	// (upgrade, later this round) without stopping anyone: the gain of a
+	// preemption is over that, not over staying where it runs.
+	if beforeRate > 0 && holding(v, k.view) && k.at == nil {
+		if o := s.startOption(v, g, k, s.startWindow(v, g, k, 0)); o != nil && o.rate > beforeRate {
+			before = math.Min(before, restart+rem/o.rate)
+		}
+	}
 	bestNow := restart + rem/k.best
 	// A job critical for the makespan counts only the victims' restarts
 	// against its gain: any delay of it is the makespan's.
@@ -296,7 +304,8 @@ type displacement struct {
 
 // weigh prices option o for job k (done in restart + rem/o.rate instead
 // of before) against what the victims lose, with the victims' GPUs
-// vacated: nil when it does not pay.
+// vacated, and for a rigid k not critical restartCharge per restart it
+// causes: nil when it does not pay.
 func (s *Scheduler) weigh(v *round.View, g *grid, k *jobInfo, o *option, victims []*victim, w int, before float64, crit bool) *displacement {
 	restart := s.cfg.RestartCost
 	after := restart + k.view.Remaining/o.rate
@@ -327,7 +336,15 @@ func (s *Scheduler) weigh(v *round.View, g *grid, k *jobInfo, o *option, victims
 		d.cost += jobWeight(j) * (restart + loss)
 	}
 	g.uncommit(0, w, o.take)
-	if d.gain <= d.cost {
+	charge := 0.0
+	if !crit && k.at == nil {
+		n := len(victims)
+		if holding(v, k.view) {
+			n++ // k moves too
+		}
+		charge = float64(n) * restartCharge
+	}
+	if d.gain <= d.cost+charge {
 		return nil
 	}
 	return d

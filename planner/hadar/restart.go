@@ -331,7 +331,7 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 						o = alt
 					}
 				}
-				if o == nil || o.rate <= rate {
+				if o == nil || !fastEnough(ji, rate, o.rate) {
 					continue
 				}
 				if gain := jobWeight(ji) * s.moveGain(ji, rate, o.rate); gain > 0 && (best == nil || gain > best.gain) {
@@ -375,6 +375,14 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 		v.Explain(ji.idx, round.Reason{Why: fmt.Sprintf("moves to idle GPUs (%s): done in about %s instead of %s where it ran, a gain of %s over its %s restart",
 			unitString(o.unit), hours(s.cfg.RestartCost+ji.view.Remaining/o.rate), hours(ji.view.Remaining/s.rate(v, ji, ji.view.Placement.Units[0])), hours(best.gain), hours(s.cfg.RestartCost))})
 	}
+}
+
+// fastEnough reports whether a running job making from steps/s may move
+// to idle GPUs where it makes to: faster, and for a rigid job at least
+// upgradeSpeedup times (an elastic job's moves are resizes, weighed in
+// width.go).
+func fastEnough(ji *jobInfo, from, to float64) bool {
+	return to > from && (ji.at != nil || to >= from*upgradeSpeedup)
 }
 
 // fluidSpare reports whether the GPUs of o off the job's guided types are

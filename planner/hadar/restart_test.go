@@ -248,3 +248,83 @@ func sameUnits(a, b planner.Placement) bool {
 	}
 	return true
 }
+
+// A running rigid job moves to idle GPUs (upgrade) only when they are at
+// least upgradeSpeedup times faster: a move that gains a little is undone
+// as soon as a job of more value wants them. An elastic job's moves are
+// weighed as resizes.
+func TestMoveToIdleGPUsOnlyWhenMuchFaster(t *testing.T) {
+	rigid, elastic := &jobInfo{}, &jobInfo{at: map[int]*widthFigures{}}
+	for _, tc := range []struct {
+		name string
+		ji   *jobInfo
+		to   float64 // steps/s there; 1 where it runs
+		want bool
+	}{
+		{"rigid, a fifth faster", rigid, 1.2, false},
+		{"rigid, twice as fast", rigid, 2, true},
+		{"elastic, a fifth faster", elastic, 1.2, true},
+		{"slower", rigid, 0.5, false},
+	} {
+		if got := fastEnough(tc.ji, 1, tc.to); got != tc.want {
+			t.Errorf("%s: fastEnough=%v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A running rigid job takes a running job's faster GPUs only when its gain
+// exceeds the victim's loss and restartCharge per restart the swap causes
+// (the victim's and its own), not merely their 20 s restarts; and it does
+// not preempt at all where idle GPUs as fast let it move without stopping
+// anyone.
+func TestSwapPaysForItsRestarts(t *testing.T) {
+	const round = 360.0
+	for _, tc := range []struct {
+		name     string
+		k80      float64 // k's steps/s on the K80s; 10 on the V100s
+		idle     bool    // an idle V100 server, and three more held (prices rise: k's plan keeps its K80s)
+		preempts bool
+	}{
+		// k has 25 rounds of work at 10 steps/s: on K80s at 9 it
+		// gains 1,000 s by the swap, above the victim's 20 s restart
+		// and its own but below two charges.
+		{"small gain", 9, false, false},
+		{"large gain", 5, false, true},
+		{"idle GPUs as fast", 5, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := []planner.Node{node("v0", "v100", 4), node("k0", "k80", 4)}
+			b := newBench(t)
+			on := func(n string, ty planner.GPUType) planner.Placement {
+				return planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{{Node: n, Type: ty, Count: 4}}}}}
+			}
+			prev := map[string]planner.Placement{"long": on("v0", "v100"), "k": on("k0", "k80")}
+			jobs := []tj{{"long", 4, 10 * round * 100}, {"k", 4, 10 * round * 25}}
+			b.prof["long"] = map[planner.GPUType]float64{"v100": 10, "k80": 10}
+			b.prof["k"] = map[planner.GPUType]float64{"v100": 10, "k80": tc.k80}
+			if tc.idle {
+				nodes = append(nodes, node("v1", "v100", 4))
+				for _, id := range []string{"l0", "l1", "l2"} {
+					nodes = append(nodes, node("n"+id, "v100", 4))
+					b.prof[id] = b.prof["long"]
+					prev[id] = on("n"+id, "v100")
+					jobs = append(jobs, tj{id, 4, 10 * round * 100})
+				}
+			}
+			b.cluster = planner.Cluster{Nodes: nodes}
+			s := b.sched(Config{RestartCost: 20, MinRunTime: -1})
+			v := b.view(10*round, false, prev, jobs...)
+			got := b.run(s, v)
+			took := got["k"].Units != nil && got["k"].Units[0].Slots[0].Node == "v0"
+			if took != tc.preempts {
+				t.Fatalf("k took long's GPUs=%v, want %v (k: %s; long: %s)", took, tc.preempts, why(v, "k"), why(v, "long"))
+			}
+			if tc.idle && typeOf(got["k"]) != "v100" {
+				t.Fatalf("k stays on %v beside idle V100s: %s", got["k"], why(v, "k"))
+			}
+			if !tc.preempts && !got["long"].Units[0].Equal(prev["long"].Units[0]) {
+				t.Fatalf("long moved to %v: %s", got["long"], why(v, "long"))
+			}
+		})
+	}
+}
