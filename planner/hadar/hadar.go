@@ -338,6 +338,9 @@ type jobInfo struct {
 	width int
 	// at caches an elastic job's figures per width (width.go).
 	at map[int]*widthFigures
+	// wmax is the widest width an elastic job is planned or grown at
+	// while the cluster is contested (effCap; 0: any).
+	wmax int
 }
 
 // sf is the number of GPUs (workers) the job is planned at.
@@ -387,6 +390,7 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 	}
 	lo, hi := s.bounds.priceRange(s.cfg)
 	g.setPrices(lo, hi, s.cfg.NodePrices)
+	s.effCap(v, g, infos)
 	// The dual order: jobs in decreasing value per GPU-round.
 	slices.SortFunc(infos, func(a, b *jobInfo) int {
 		return cmp.Or(cmp.Compare(b.density, a.density), cmp.Compare(b.remTime, a.remTime), cmp.Compare(a.idx, b.idx))

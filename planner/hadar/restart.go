@@ -306,6 +306,11 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 			}
 			// An elastic job weighs its every width (width.go).
 			for _, wd := range ji.widths() {
+				// While a job waits, no growth past the job's cap
+				// (effCap): the GPUs are worth more to a waiting job.
+				if waiting && ji.wmax > 0 && wd > ji.wmax && wd > held {
+					continue
+				}
 				if !s.setWidth(v, ji, wd) {
 					continue
 				}

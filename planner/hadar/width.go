@@ -117,6 +117,11 @@ func (s *Scheduler) dualWidths(v *round.View, g *grid, ji *jobInfo, from int, ke
 		if ji.critical && w > server && w != ji.view.Widths[0] {
 			continue
 		}
+		// While the cluster is contested, no wider than the job's cap
+		// (effCap), bar the width it holds: a shrink is shrink.go's.
+		if ji.wmax > 0 && w > ji.wmax && !(holding(v, ji.view) && w == ji.view.Placement.Units[0].GPUs()) {
+			continue
+		}
 		if !s.setWidth(v, ji, w) {
 			continue
 		}
@@ -304,4 +309,86 @@ func (s *Scheduler) fitWidth(v *round.View, g *grid, ji *jobInfo) {
 		}
 	}
 	s.setWidth(v, ji, w0)
+}
+
+// Contested widths (issue 35, philly-48h all elastic): while jobs wait, a
+// GPU an elastic job adds by growing is one a waiting job does not get.
+// Hadar spent 14 % more GPU-hours per job than Sia there, much of it on
+// widths whose added GPUs made a fraction of a GPU's progress at the
+// job's narrowest width (scale factors 8 and 16 spread over servers,
+// started at their scale factor by backfill, or grown onto idle GPUs).
+// A waiting job started on them makes about all of it, so while the
+// cluster is contested an elastic job is planned, started and grown no
+// wider than the widest width each of whose steps up adds at least
+// effMarginal of that progress per added GPU. With room for every job
+// growth costs no one, and the cap is off. Measured: docs/results.md,
+// "Contested widths on the 48-hour workload".
+const effMarginal = 0.75
+
+// contested reports whether the GPUs the running jobs hold and the
+// waiting jobs need (an elastic one at its narrowest width) exceed the
+// cluster's.
+func contested(v *round.View, infos []*jobInfo) bool {
+	gpus := 0.0
+	for _, c := range v.Capacity {
+		gpus += c
+	}
+	need := 0
+	for _, ji := range infos {
+		switch {
+		case holding(v, ji.view):
+			need += ji.view.Placement.Units[0].GPUs()
+		case ji.at != nil:
+			need += ji.view.Widths[0]
+		default:
+			need += ji.sf()
+		}
+	}
+	return float64(need) > gpus
+}
+
+// effCap sets ji.wmax, the widest width an elastic job is planned or
+// grown at while the cluster is contested (0: no cap), from its best
+// figure at each declared width on the types it may use (spread over
+// servers where the width is wider than one), against its per-GPU
+// figure at its narrowest width. A waiting job wider than its cap is
+// planned at the cap.
+func (s *Scheduler) effCap(v *round.View, g *grid, infos []*jobInfo) {
+	busy := contested(v, infos)
+	server := g.server()
+	for _, ji := range infos {
+		ji.wmax = 0
+		if !busy || ji.at == nil || len(ji.view.Widths) < 2 {
+			continue
+		}
+		fig := func(wi int) float64 {
+			w, best := ji.view.Widths[wi], 0.0
+			for k, x := range ji.view.WidthThroughput[wi] {
+				if x <= 0 || ji.allowed != nil && !ji.allowed[k] {
+					continue
+				}
+				if w > server {
+					x, _ = s.cfg.Speed.Profile.Throughput(ji.view.Model, w, v.Types[k], true)
+				}
+				best = max(best, x)
+			}
+			return best
+		}
+		prev := fig(0)
+		per := prev / float64(ji.view.Widths[0])
+		if per <= 0 {
+			continue
+		}
+		ji.wmax = ji.view.Widths[0]
+		for wi := 1; wi < len(ji.view.Widths); wi++ {
+			x := fig(wi)
+			if (x-prev)/float64(ji.view.Widths[wi]-ji.view.Widths[wi-1]) < effMarginal*per {
+				break
+			}
+			ji.wmax, prev = ji.view.Widths[wi], x
+		}
+		if ji.sf() > ji.wmax && !holding(v, ji.view) {
+			s.setWidth(v, ji, ji.wmax)
+		}
+	}
 }
