@@ -352,13 +352,14 @@ func contested(v *round.View, infos []*jobInfo) bool {
 // figure at each declared width on the types it may use (spread over
 // servers where the width is wider than one), against its per-GPU
 // figure at its narrowest width. A waiting job wider than its cap is
-// planned at the cap.
+// planned at the cap. A protected job (critical, or the tail guard's) is
+// not capped: its remaining time is the makespan's or the tail's.
 func (s *Scheduler) effCap(v *round.View, g *grid, infos []*jobInfo) {
 	busy := contested(v, infos)
 	server := g.server()
 	for _, ji := range infos {
 		ji.wmax = 0
-		if !busy || ji.at == nil || len(ji.view.Widths) < 2 {
+		if !busy || ji.at == nil || ji.protected || len(ji.view.Widths) < 2 {
 			continue
 		}
 		fig := func(wi int) float64 {
