@@ -58,19 +58,9 @@ func (s *Scheduler) setWidth(v *round.View, ji *jobInfo, w int) bool {
 	if ji.at == nil {
 		return w == ji.sf()
 	}
-	f := ji.at[w]
+	f := s.figuresAt(v, ji, w)
 	if f == nil {
-		wi := slices.Index(ji.view.Widths, w)
-		if wi < 0 || wi >= len(ji.view.WidthThroughput) || len(ji.view.WidthThroughput[wi]) != len(v.Types) {
-			return false
-		}
-		f = &widthFigures{tp: ji.view.WidthThroughput[wi], spread: make([]float64, len(v.Types))}
-		for k, t := range v.Types {
-			if f.tp[k] > 0 {
-				f.spread[k], _ = s.cfg.Speed.Profile.Throughput(ji.view.Model, w, t, true)
-			}
-		}
-		ji.at[w] = f
+		return false
 	}
 	best, guided := 0.0, 0.0
 	for k, x := range f.tp {
@@ -87,6 +77,26 @@ func (s *Scheduler) setWidth(v *round.View, ji *jobInfo, w int) bool {
 	}
 	ji.width, ji.tp, ji.spread, ji.best = w, f.tp, f.spread, best
 	return true
+}
+
+// figuresAt is an elastic job's figures at width w, cached in ji.at:
+// nil when w is not one of its declared widths with a figure per type.
+func (s *Scheduler) figuresAt(v *round.View, ji *jobInfo, w int) *widthFigures {
+	if f := ji.at[w]; f != nil {
+		return f
+	}
+	wi := slices.Index(ji.view.Widths, w)
+	if wi < 0 || wi >= len(ji.view.WidthThroughput) || len(ji.view.WidthThroughput[wi]) != len(v.Types) {
+		return nil
+	}
+	f := &widthFigures{tp: ji.view.WidthThroughput[wi], spread: make([]float64, len(v.Types))}
+	for k, t := range v.Types {
+		if f.tp[k] > 0 {
+			f.spread[k], _ = s.cfg.Speed.Profile.Throughput(ji.view.Model, w, t, true)
+		}
+	}
+	ji.at[w] = f
+	return f
 }
 
 // widths is the widths to weigh for the job: its declared ones when it is
@@ -364,12 +374,16 @@ func (s *Scheduler) effCap(v *round.View, g *grid, infos []*jobInfo) {
 		}
 		fig := func(wi int) float64 {
 			w, best := ji.view.Widths[wi], 0.0
-			for k, x := range ji.view.WidthThroughput[wi] {
+			f := s.figuresAt(v, ji, w)
+			if f == nil {
+				return 0
+			}
+			for k, x := range f.tp {
 				if x <= 0 || ji.allowed != nil && !ji.allowed[k] {
 					continue
 				}
 				if w > server {
-					x, _ = s.cfg.Speed.Profile.Throughput(ji.view.Model, w, v.Types[k], true)
+					x = f.spread[k]
 				}
 				best = max(best, x)
 			}
