@@ -695,7 +695,7 @@ func TestSidecarKeepsSensitiveJobsInARack(t *testing.T) {
 	loose := scJob{id: "loose", steps: 3200, workers: 8, gated: true}
 	c.submit(loose)
 	setThroughput(t, c, "loose", "v100=320")
-	c.waitFor("the insensitive job runs", 90*time.Second, func() error {
+	c.waitFor("the insensitive job runs", 3*time.Minute, func() error {
 		if n := len(c.running("loose")); n != 8 {
 			return fmt.Errorf("%d of 8 workers running", n)
 		}
@@ -711,7 +711,10 @@ func TestSidecarKeepsSensitiveJobsInARack(t *testing.T) {
 		return nil
 	})
 
-	tight := scJob{id: "tight", steps: 9600, workers: 8, gated: true, extra: v100 + "\n    \"hadar.sensitivity\" = \"4\""}
+	// Delay scheduling would accept the two racks after about 0.8 of the
+	// job's run time: a long job, so that however slowly the cycles below
+	// pass, its timer does not run out before r1 frees.
+	tight := scJob{id: "tight", steps: 400000, workers: 8, gated: true, extra: v100 + "\n    \"hadar.sensitivity\" = \"4\""}
 	c.submit(tight)
 	c.waitFor("the sensitive job waits for its rack", 30*time.Second, func() error {
 		jv := c.planOf(a, "tight")
@@ -727,7 +730,7 @@ func TestSidecarKeepsSensitiveJobsInARack(t *testing.T) {
 	if _, _, err := c.api.Jobs().Deregister("busy", true, nil); err != nil {
 		t.Fatal(err)
 	}
-	c.waitFor("the sensitive job runs", 90*time.Second, func() error {
+	c.waitFor("the sensitive job runs", 3*time.Minute, func() error {
 		if n := len(c.running("tight")); n != 8 {
 			return fmt.Errorf("%d of 8 workers running", n)
 		}
