@@ -711,7 +711,7 @@ func TestSidecarKeepsSensitiveJobsInARack(t *testing.T) {
 		return nil
 	})
 
-	// Delay scheduling would accept the two racks after about 0.8 of the
+	// Delay scheduling would accept the two racks after about 3/4 of the
 	// job's run time: a long job, so that however slowly the cycles below
 	// pass, its timer does not run out before r1 frees.
 	tight := scJob{id: "tight", steps: 400000, workers: 8, gated: true, extra: v100 + "\n    \"hadar.sensitivity\" = \"4\""}

@@ -207,7 +207,7 @@ func TestStatusMetricsOnALiveCluster(t *testing.T) {
 	})
 	submitted := time.Now()
 	// Delay scheduling holds tight for its rack for a time proportional to
-	// its run time (about 0.8 of it here): long enough that the checks
+	// its run time (938 s of its 1,250 here): long enough that the checks
 	// below, however slow, end before it would accept the two racks, and
 	// that it does not finish before they look at it running.
 	c.submit(scJob{id: "tight", steps: 400000, workers: 8, gated: true, extra: `    "hadar.throughput" = "v100=320"` + "\n    \"hadar.sensitivity\" = \"4\""})
