@@ -72,6 +72,10 @@ func (w *Watcher) relist(ctx context.Context, gapCheck, reuse bool) (t tableInde
 	w.resync = false
 	w.mu.Unlock()
 
+	// Announced before Ready closes: a reader that waited for Ready and
+	// then drains Changes has seen the first list's change, and the next
+	// one it receives is news.
+	w.notify(Change{Kinds: kinds, Index: fresh.index})
 	select {
 	case <-w.ready:
 	default:
@@ -79,7 +83,6 @@ func (w *Watcher) relist(ctx context.Context, gapCheck, reuse bool) (t tableInde
 	}
 	w.log.Debug("re-listed", "index", fresh.index, "nodes", len(fresh.nodes), "jobs", len(fresh.jobs),
 		"allocs", len(fresh.allocs), "blocked_evals", len(fresh.evals), "gap_check", gapCheck, "took", time.Since(start))
-	w.notify(Change{Kinds: kinds, Index: fresh.index})
 	return fresh.tables, reset, nil
 }
 

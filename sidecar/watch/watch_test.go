@@ -927,3 +927,61 @@ func TestAllocWorker(t *testing.T) {
 		t.Fatalf("a group hadar did not generate: worker %+v, want none", w)
 	}
 }
+
+// TestReadyAfterTheFirstChange: once Ready is closed, the first list's
+// change is already waiting, so a reader that drains Changes after Ready
+// takes no stale news for a later event (TestUsage failed so on a loaded
+// machine: the list's UsageChanged came after its drain). The watcher's
+// log line after the list is held until the test has looked, so that a
+// change announced after Ready is not announced in time.
+func TestReadyAfterTheFirstChange(t *testing.T) {
+	f := newFake(t)
+	f.write(false, f.nodeEvent(gpuNode("n1", "r1", true)), f.jobEvent(managed("m"), true))
+	looked := make(chan struct{})
+	out := holdWriter{t: t, on: "re-listed", until: looked}
+	w, err := New(f.client(), Config{BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond},
+		hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: out}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	select {
+	case <-w.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("watcher not ready")
+	}
+	var first ChangeKind
+	select {
+	case c := <-w.Changes():
+		first = c.Kinds
+	default:
+	}
+	close(looked)
+	if first&Resynced == 0 || first&NodeAdded == 0 {
+		t.Fatalf("change waiting when Ready closed: %v, want the list's (Resynced, NodeAdded)", first)
+	}
+}
+
+// holdWriter logs to t, holding a line that contains on until until is
+// closed (at most 5 s).
+type holdWriter struct {
+	t     *testing.T
+	on    string
+	until chan struct{}
+}
+
+func (w holdWriter) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.on) {
+		select {
+		case <-w.until:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	return testWriter{w.t}.Write(p)
+}
