@@ -107,6 +107,19 @@ func (c *sidecarCluster) startSidecar(cfg config.Config) *agent.Agent {
 	if cfg.State.Path == "" {
 		cfg.State.Path = filepath.Join(c.stateDir, "sidecar.db")
 	}
+	if cfg.RendezvousPorts == "" {
+		// Rendezvous ports of this test's own: every node here is
+		// 127.0.0.1, so the default range's first port (29500) is the
+		// one every test's first gang binds, and another test process
+		// on the machine (or an earlier test's worker still stopping)
+		// may hold it.
+		low, high, release, err := harness.PortRange(128)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.t.Cleanup(func() { _ = release() })
+		cfg.RendezvousPorts = config.PortRange(fmt.Sprintf("%d-%d", low, high))
+	}
 	s, err := cfg.Resolve()
 	if err != nil {
 		c.t.Fatal(err)

@@ -386,3 +386,63 @@ func TestNodesim(t *testing.T) {
 		t.Errorf("nodesim counters %q, want 2 nodes", stats)
 	}
 }
+
+// TestPortRange: a range is consecutive, held in the registry under this
+// process until released, and handed out to no other reservation.
+func TestPortRange(t *testing.T) {
+	low, high, release, err := PortRange(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = release() }()
+	if high-low != 15 {
+		t.Fatalf("range %d-%d: want 16 ports", low, high)
+	}
+	held := func() map[int]bool {
+		out := map[int]bool{}
+		if err := withPortRegistry(func(e map[int]int) (map[int]int, error) {
+			for p, pid := range e {
+				if pid == os.Getpid() {
+					out[p] = true
+				}
+			}
+			return e, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	h := held()
+	for p := low; p <= high; p++ {
+		if !h[p] {
+			t.Fatalf("port %d of %d-%d is not reserved", p, low, high)
+		}
+	}
+	low2, high2, release2, err := PortRange(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = release2() }()
+	if low2 <= high && high2 >= low {
+		t.Fatalf("ranges %d-%d and %d-%d overlap", low, high, low2, high2)
+	}
+	ports, err := FreePorts(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = releasePorts(ports) }()
+	for _, p := range ports {
+		if p >= low && p <= high {
+			t.Fatalf("FreePorts handed out %d of the reserved range %d-%d", p, low, high)
+		}
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	h = held()
+	for p := low; p <= high; p++ {
+		if h[p] {
+			t.Fatalf("port %d still reserved after release", p)
+		}
+	}
+}

@@ -117,6 +117,44 @@ func reservePorts(n int) ([]int, error) {
 	return got, nil
 }
 
+// PortRange reserves n consecutive free ports on 127.0.0.1 for this
+// process, for a range setting such as the sidecar's rendezvous_ports: the
+// training processes of one test then never bind a port another test
+// process (or an earlier test's worker still stopping) uses. release gives
+// them back.
+func PortRange(n int) (low, high int, release func() error, err error) {
+	var got []int
+	err = withPortRegistry(func(entries map[int]int) (map[int]int, error) {
+		span := portHigh - portLow - n + 1
+		if span < 1 {
+			return nil, fmt.Errorf("reserve %d consecutive ports: wider than %d-%d", n, portLow, portHigh-1)
+		}
+		start := rand.IntN(span)
+		for i := 0; i < span; i++ {
+			first := portLow + (start+i)%span
+			ok := true
+			for p := first; p < first+n && ok; p++ {
+				_, taken := entries[p]
+				ok = !taken && bindable(p)
+			}
+			if !ok {
+				continue
+			}
+			for p := first; p < first+n; p++ {
+				got = append(got, p)
+				entries[p] = os.Getpid()
+			}
+			return entries, nil
+		}
+		return nil, fmt.Errorf("reserve %d consecutive ports: none free in %d-%d", n, portLow, portHigh-1)
+	})
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	registerPorts(got)
+	return got[0], got[len(got)-1], func() error { return releasePorts(got) }, nil
+}
+
 // releasePorts gives ports back once their agent stopped.
 func releasePorts(ports []int) error {
 	return withPortRegistry(func(entries map[int]int) (map[int]int, error) {
