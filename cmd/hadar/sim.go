@@ -188,7 +188,7 @@ func workloadDefaults(f *simFlags, set map[string]bool) error {
 		}
 	}
 	if set["unprofiled"] && f.unprofiled != "extrapolate" {
-		return fmt.Errorf("--unprofiled %s: --workload %s draws 16-GPU jobs Gavel's profile lacks: want --unprofiled extrapolate (the default with --workload)", f.unprofiled, w.Name)
+		return fmt.Errorf("--unprofiled %s: --workload %s is drawn with extrapolated throughputs (philly-8h and philly-48h have 16-GPU jobs Gavel's profile lacks): want --unprofiled extrapolate (the default with --workload)", f.unprofiled, w.Name)
 	}
 	f.unprofiled = "extrapolate"
 	if !set["cluster"] {

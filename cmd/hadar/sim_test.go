@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hadar-sched/hadar/planner/profile"
 )
 
 const gavelTrace = "../../planner/trace/testdata/gavel/small_test.trace"
@@ -260,6 +262,24 @@ func TestSimWorkload(t *testing.T) {
 	}
 	if len(s.jobs) != 960 || s.cluster.TotalGPUs() != 16 {
 		t.Errorf("philly-48h on v100=8,p100=8: %d jobs, %d GPUs", len(s.jobs), s.cluster.TotalGPUs())
+	}
+	// The trace-drawn workload on a cluster of 4 GPUs a type: its 8-GPU
+	// jobs run on 4, and every job keeps a trace run time (1 h or more).
+	f, err = parseSimFlags([]string{"--workload", "philly-trace-8h", "--cluster", "v100=4,k80=4", "--policies", "fifo"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err = buildSim(f, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.jobs) != 160 {
+		t.Errorf("philly-trace-8h: %d jobs, want 160", len(s.jobs))
+	}
+	for _, j := range s.jobs {
+		thr, err := profile.Default().Throughput(j.Model, j.ScaleFactor, "v100", false)
+		if err != nil || j.ScaleFactor > 4 || j.TotalSteps/thr < 3599 {
+			t.Fatalf("philly-trace-8h on v100=4,k80=4: %s on %d GPUs, %.0f s on the V100 (%v), want at most 4 GPUs and 1 h or more", j.ID, j.ScaleFactor, j.TotalSteps/thr, err)
+		}
 	}
 }
 

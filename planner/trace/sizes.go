@@ -87,7 +87,7 @@ func (d DurationDist) mean() float64 {
 //
 // E[duration] is the mean of cfg's duration distribution (on the reference
 // type, which is what durations mean), E[scale factor] the mean of its size
-// mix, and C the cluster's GPUs with each of type t counted at r_t, the
+// mix (with Samples, E[duration * scale factor] over the samples), and C the cluster's GPUs with each of type t counted at r_t, the
 // mean over the workload of T(model, sf, t)/T(model, sf, reference),
 // consolidated, weighted as the work is (by the size mix times sf, and
 // uniformly over the models drawn at each sf; 0 where a job cannot run on
@@ -107,14 +107,13 @@ func RateForLoad(cfg SynthConfig, cluster planner.Cluster, load float64) (float6
 	if len(types) == 0 {
 		return 0, fmt.Errorf("rate for load: the cluster has no GPUs: want at least one node")
 	}
-	var sfSum, wSum float64
+	var sfSum float64
 	speed := map[planner.GPUType]float64{}
 	for i, sf := range s.scaleFactors {
 		w := s.weights[i]
 		if w == 0 {
 			continue
 		}
-		wSum += w
 		sfSum += w * float64(sf)
 		cands := s.candidates[sf]
 		for _, t := range types {
@@ -141,6 +140,5 @@ func RateForLoad(cfg SynthConfig, cluster planner.Cluster, load float64) (float6
 	if capacity <= 0 {
 		return 0, fmt.Errorf("rate for load: no job of the workload runs on the cluster's types %v", types)
 	}
-	gpuSeconds := s.durations.mean() * sfSum / wSum
-	return load * capacity * 3600 / gpuSeconds, nil
+	return load * capacity * 3600 / s.gpuSeconds(), nil
 }

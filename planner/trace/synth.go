@@ -3,6 +3,7 @@ package trace
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -83,6 +84,11 @@ type SynthConfig struct {
 	Extrapolate bool
 	// Durations: nil means GavelDurations().
 	Durations *DurationDist
+	// Samples, when set, give each job its run time and size together,
+	// drawn uniformly from these jobs (PhillyJobs: Gavel's later generator
+	// draws so), instead of from ScaleFactors and Durations apart, which
+	// must then be unset.
+	Samples []JobSample
 	// HighPriorityFraction of the jobs get weight HighPriorityWeight, the
 	// others 1 (Gavel's multi-priority mode: 0.2 and 5). 0 means all 1.
 	HighPriorityFraction float64
@@ -121,10 +127,19 @@ func Synthesize(cfg SynthConfig) ([]planner.Job, error) {
 		if i > 0 && cfg.RatePerHour > 0 {
 			t += arrivals.ExpFloat64() * 3600 / cfg.RatePerHour
 		}
-		sf := s.scaleFactors[pick(scales, s.cumWeights)]
+		var sf int
+		var d float64
+		if s.samples != nil {
+			smp := s.samples[durations.IntN(len(s.samples))]
+			sf, d = smp.GPUs, smp.Seconds
+		} else {
+			sf = s.scaleFactors[pick(scales, s.cumWeights)]
+		}
 		cands := s.candidates[sf]
 		model := cands[models.IntN(len(cands))]
-		d := s.durations.draw(durations)
+		if s.samples == nil {
+			d = s.durations.draw(durations)
+		}
 		thr, err := s.profile.Throughput(model, sf, s.reference, false)
 		if err != nil {
 			return nil, fmt.Errorf("synthesize: %w", err)
@@ -164,6 +179,7 @@ type synth struct {
 	cumWeights   []float64
 	candidates   map[int][]string // runnable models per scale factor
 	durations    DurationDist
+	samples      []JobSample // nil: scaleFactors and durations apart
 }
 
 func newSynth(cfg SynthConfig) (*synth, error) {
@@ -189,6 +205,17 @@ func newSynth(cfg SynthConfig) (*synth, error) {
 	}
 	if err := s.durations.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Samples != nil {
+		if cfg.Durations != nil || cfg.ScaleFactors != nil || cfg.ScaleFactorWeights != nil {
+			return nil, errors.New("SynthConfig.Samples draws each job's run time and size together: leave Durations, ScaleFactors and ScaleFactorWeights unset")
+		}
+		sfs, counts, err := sampleSizes(cfg.Samples)
+		if err != nil {
+			return nil, err
+		}
+		cfg.ScaleFactors, cfg.ScaleFactorWeights = sfs, counts
+		s.samples = cfg.Samples
 	}
 	if !(cfg.HighPriorityFraction >= 0 && cfg.HighPriorityFraction <= 1) {
 		return nil, fmt.Errorf("SynthConfig.HighPriorityFraction %v: want a fraction in [0, 1]", cfg.HighPriorityFraction)
@@ -270,6 +297,46 @@ func newSynth(cfg SynthConfig) (*synth, error) {
 		}
 	}
 	return s, nil
+}
+
+// sampleSizes checks samples and returns their distinct sizes, ascending,
+// with each size's job count.
+func sampleSizes(samples []JobSample) ([]int, []float64, error) {
+	if len(samples) == 0 {
+		return nil, nil, errors.New("SynthConfig.Samples is empty: want nil (ScaleFactors and Durations) or at least one job")
+	}
+	count := map[int]float64{}
+	for i, smp := range samples {
+		if !(smp.Seconds > 0) || math.IsInf(smp.Seconds, 0) || smp.GPUs <= 0 {
+			return nil, nil, fmt.Errorf("SynthConfig.Samples[%d] = %+v: want a positive run time and GPU count", i, smp)
+		}
+		count[smp.GPUs]++
+	}
+	sfs := slices.Sorted(maps.Keys(count))
+	counts := make([]float64, len(sfs))
+	for i, sf := range sfs {
+		counts[i] = count[sf]
+	}
+	return sfs, counts, nil
+}
+
+// gpuSeconds is the mean of a job's run time times its size: with samples
+// the two are drawn together, so the mean of the product, not the product
+// of the means.
+func (s *synth) gpuSeconds() float64 {
+	if s.samples != nil {
+		sum := 0.0
+		for _, smp := range s.samples {
+			sum += smp.Seconds * float64(smp.GPUs)
+		}
+		return sum / float64(len(s.samples))
+	}
+	var sfSum, wSum float64
+	for i, sf := range s.scaleFactors {
+		sfSum += s.weights[i] * float64(sf)
+		wSum += s.weights[i]
+	}
+	return s.durations.mean() * sfSum / wSum
 }
 
 // pick returns the index drawn from cumulative weights cum.

@@ -17,6 +17,9 @@ type Workload struct {
 	Jobs        int
 	RatePerHour float64
 	Sizes       SizeMix
+	// Samples, when set, replace Sizes and the generator's durations: each
+	// job's run time and size are drawn together from these jobs.
+	Samples []JobSample
 	// Cluster is the default cluster, TYPE=COUNT,... as --cluster takes it.
 	Cluster string
 }
@@ -31,12 +34,19 @@ const SiaCluster = "k80=24,p100=24,v100=16"
 // The Philly-derived workloads as Sia's paper sizes them (160 jobs at 20
 // per hour, so about 8 busy hours; 960 jobs at the same rate over about 48
 // hours), drawn by Synthesize: Philly job sizes (PhillySizes, capped to the
-// cluster by CapSizes), Gavel's models and Philly-derived durations
-// (GavelDurations: no run-time statistics of the Philly trace were at hand
-// to cite, so the generator's stay), steps on the V100.
+// cluster by CapSizes), Gavel's models and the durations of Gavel's
+// generator (GavelDurations), drawn apart from the sizes, steps on the
+// V100.
+//
+// The philly-trace ones have the same counts and rate, but each job's run
+// time and size are drawn together from the Philly trace's jobs Gavel
+// ships (PhillyJobs: 1 h to 60 days, 1 to 8 GPUs), so long jobs are the
+// large ones, as in the trace.
 var workloads = []Workload{
 	{Name: "philly-8h", Jobs: 160, RatePerHour: 20, Cluster: SiaCluster},
 	{Name: "philly-48h", Jobs: 960, RatePerHour: 20, Cluster: SiaCluster},
+	{Name: "philly-trace-8h", Jobs: 160, RatePerHour: 20, Cluster: SiaCluster},
+	{Name: "philly-trace-48h", Jobs: 960, RatePerHour: 20, Cluster: SiaCluster},
 }
 
 // Workloads lists the named workloads. Each call returns fresh values, so
@@ -44,7 +54,11 @@ var workloads = []Workload{
 func Workloads() []Workload {
 	out := make([]Workload, len(workloads))
 	for i, w := range workloads {
-		w.Sizes = PhillySizes()
+		if strings.HasPrefix(w.Name, "philly-trace-") {
+			w.Samples = PhillyJobs()
+		} else {
+			w.Sizes = PhillySizes()
+		}
 		out[i] = w
 	}
 	return out
@@ -100,6 +114,14 @@ func synthesizeNamed(name string, seed int64) ([]planner.Job, error) {
 // throughputs for the sizes Gavel's profile lacks (16 GPUs), V100
 // reference. Run its jobs with profile.Resolve in Extrapolate mode.
 func (w Workload) Config(seed int64, cluster planner.Cluster, prof *profile.Profile) (SynthConfig, error) {
+	if w.Samples != nil {
+		samples, err := CapSamples(w.Samples, cluster)
+		if err != nil {
+			return SynthConfig{}, fmt.Errorf("workload %s: %w", w.Name, err)
+		}
+		return SynthConfig{Jobs: w.Jobs, RatePerHour: w.RatePerHour, Seed: seed, Profile: prof,
+			Samples: samples, Extrapolate: true}, nil
+	}
 	sizes, err := CapSizes(w.Sizes, cluster)
 	if err != nil {
 		return SynthConfig{}, fmt.Errorf("workload %s: %w", w.Name, err)
@@ -141,6 +163,29 @@ func CapSizes(m SizeMix, cluster planner.Cluster) (SizeMix, error) {
 		}
 		out.ScaleFactors = append(out.ScaleFactors, sf)
 		out.Weights = append(out.Weights, m.Weights[i])
+	}
+	return out, nil
+}
+
+// CapSamples is CapSizes for a job distribution: each job larger than the
+// cluster's largest type runs on the largest size of the samples that
+// fits, with its run time unchanged. samples is not modified.
+func CapSamples(samples []JobSample, cluster planner.Cluster) ([]JobSample, error) {
+	var m SizeMix
+	for _, smp := range samples {
+		if !slices.Contains(m.ScaleFactors, smp.GPUs) {
+			m.ScaleFactors = append(m.ScaleFactors, smp.GPUs)
+			m.Weights = append(m.Weights, 1)
+		}
+	}
+	capped, err := CapSizes(m, cluster)
+	if err != nil {
+		return nil, err
+	}
+	limit := slices.Max(capped.ScaleFactors)
+	out := slices.Clone(samples)
+	for i := range out {
+		out[i].GPUs = min(out[i].GPUs, limit)
 	}
 	return out, nil
 }
