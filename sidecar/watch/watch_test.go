@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 	"sync"
@@ -74,10 +75,16 @@ func blocked(id, job string) *api.Evaluation {
 // watcher stops when the test ends.
 func run(t *testing.T, f *fakeNomad, cfg Config) *Watcher {
 	t.Helper()
+	return runLogging(t, f, cfg, testWriter{t})
+}
+
+// runLogging is run with the watcher's log written to out.
+func runLogging(t *testing.T, f *fakeNomad, cfg Config, out io.Writer) *Watcher {
+	t.Helper()
 	if cfg.BackoffMin == 0 {
 		cfg.BackoffMin, cfg.BackoffMax = 20*time.Millisecond, 100*time.Millisecond
 	}
-	w, err := New(f.client(), cfg, hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: testWriter{t}}))
+	w, err := New(f.client(), cfg, hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: out}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -938,24 +945,7 @@ func TestReadyAfterTheFirstChange(t *testing.T) {
 	f := newFake(t)
 	f.write(false, f.nodeEvent(gpuNode("n1", "r1", true)), f.jobEvent(managed("m"), true))
 	looked := make(chan struct{})
-	out := holdWriter{t: t, on: "re-listed", until: looked}
-	w, err := New(f.client(), Config{BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond},
-		hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: out}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	select {
-	case <-w.Ready():
-	case <-time.After(5 * time.Second):
-		t.Fatal("watcher not ready")
-	}
+	w := runLogging(t, f, Config{}, holdWriter{t: t, on: "re-listed", until: looked})
 	var first ChangeKind
 	select {
 	case c := <-w.Changes():
