@@ -87,9 +87,10 @@ func (d DurationDist) mean() float64 {
 //
 // E[duration] is the mean of cfg's duration distribution (on the reference
 // type, which is what durations mean), E[scale factor] the mean of its size
-// mix (with Samples, E[duration * scale factor] over the samples), and C the cluster's GPUs with each of type t counted at r_t, the
-// mean over the workload of T(model, sf, t)/T(model, sf, reference),
-// consolidated, weighted as the work is (by the size mix times sf, and
+// mix (with Samples the two are drawn together, so their product is
+// E[duration * scale factor] over the samples), and C the cluster's GPUs
+// with each of type t counted at r_t, the mean over the workload of
+// T(model, sf, t)/T(model, sf, reference), consolidated, weighted as the work is (by the size mix times sf, and
 // uniformly over the models drawn at each sf; 0 where a job cannot run on
 // t). So a V100 counts 1 with a V100 reference, and slower types less.
 // Placement is ignored: a job spread over servers runs slower than this

@@ -22,6 +22,8 @@ type Workload struct {
 	Samples []JobSample
 	// Cluster is the default cluster, TYPE=COUNT,... as --cluster takes it.
 	Cluster string
+	// fromTrace marks the table's workloads drawn from PhillyJobs.
+	fromTrace bool
 }
 
 // SiaCluster is the 64-GPU, three-type cluster of the Philly workloads:
@@ -45,8 +47,8 @@ const SiaCluster = "k80=24,p100=24,v100=16"
 var workloads = []Workload{
 	{Name: "philly-8h", Jobs: 160, RatePerHour: 20, Cluster: SiaCluster},
 	{Name: "philly-48h", Jobs: 960, RatePerHour: 20, Cluster: SiaCluster},
-	{Name: "philly-trace-8h", Jobs: 160, RatePerHour: 20, Cluster: SiaCluster},
-	{Name: "philly-trace-48h", Jobs: 960, RatePerHour: 20, Cluster: SiaCluster},
+	{Name: "philly-trace-8h", Jobs: 160, RatePerHour: 20, Cluster: SiaCluster, fromTrace: true},
+	{Name: "philly-trace-48h", Jobs: 960, RatePerHour: 20, Cluster: SiaCluster, fromTrace: true},
 }
 
 // Workloads lists the named workloads. Each call returns fresh values, so
@@ -54,7 +56,7 @@ var workloads = []Workload{
 func Workloads() []Workload {
 	out := make([]Workload, len(workloads))
 	for i, w := range workloads {
-		if strings.HasPrefix(w.Name, "philly-trace-") {
+		if w.fromTrace {
 			w.Samples = PhillyJobs()
 		} else {
 			w.Sizes = PhillySizes()
