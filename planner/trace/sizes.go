@@ -90,11 +90,12 @@ func (d DurationDist) mean() float64 {
 // mix (with Samples the two are drawn together, so their product is
 // E[duration * scale factor] over the samples), and C the cluster's GPUs
 // with each of type t counted at r_t, the mean over the workload of
-// T(model, sf, t)/T(model, sf, reference), consolidated, weighted as the work is (by the size mix times sf, and
-// uniformly over the models drawn at each sf; 0 where a job cannot run on
-// t). So a V100 counts 1 with a V100 reference, and slower types less.
-// Placement is ignored: a job spread over servers runs slower than this
-// assumes, so the real load is somewhat higher.
+// T(model, sf, t)/T(model, sf, reference), consolidated, weighted as the
+// work is (by the size mix times sf, and uniformly over the models drawn
+// at each sf; 0 where a job cannot run on t). So a V100 counts 1 with a
+// V100 reference, and slower types less. Placement is ignored: a job
+// spread over servers runs slower than this assumes, so the real load is
+// somewhat higher.
 func RateForLoad(cfg SynthConfig, cluster planner.Cluster, load float64) (float64, error) {
 	if math.IsNaN(load) || math.IsInf(load, 0) || load <= 0 {
 		return 0, fmt.Errorf("rate for load: load %v: want a positive number, e.g. 0.95", load)
