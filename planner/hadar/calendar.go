@@ -34,6 +34,9 @@ type record struct {
 	// before): the engine's minimum run time counts from there.
 	Seen  []planner.Unit `json:"seen,omitempty"`
 	Since float64        `json:"since,omitempty"`
+	// Critical is set while the job is critical for the makespan (value:
+	// it stays so until it is criticalBand ahead of the threshold).
+	Critical bool `json:"critical,omitempty"`
 }
 
 // end is the slot after the record's last commitment (0 when none).

@@ -60,6 +60,12 @@ const (
 
 const defaultCritical = 0.9
 
+// criticalBand is how far, as a share of the time left, a critical job's
+// remaining time may fall below Config.Critical before it stops being
+// critical (value). Measured: docs/results.md, "Restarts at the critical
+// threshold".
+const criticalBand = 0.002
+
 // DefaultMinRunTime is Config.MinRunTime's default: the engine's default
 // as the sidecar and hadar sim configure it (30 minutes).
 const DefaultMinRunTime = 1800.0
@@ -990,7 +996,24 @@ func (s *Scheduler) value(v *round.View, infos []*jobInfo) {
 		}
 		left := math.Max(s.target-v.Now, 0)
 		for _, ji := range infos {
-			ji.critical = ji.remTime >= s.cfg.Critical*left
+			// A critical job at its best speed spends a round of its
+			// remaining time each round, as the time left does, so its
+			// share slips just under Config.Critical after one round;
+			// judged afresh it would be preempted (or wait), fall
+			// behind and be readmitted, a restart an hour for weeks
+			// (docs/results.md, "Restarts at the critical threshold").
+			// Once critical it stays so until criticalBand of the time
+			// left ahead: the same share of time over the long run, in
+			// spells of hours instead of minutes.
+			r := s.jobs[ji.view.ID]
+			share := s.cfg.Critical
+			if r != nil && r.Critical {
+				share -= criticalBand
+			}
+			ji.critical = ji.remTime >= share*left
+			if r != nil {
+				r.Critical = ji.critical
+			}
 			// A job this long is never a victim. An elastic one is
 			// critical only when it would miss the target even at its
 			// fastest width (width.go, remainingFastest): one that can

@@ -260,3 +260,45 @@ func TestFirstCallCriticalJobHasValue(t *testing.T) {
 		t.Fatalf("the lone job's reason %q: want it admitted as critical", w)
 	}
 }
+
+// A critical job running at its best speed slips just under the threshold
+// each round; it stays critical within criticalBand of it, so it is not
+// preempted and readmitted round after round (docs/results.md, "Restarts
+// at the critical threshold"). A job not yet critical is judged at the
+// threshold itself, and one that falls further behind the band is no
+// longer critical.
+func TestCriticalJobStaysCriticalWithinTheBand(t *testing.T) {
+	for _, tc := range []struct {
+		share      float64 // job 0's remaining time over the time left
+		was, wantC bool
+	}{
+		{0.9 - criticalBand/2, true, true},
+		{0.9 - criticalBand/2, false, false},
+		{0.9 - 2*criticalBand, true, false},
+		{0.9 + criticalBand/2, false, true},
+	} {
+		v := testView(t, "v100=4,p100=4,k80=4", 2)
+		// Job 1 is job 0 three times as long: it sets the makespan bound,
+		// so the target below stands.
+		long := *v.Jobs[0]
+		long.Job.ID = v.Jobs[1].ID
+		long.Remaining *= 3
+		v.Jobs[1] = &long
+		s, err := New(Config{Speed: speed.Model{Profile: profile.Default()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		infos := s.jobInfos(v)
+		for _, ji := range infos {
+			s.jobs[ji.view.ID] = &record{Critical: tc.was}
+		}
+		s.target, s.hasTarget = v.Now+infos[0].remTime/tc.share, true
+		s.value(v, infos)
+		if infos[0].critical != tc.wantC || infos[0].protected != tc.wantC {
+			t.Errorf("share %.4f, critical before %v: critical %v, protected %v, want %v", tc.share, tc.was, infos[0].critical, infos[0].protected, tc.wantC)
+		}
+		if s.jobs[v.Jobs[0].ID].Critical != tc.wantC {
+			t.Errorf("share %.4f: the record keeps critical %v, want %v", tc.share, s.jobs[v.Jobs[0].ID].Critical, tc.wantC)
+		}
+	}
+}
