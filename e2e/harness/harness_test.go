@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -444,5 +445,71 @@ func TestPortRange(t *testing.T) {
 		if h[p] {
 			t.Fatalf("port %d still reserved after release", p)
 		}
+	}
+}
+
+// TestPortLeaksAreThisRuns: a port this run reserved and released, then
+// reserved and bound by another test process (make test runs side by
+// side), is not this run's leak; one it released and is still bound with
+// no other holder is.
+func TestPortLeaksAreThisRuns(t *testing.T) {
+	defer func(lo, hi int) { portLow, portHigh = lo, hi }(portLow, portHigh)
+	useTestPortRange()
+	mine, err := reservePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := mine[0]
+	// Bound while this run holds it, then released: this run's leak.
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := releasePorts(mine); err != nil {
+		t.Fatal(err)
+	}
+	portLeak := func() bool {
+		for _, lk := range findLeaks() {
+			if lk.kind == leakPort && lk.port == port {
+				return true
+			}
+		}
+		return false
+	}
+	if !portLeak() {
+		t.Fatalf("port %d released and still bound with no other holder: not reported", port)
+	}
+	// Another test process reserves the whole range, this port with it
+	// (the listener stands for that process's agent).
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	other := exec.Command(self, "-test.run", "^$")
+	other.Env = append(os.Environ(), "HARNESS_TEST_RESERVE=100")
+	stdin, err := other.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := other.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = other.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.Contains(line, strconv.Itoa(port)) {
+		t.Fatalf("other process reserved %q (%v), want port %d among them", line, err, port)
+	}
+	l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if portLeak() {
+		t.Fatalf("port %d, held and bound by another test process, reported as this run's leak", port)
 	}
 }

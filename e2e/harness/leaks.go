@@ -190,12 +190,31 @@ func findLeaks() []leak {
 			out = append(out, leak{kind: leakDir, path: d})
 		}
 	}
+	held := heldElsewhere()
 	for _, p := range ports {
-		if !bindable(p) {
+		// A port this run released may since be another test process's
+		// (its agents bind it): that process answers for it.
+		if !held[p] && !bindable(p) {
 			out = append(out, leak{kind: leakPort, port: p})
 		}
 	}
 	return out
+}
+
+// heldElsewhere returns the ports other live test processes hold in the
+// port registry; none when it cannot be read (every port is then this
+// run's to answer for).
+func heldElsewhere() map[int]bool {
+	held := map[int]bool{}
+	_ = withPortRegistry(func(entries map[int]int) (map[int]int, error) {
+		for port, pid := range entries {
+			if pid != os.Getpid() {
+				held[port] = true
+			}
+		}
+		return entries, nil
+	})
+	return held
 }
 
 // runProcesses lists the live processes that belong to this run.
