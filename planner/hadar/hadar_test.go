@@ -265,8 +265,8 @@ func TestFirstCallCriticalJobHasValue(t *testing.T) {
 // each round; it stays critical within criticalBand of it, so it is not
 // preempted and readmitted round after round (docs/results.md, "Restarts
 // at the critical threshold"). A job not yet critical is judged at the
-// threshold itself, and one that falls further behind the band is no
-// longer critical.
+// threshold itself, and one whose share falls below the band is no longer
+// critical.
 func TestCriticalJobStaysCriticalWithinTheBand(t *testing.T) {
 	for _, tc := range []struct {
 		share      float64 // job 0's remaining time over the time left
