@@ -127,19 +127,18 @@ func Synthesize(cfg SynthConfig) ([]planner.Job, error) {
 		if i > 0 && cfg.RatePerHour > 0 {
 			t += arrivals.ExpFloat64() * 3600 / cfg.RatePerHour
 		}
+		// Each quantity has its own stream, so the order of the draws
+		// does not matter.
 		var sf int
 		var d float64
 		if s.samples != nil {
 			smp := s.samples[durations.IntN(len(s.samples))]
 			sf, d = smp.GPUs, smp.Seconds
 		} else {
-			sf = s.scaleFactors[pick(scales, s.cumWeights)]
+			sf, d = s.scaleFactors[pick(scales, s.cumWeights)], s.durations.draw(durations)
 		}
 		cands := s.candidates[sf]
 		model := cands[models.IntN(len(cands))]
-		if s.samples == nil {
-			d = s.durations.draw(durations)
-		}
 		thr, err := s.profile.Throughput(model, sf, s.reference, false)
 		if err != nil {
 			return nil, fmt.Errorf("synthesize: %w", err)
