@@ -340,10 +340,12 @@ func TestStatusMetricsOnALiveCluster(t *testing.T) {
 		t.Errorf("tight waited %.1f s by the metrics; want %.1f to %.1f s", waited, least, most)
 	}
 	tight = s.job(t, "tight")
-	// A start Nomad's plan refused (once, in CI of stop 44: two of the
-	// GPUs busy had held still counted on v100-a in the plan right after
-	// the sidecar saw the purge) is written again a round later: each
-	// placement before the last is such a refusal, none was applied.
+	// A start Nomad's plan refused is written again a round later: each
+	// placement before the last is such a refusal, none applied. Nomad
+	// publishes a write's events before it commits the write to its state
+	// (nomad/state/state_changes.go, txn.Commit), so on a loaded machine
+	// the sidecar can plan on the purge's event while the plan it asks
+	// for still sees busy's two GPUs (CI of stop 44).
 	n := len(tight.Placements)
 	if tight.State != "running" || n == 0 || tight.ETA == nil {
 		t.Errorf("/v1/jobs/tight after its start: %+v", tight)
