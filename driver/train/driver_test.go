@@ -1584,8 +1584,8 @@ func TestMemoryLimitOOM(t *testing.T) {
 
 func TestProgressEvents(t *testing.T) {
 	start := time.Now()
-	old := "/c/ckpt-100" // written before the run
-	olderThan := func(path string, at time.Time) bool { return path == old && at == start }
+	old := "/c/ckpt-100.pt" // written before the run
+	olderThan := func(path string, at time.Time) bool { return (path == old || path == "/c/state.pt") && at == start }
 	p := func(steps int64, ckpt string, merges int) *contract.Progress {
 		return &contract.Progress{StepsDone: steps, TotalSteps: 1000, Checkpoint: ckpt, Merges: merges}
 	}
@@ -1613,6 +1613,16 @@ func TestProgressEvents(t *testing.T) {
 			{p(140, old, 1), false, false, []string{"first merge with the other copies done at step 140"}},
 			{p(180, old, 2), false, false, nil},
 			{p(1000, "/c/ckpt-1000", 9), false, true, []string{"checkpoint saved at step 1000", "final progress: step 1000/1000"}},
+		}},
+		// The first read came after the process had gone on from its
+		// checkpoint (a loaded node, make test run 32): it resumed at the
+		// checkpoint's step, not the step read.
+		{"resumed, first read some steps on", false, []step{
+			{p(134, old, 0), false, false, []string{"resumed from checkpoint " + old + " at step 100"}},
+		}},
+		// A name not of the contract's form says no step: the step read.
+		{"resumed from a checkpoint of another name", false, []step{
+			{p(134, "/c/state.pt", 0), false, false, []string{"resumed from checkpoint /c/state.pt at step 134"}},
 		}},
 		{"reattached after a client restart", true, []step{
 			{p(300, old, 3), false, false, nil},

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -81,7 +82,7 @@ func (e *progressEvents) next(p *contract.Progress, stopping, final bool) []even
 			if p.Checkpoint != "" && known {
 				e.resumed = p.Checkpoint
 				if !e.primed {
-					out = append(out, event{fmt.Sprintf("resumed from checkpoint %s at step %d", bounded(p.Checkpoint), p.StepsDone), annotations(p)})
+					out = append(out, event{fmt.Sprintf("resumed from checkpoint %s at step %d", bounded(p.Checkpoint), resumedAt(p)), annotations(p)})
 				}
 			}
 		}
@@ -103,6 +104,16 @@ func (e *progressEvents) next(p *contract.Progress, stopping, final bool) []even
 		}
 	}
 	return out
+}
+
+// resumedAt is the step a process resumed at: its checkpoint's, by the
+// contract's name, not the steps done when the driver first read its
+// progress (on a loaded node, some steps on).
+func resumedAt(p *contract.Progress) int64 {
+	if step, _, ok := contract.ParseCheckpointName(filepath.Base(p.Checkpoint)); ok {
+		return step
+	}
+	return p.StepsDone
 }
 
 func message(p *contract.Progress, prefix string) string {
