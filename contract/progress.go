@@ -61,6 +61,17 @@ const (
 	StateFailed     = "failed" // the unit broke (a peer was lost); the process exits non-zero
 )
 
+// Keys of the progress a driver's task events (and its task's inspected
+// attributes) carry in their details. The values are the job's own.
+const (
+	DetailStepsDone  = "hadar.steps_done"
+	DetailTotalSteps = "hadar.total_steps"
+	// DetailState is the progress state: "done" on the event a task's
+	// end publishes tells that its work is done (hadar-train records the
+	// run finished on the same rule, with exit 0).
+	DetailState = "hadar.state"
+)
+
 // ParseProgress reads a progress file's content: at most MaxProgressBytes
 // of JSON, with finite, non-negative counts. The file is the job's own:
 // readers bound and check what they do with it beyond that.

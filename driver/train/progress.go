@@ -13,13 +13,14 @@ import (
 // annotations renders p as task-event details and InspectTask attributes.
 func annotations(p *contract.Progress) map[string]string {
 	return map[string]string{
-		"hadar.steps_done":    strconv.FormatInt(p.StepsDone, 10),
-		"hadar.total_steps":   strconv.FormatInt(p.TotalSteps, 10),
-		"hadar.steps_per_sec": strconv.FormatFloat(p.StepsPerSec, 'g', 6, 64),
-		"hadar.loss":          strconv.FormatFloat(p.Loss, 'g', 6, 64),
-		"hadar.checkpoint":    bounded(p.Checkpoint),
-		"hadar.merges":        strconv.Itoa(p.Merges),
-		"hadar.updated":       p.Updated.UTC().Format(time.RFC3339),
+		contract.DetailStepsDone:  strconv.FormatInt(p.StepsDone, 10),
+		contract.DetailTotalSteps: strconv.FormatInt(p.TotalSteps, 10),
+		contract.DetailState:      bounded(p.State),
+		"hadar.steps_per_sec":     strconv.FormatFloat(p.StepsPerSec, 'g', 6, 64),
+		"hadar.loss":              strconv.FormatFloat(p.Loss, 'g', 6, 64),
+		"hadar.checkpoint":        bounded(p.Checkpoint),
+		"hadar.merges":            strconv.Itoa(p.Merges),
+		"hadar.updated":           p.Updated.UTC().Format(time.RFC3339),
 	}
 }
 

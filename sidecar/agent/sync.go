@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/belief"
 	"github.com/hadar-sched/hadar/planner/round"
@@ -374,8 +375,8 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 }
 
 // doneOnItsOwn tells whether al is a rank 0 of the job's current run that ended
-// with exit 0 without Nomad stopping it: by the training contract, the
-// run is done. It catches a job that finished as the sidecar rewrote it
+// with exit 0 without Nomad stopping it, or with its driver's last event
+// saying its progress was done: by the training contract, the run is done. It catches a job that finished as the sidecar rewrote it
 // (a stop decided on progress a few seconds old): its allocations are then
 // of an older version, desired "stop", and placing it again would rerun a
 // finished run (hadar-train starts a finished run's task fresh). Only
@@ -390,12 +391,18 @@ func doneOnItsOwn(al *watch.Alloc, mj *managed) bool {
 	if !ok || ts.State != "dead" || ts.Failed {
 		return false
 	}
+	stopped := false
 	for _, ev := range ts.Events {
-		if ev.Type == api.TaskKilling || ev.Type == api.TaskKilled {
-			return false
+		// hadar-train's event at the task's end names its last progress:
+		// "done" is the run done even when the stop reached a process
+		// already exiting done (make test run 31: done at 160/160 at
+		// 06:00:52.319, the stop written 344 ms later, a Killing event).
+		if ev.Type == api.TaskDriverMessage && ev.Details[contract.DetailState] == contract.StateDone {
+			return true
 		}
+		stopped = stopped || ev.Type == api.TaskKilling || ev.Type == api.TaskKilled
 	}
-	return true
+	return !stopped
 }
 
 // Failed runs back off before the next try, doubling from

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hadar-sched/hadar/contract"
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform"
@@ -587,6 +588,10 @@ func TestSyncFinishesAJobDoneAsItWasStopped(t *testing.T) {
 	}{
 		{"ended on its own", []string{"Started", "Terminated"}, false, true},
 		{"stopped by Nomad", []string{"Started", api.TaskKilling, "Terminated", api.TaskKilled}, false, false},
+		// The stop reached a process already exiting done (make test run
+		// 31): hadar-train's event at its end says so.
+		{"stopped by Nomad as it ended done", []string{"Started", api.TaskKilling, "Terminated", api.TaskKilled, "Driver:done"}, false, true},
+		{"stopped by Nomad, its last progress stopped", []string{"Started", api.TaskKilling, "Terminated", api.TaskKilled, "Driver:stopped"}, false, false},
 		{"an earlier run's", []string{"Started", "Terminated"}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -609,6 +614,10 @@ func TestSyncFinishesAJobDoneAsItWasStopped(t *testing.T) {
 			}
 			var evs []watch.TaskEvent
 			for _, e := range tc.events {
+				if st, ok := strings.CutPrefix(e, "Driver:"); ok {
+					evs = append(evs, watch.TaskEvent{Type: api.TaskDriverMessage, Message: "final progress", Details: map[string]string{contract.DetailState: st}})
+					continue
+				}
 				evs = append(evs, watch.TaskEvent{Type: e})
 			}
 			// The sidecar's stop: a newer version without the unit; the
