@@ -295,6 +295,11 @@ func testTrainStopResume(t *testing.T, version string) {
 	// Progress lives in the alloc filesystem; events mark only what
 	// changed: no periodic progress events (Nomad keeps 10 per task).
 	wantEvents(t, a, alloc.ID, "training process started", "checkpoint saved", "final progress")
+	// The end's event carries the progress state: a stopped run is not
+	// done (the sidecar finishes a job whose rank 0 ends "done").
+	if fin := waitEvent(t, a, alloc.ID, "final progress", 10*time.Second); fin.Details["hadar.state"] != "stopped" {
+		t.Errorf("final progress event details %v: want hadar.state stopped", fin.Details)
+	}
 
 	// Run again: a new allocation that resumes from the checkpoint.
 	if _, _, err := a.Client.Jobs().Register(parse(), nil); err != nil {

@@ -551,6 +551,13 @@ func TestTrainerHadarEForks(t *testing.T) {
 	if !strings.Contains(taskEvents(firstAl.TaskStates), fmt.Sprintf("final progress: step %d/%d", total, total)) {
 		t.Fatalf("the first copy's allocation did not run to the end: %s", taskEvents(firstAl.TaskStates))
 	}
+	for _, ev := range firstAl.TaskStates["trainer"].Events {
+		// The end's event says the work is done (what the sidecar
+		// finishes a job on when a stop reached it as it exited).
+		if strings.HasPrefix(ev.DisplayMessage, "final progress") && ev.Details["hadar.state"] != "done" {
+			t.Errorf("final progress event details %v: want hadar.state done", ev.Details)
+		}
+	}
 	for _, al := range c.allocs("forked") {
 		if w, ok := groupname.Parse(al.TaskGroup); !ok || w.Unit != first[0].unit || al.ID == first[0].alloc.ID {
 			continue
