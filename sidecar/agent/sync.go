@@ -374,9 +374,10 @@ func (a *Agent) finished(snap *watch.Snapshot, j *watch.Job, mj *managed, now fl
 	}
 }
 
-// doneOnItsOwn tells whether al is a rank 0 of the job's current run that ended
-// with exit 0 without Nomad stopping it, or with its driver's last event
-// saying its progress was done: by the training contract, the run is done. It catches a job that finished as the sidecar rewrote it
+// doneOnItsOwn tells whether al is a rank 0 of the job's current run that
+// ended with exit 0 without Nomad stopping it, or with its driver's event
+// saying its progress was done: by the training contract, the run is
+// done. It catches a job that finished as the sidecar rewrote it
 // (a stop decided on progress a few seconds old): its allocations are then
 // of an older version, desired "stop", and placing it again would rerun a
 // finished run (hadar-train starts a finished run's task fresh). Only
