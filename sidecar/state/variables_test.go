@@ -602,10 +602,11 @@ func TestVariablesJournalConcurrent(t *testing.T) {
 				for i := range 10 {
 					job := fmt.Sprintf("%s-%d-%d", name, w, i)
 					seq, err := v.Append(ctx, Entry{Job: job})
-					// A batch that loses appendConflicts races in a row to
-					// the other store's writer fails unwritten (make test
-					// run 34, on a loaded machine: 48 appenders, two
-					// writers); its caller may append again.
+					// A batch that loses more than appendConflicts
+					// check-and-set races to the other store's writer
+					// fails unwritten (make test run 34, on a loaded
+					// machine: 48 appenders, two writers); its caller
+					// may append again.
 					for try := 0; err != nil && strings.Contains(err.Error(), "check-and-set conflicts in a row") && try < 8; try++ {
 						seq, err = v.Append(ctx, Entry{Job: job})
 					}
