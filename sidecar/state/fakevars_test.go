@@ -27,8 +27,9 @@ import (
 // Every request names its client (header X-Test-Client, set by client),
 // so a test can hold one client's request to interleave two writers step
 // by step (hold), fail chosen requests (fail), lose the answer of a
-// request served (lose), or kill a client right after a request is
-// served, as if its process died there (crashAfter).
+// request served (lose), answer a write as a check-and-set that lost a
+// race (conflict), or kill a client right after a request is served, as
+// if its process died there (crashAfter).
 type fakeVars struct {
 	t   testing.TB
 	srv *httptest.Server
@@ -58,6 +59,9 @@ type fakeRule struct {
 	crash bool
 	// lose: the request is served, its answer replaced by a 500.
 	lose bool
+	// conflict: the request is not served but answered as Nomad answers a
+	// check-and-set that lost a race: 409 with the variable as it is.
+	conflict bool
 }
 
 func newFakeVars(t testing.TB) *fakeVars {
@@ -104,6 +108,12 @@ func (f *fakeVars) hold(client, method, path string) (reached <-chan struct{}, r
 // fail answers the next n requests of client matching with status.
 func (f *fakeVars) fail(client, method, path string, status, n int) {
 	f.addRule(&fakeRule{client: client, method: method, path: regexp.MustCompile(path), times: n, status: status})
+}
+
+// conflict answers the next n requests of client matching as lost
+// check-and-set races, unserved.
+func (f *fakeVars) conflict(client, method, path string, n int) {
+	f.addRule(&fakeRule{client: client, method: method, path: regexp.MustCompile(path), times: n, conflict: true})
 }
 
 // crashAfter kills client once its next request matching is served.
@@ -200,6 +210,9 @@ func (f *fakeVars) serve(w http.ResponseWriter, r *http.Request) {
 		case rule.status != 0:
 			http.Error(w, "the test failed this request", rule.status)
 			return
+		case rule.conflict:
+			f.answerConflict(w, r, path)
+			return
 		case rule.crash:
 			crash = true
 		case rule.lose:
@@ -223,6 +236,23 @@ func (f *fakeVars) serve(w http.ResponseWriter, r *http.Request) {
 		f.dead[client] = true
 		f.mu.Unlock()
 	}
+}
+
+// answerConflict answers a request for the variable at path as a lost
+// check-and-set: 409, the variable as it is, or a zero one (namespace and
+// path only) when there is none.
+func (f *fakeVars) answerConflict(w http.ResponseWriter, r *http.Request, path string) {
+	ns := r.URL.Query().Get("namespace")
+	if ns == "" {
+		ns = api.DefaultNamespace
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur := f.vars[ns+"\x00"+path]; cur != nil {
+		writeJSON(w, cur.ModifyIndex, http.StatusConflict, cur)
+		return
+	}
+	writeJSON(w, f.index, http.StatusConflict, &api.Variable{Namespace: ns, Path: path})
 }
 
 func (f *fakeVars) list(w http.ResponseWriter, r *http.Request, prefix string) {

@@ -76,7 +76,8 @@ type Store interface {
 	// Save replaces the saved state, durably.
 	Save(ctx context.Context, s *Saved) error
 	// Append adds a journal entry, durably, and returns its sequence
-	// number.
+	// number. An entry that lost its races to another replica's appends
+	// is not journaled (ErrConflict wrapped) and may be appended again.
 	Append(ctx context.Context, e Entry) (uint64, error)
 	// Journal returns the entries after seq, oldest first.
 	Journal(ctx context.Context, after uint64) ([]Entry, error)
@@ -95,7 +96,10 @@ var ErrFenced = errors.New("state fenced by a newer leader")
 
 // ErrConflict marks a Save that lost a race: another replica switched the
 // saved state between this save's read and its write. Nothing of this
-// save was kept; the next save starts from the winner's.
+// save was kept; the next save starts from the winner's. It also marks an
+// Append whose journal write lost too many check-and-set races in a row to
+// another replica's appends: the entry was not journaled; the caller may
+// append it again.
 var ErrConflict = errors.New("another replica saved the state meanwhile")
 
 // MaxJournal is how many journal entries a store keeps (the oldest go).

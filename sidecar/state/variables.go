@@ -84,8 +84,8 @@ const (
 	varLimit = 64 << 10
 	// loadAttempts bounds the re-reads of a Load that keeps meeting saves.
 	loadAttempts = 8
-	// appendConflicts bounds the check-and-set retries of one batch of
-	// journal entries racing another replica's.
+	// appendConflicts bounds the check-and-set retries in a row of one
+	// journal write racing another replica's appends.
 	appendConflicts = 32
 )
 
@@ -587,7 +587,7 @@ func (v *Variables) appendBatch(batch []*appendReq) {
 		if c, ok := conflictOf(err); ok {
 			if conflicts++; conflicts > appendConflicts {
 				v.tail.known = false
-				fail(slices.Concat(took, rest), fmt.Errorf("state in %s: journal segment %s: %d check-and-set conflicts in a row (another replica keeps appending): %w", v.Where(), path, conflicts-1, err))
+				fail(slices.Concat(took, rest), fmt.Errorf("%w: state in %s: journal segment %s: %d check-and-set conflicts in a row (another replica keeps appending): %v", ErrConflict, v.Where(), path, conflicts-1, err))
 				return
 			}
 			v.tail = v.fromConflict(t.seg, c)
@@ -599,6 +599,7 @@ func (v *Variables) appendBatch(batch []*appendReq) {
 			fail(slices.Concat(took, rest), fmt.Errorf("state in %s: journal segment %s: %w", v.Where(), path, err))
 			return
 		}
+		conflicts = 0 // the bound is on races in a row: a long batch meets some at each write
 		created := t.index == 0
 		t.index = out.ModifyIndex
 		t.known = t.index != 0 // Nomad answers no index for a write that changed nothing

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -607,7 +608,7 @@ func TestVariablesJournalConcurrent(t *testing.T) {
 					// fails unwritten (make test run 34, on a loaded
 					// machine: 48 appenders, two writers); its caller
 					// may append again.
-					for try := 0; err != nil && strings.Contains(err.Error(), "check-and-set conflicts in a row") && try < 8; try++ {
+					for try := 0; errors.Is(err, ErrConflict) && try < 8; try++ {
 						seq, err = v.Append(ctx, Entry{Job: job})
 					}
 					if err != nil {
@@ -635,6 +636,54 @@ func TestVariablesJournalConcurrent(t *testing.T) {
 		if e.Seq != uint64(i+1) || seqOf[e.Job] != e.Seq {
 			t.Fatalf("entry %d: seq %d for %s, Append said %d", i, e.Seq, e.Job, seqOf[e.Job])
 		}
+	}
+}
+
+// A batch spanning several segments retries each write's check-and-set
+// races up to appendConflicts in a row, counted afresh after each write
+// that lands (they were once counted over the whole batch, so a long
+// batch failed after 33 races spread over its segments); a write that
+// loses more in a row fails its entries, unwritten, with ErrConflict.
+func TestVariablesJournalConflictsInARow(t *testing.T) {
+	for name, tc := range map[string]struct {
+		races   []int // lost races on journal/0, /1, /2
+		written int   // entries journaled
+	}{
+		"spread over the segments": {races: []int{appendConflicts, appendConflicts, appendConflicts}, written: 6},
+		"too many on one segment":  {races: []int{0, appendConflicts + 1, 0}, written: 2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeVars(t)
+			ctx := context.Background()
+			v := f.store("a")
+			v.segSize = 2
+			for seg, n := range tc.races {
+				if n > 0 {
+					f.conflict("a", http.MethodPut, fmt.Sprintf(`journal/%d$`, seg), n)
+				}
+			}
+			var batch []*appendReq
+			for i := range 6 {
+				batch = append(batch, &appendReq{ctx: ctx, e: Entry{Job: fmt.Sprint(i)}, done: make(chan struct{})})
+			}
+			v.appendBatch(batch)
+			for i, r := range batch {
+				<-r.done
+				if i < tc.written {
+					if r.err != nil || r.seq != uint64(i+1) {
+						t.Errorf("entry %d: seq %d, %v; want %d", i, r.seq, r.err, i+1)
+					}
+					continue
+				}
+				if !errors.Is(r.err, ErrConflict) || !strings.Contains(r.err.Error(), "in a row") {
+					t.Errorf("entry %d: seq %d, %v; want ErrConflict", i, r.seq, r.err)
+				}
+			}
+			es, err := f.store("r").Journal(ctx, 0)
+			if err != nil || len(es) != tc.written {
+				t.Fatalf("journal: %d entries, %v; want %d", len(es), err, tc.written)
+			}
+		})
 	}
 }
 
