@@ -283,12 +283,6 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 		w    int
 	}
 	waiting := slices.ContainsFunc(infos, func(ji *jobInfo) bool { return len(out[ji.idx].Units) == 0 })
-	// lastResort: the last pass found no move. With no job waiting, one
-	// more pass then lets a job onto the guide's other types even where
-	// the fluid solution uses them (no fluidSpare test): no guided job
-	// takes those GPUs this round, so they would idle. After any move the
-	// guided jobs look first again.
-	lastResort := false
 	for {
 		var best *cand
 		for _, ji := range infos {
@@ -336,11 +330,9 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 				// job at its scale factor, where (spread) the guide's type
 				// may not be where the job runs fastest at any width.
 				// Measured: docs/results.md, "Idle fast GPUs in the drain,
-				// and critical jobs no wider than a server"; the last
-				// resort: "Where the average JCT is less than 10 % below
-				// Sia's".
+				// and critical jobs no wider than a server".
 				if !waiting && ji.at != nil && !ji.protected {
-					if alt := s.bestOption(v, g, ji, g.window(0, w), true, true); alt != nil && (o == nil || alt.rate > o.rate) && (lastResort || s.fluidSpare(v, ji, alt)) {
+					if alt := s.bestOption(v, g, ji, g.window(0, w), true, true); alt != nil && (o == nil || alt.rate > o.rate) && s.fluidSpare(v, ji, alt) {
 						o = alt
 					}
 				}
@@ -362,15 +354,8 @@ func (s *Scheduler) upgrade(v *round.View, g *grid, infos []*jobInfo, out []plan
 			}
 		}
 		if best == nil {
-			// One more pass as the last resort, unless this was it or a
-			// job waits (the last resort is off then).
-			if waiting || lastResort {
-				return
-			}
-			lastResort = true
-			continue
+			return
 		}
-		lastResort = false
 		ji, o := best.ji, best.o
 		r := s.jobs[ji.view.ID]
 		committed := len(r.Segs) > 0
