@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -275,6 +276,43 @@ func TestFindLeaks(t *testing.T) {
 	}
 	if m := hostpath.MountsUnder([]string{dir}); len(m) != 0 {
 		t.Fatalf("removeLeaks left %v mounted", m)
+	}
+}
+
+// TestUnmountCollected: what Nomad's destroy hook left mounted in a
+// collected allocation's directory is unmounted where nothing holds it;
+// a mount still held (a file open in it), or one of an allocation not
+// collected, stays for the leak check.
+func TestUnmountCollected(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	a := &Agent{Dir: t.TempDir()}
+	registerDir(a.Dir)
+	mount := func(alloc string) string {
+		point := filepath.Join(a.Dir, "data", "alloc", alloc, "trainer", "secrets")
+		if err := os.MkdirAll(point, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("tmpfs", point, "tmpfs", 0, "size=1m"); err != nil {
+			t.Skipf("cannot mount a tmpfs here: %v", err)
+		}
+		t.Cleanup(func() { _ = syscall.Unmount(point, syscall.MNT_DETACH) })
+		return point
+	}
+	idle, held, other := mount("collected-idle"), mount("collected-held"), mount("running")
+	f, err := os.Create(filepath.Join(held, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	a.unmountCollected(t, []string{"collected-idle", "collected-held"})
+	var left []string
+	for _, m := range hostpath.MountsUnder([]string{a.Dir}) {
+		left = append(left, m.Point)
+	}
+	if slices.Contains(left, idle) || !slices.Contains(left, held) || !slices.Contains(left, other) || len(left) != 2 {
+		t.Fatalf("mounted after: %q; want %q and %q only", left, held, other)
 	}
 }
 
