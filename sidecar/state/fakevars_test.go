@@ -239,27 +239,35 @@ func (f *fakeVars) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // answerConflict answers a request for the variable at path as a lost
-// check-and-set: 409, the variable as it is, or a zero one (namespace and
-// path only) when there is none.
+// check-and-set, unserved.
 func (f *fakeVars) answerConflict(w http.ResponseWriter, r *http.Request, path string) {
-	ns := r.URL.Query().Get("namespace")
-	if ns == "" {
-		ns = api.DefaultNamespace
-	}
+	ns := namespaceOf(r)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if cur := f.vars[ns+"\x00"+path]; cur != nil {
-		writeJSON(w, cur.ModifyIndex, http.StatusConflict, cur)
+	f.writeConflict(w, ns, path, f.vars[ns+"\x00"+path])
+}
+
+// writeConflict answers 409 as Nomad does a lost check-and-set: the
+// variable as it is, or a zero one (namespace and path only) when there
+// is none. f.mu is held.
+func (f *fakeVars) writeConflict(w http.ResponseWriter, ns, path string, cur *api.Variable) {
+	if cur == nil {
+		writeJSON(w, f.index, http.StatusConflict, &api.Variable{Namespace: ns, Path: path})
 		return
 	}
-	writeJSON(w, f.index, http.StatusConflict, &api.Variable{Namespace: ns, Path: path})
+	writeJSON(w, cur.ModifyIndex, http.StatusConflict, cur)
+}
+
+// namespaceOf is the request's namespace, Nomad's default when unset.
+func namespaceOf(r *http.Request) string {
+	if ns := r.URL.Query().Get("namespace"); ns != "" {
+		return ns
+	}
+	return api.DefaultNamespace
 }
 
 func (f *fakeVars) list(w http.ResponseWriter, r *http.Request, prefix string) {
-	ns := r.URL.Query().Get("namespace")
-	if ns == "" {
-		ns = api.DefaultNamespace
-	}
+	ns := namespaceOf(r)
 	f.mu.Lock()
 	out := []*api.VariableMetadata{}
 	for _, v := range f.vars {
@@ -274,10 +282,7 @@ func (f *fakeVars) list(w http.ResponseWriter, r *http.Request, prefix string) {
 }
 
 func (f *fakeVars) serveVar(w http.ResponseWriter, r *http.Request, path string) {
-	ns := r.URL.Query().Get("namespace")
-	if ns == "" {
-		ns = api.DefaultNamespace
-	}
+	ns := namespaceOf(r)
 	key := ns + "\x00" + path
 	cas, isCAS := uint64(0), r.URL.Query().Has("cas")
 	if isCAS {
@@ -294,12 +299,8 @@ func (f *fakeVars) serveVar(w http.ResponseWriter, r *http.Request, path string)
 		if !isCAS {
 			return false
 		}
-		if cur == nil && cas != 0 {
-			writeJSON(w, f.index, http.StatusConflict, &api.Variable{Namespace: ns, Path: path})
-			return true
-		}
-		if cur != nil && cur.ModifyIndex != cas {
-			writeJSON(w, cur.ModifyIndex, http.StatusConflict, cur)
+		if (cur == nil && cas != 0) || (cur != nil && cur.ModifyIndex != cas) {
+			f.writeConflict(w, ns, path, cur)
 			return true
 		}
 		return false
