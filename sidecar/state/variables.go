@@ -587,7 +587,7 @@ func (v *Variables) appendBatch(batch []*appendReq) {
 		if c, ok := conflictOf(err); ok {
 			if conflicts++; conflicts > appendConflicts {
 				v.tail.known = false
-				fail(slices.Concat(took, rest), fmt.Errorf("%w: state in %s: journal segment %s: %d check-and-set conflicts in a row (another replica keeps appending): %v", ErrConflict, v.Where(), path, conflicts-1, err))
+				fail(slices.Concat(took, rest), fmt.Errorf("%w: state in %s: journal segment %s: %d check-and-set conflicts in a row (another replica keeps appending): %w", ErrConflict, v.Where(), path, conflicts-1, err))
 				return
 			}
 			v.tail = v.fromConflict(t.seg, c)
