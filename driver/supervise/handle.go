@@ -167,12 +167,16 @@ func start(ctx context.Context, self string, spec *Spec) (*Handle, error) {
 	}
 	reportW.Close()
 	ackR.Close()
+	// Its identity is read before anything reaps it: a supervisor that
+	// fails at once (a planted output path) may have exited already, and
+	// only until it is reaped does /proc keep its entry, so reaping first
+	// would hide its report behind "no such file".
+	sup, err := procOf(cmd.Process.Pid)
 	h := &Handle{supFD: pidfd, taskFD: -1, reaped: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		close(h.reaped)
 	}()
-	sup, err := procOf(cmd.Process.Pid)
 	if err != nil {
 		h.abort(false)
 		return nil, fmt.Errorf("supervise: supervisor pid %d: %w", cmd.Process.Pid, err)

@@ -431,6 +431,32 @@ func TestCannotStart(t *testing.T) {
 	}
 }
 
+// A supervisor that ends before Start has read its identity (one that
+// fails at once, as on a planted output path) is reported as what it
+// is, not as a /proc entry gone: Start reads the identity before its
+// reaper can remove the entry. The race needs the starting goroutine to
+// lose the CPU for the half millisecond /bin/true lives, so the test
+// tries many times (CI's make test run 41 saw it once under load).
+func TestSupervisorEndsAtOnce(t *testing.T) {
+	self, err := exec.LookPath("true")
+	if err != nil {
+		t.Skip("needs true(1)")
+	}
+	for i := range 300 {
+		dir := t.TempDir()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		h, err := start(ctx, self, &Spec{StateDir: dir})
+		cancel()
+		if err == nil {
+			h.Close()
+			t.Fatalf("try %d: start succeeded with %s as the supervisor", i, self)
+		}
+		if !strings.Contains(err.Error(), "ended before it reported") {
+			t.Fatalf("try %d: error %q, want it to say the supervisor ended before it reported", i, err)
+		}
+	}
+}
+
 func TestCgroupGiven(t *testing.T) {
 	spec := testSpec(t, "cat /proc/self/cgroup")
 	h := hierarchy(t)
