@@ -435,12 +435,12 @@ func TestCannotStart(t *testing.T) {
 // fails at once, as on a planted output path) is reported as what it
 // is, not as a /proc entry gone: Start reads the identity before its
 // reaper can remove the entry. The race needs the starting goroutine to
-// lose the CPU for the half millisecond /bin/true lives, so the test
-// tries many times (CI's make test run 41 saw it once under load).
+// lose the CPU for the half millisecond true(1) lives, so the test
+// tries many times (make test run 41 saw it once, under load).
 func TestSupervisorEndsAtOnce(t *testing.T) {
 	self, err := exec.LookPath("true")
 	if err != nil {
-		t.Skip("needs true(1)")
+		t.Fatalf("true(1), the supervisor that ends at once: %v", err)
 	}
 	for i := range 300 {
 		dir := t.TempDir()
