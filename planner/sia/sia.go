@@ -22,6 +22,7 @@ import (
 	"slices"
 
 	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/assign"
 	"github.com/hadar-sched/hadar/planner/round"
 )
 
@@ -223,9 +224,9 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		}
 	}
 
-	p := problem{k: k, m: m, capacity: capacity, typ: make([]int, m)}
+	p := assign.Problem{K: k, M: m, Capacity: capacity, Typ: make([]int, m)}
 	for c := range m {
-		p.typ[c] = c % k
+		p.Typ[c] = c % k
 	}
 	var idx []int // problem job -> view job
 	ratio := make([][]float64, len(v.Jobs))
@@ -273,12 +274,12 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		for c := len(rows[i]) * k; c < m; c++ {
 			width[c] = float64(jb.ScaleFactor)
 		}
-		p.width = append(p.width, width...)
-		p.gain = append(p.gain, gain...)
+		p.Width = append(p.Width, width...)
+		p.Gain = append(p.Gain, gain...)
 		idx = append(idx, i)
 	}
-	p.n = len(idx)
-	sol, err := solve(p)
+	p.N = len(idx)
+	sol, err := assign.Solve(p)
 	if err != nil {
 		return nil, fmt.Errorf("sia round at t=%.0fs: %w", v.Now, err)
 	}
@@ -316,7 +317,7 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		}
 	}
 	for q, i := range idx {
-		c := sol.choice[q]
+		c := sol.Choice[q]
 		if c >= 0 {
 			x[i][c%k] = 1
 			at(i, c)
@@ -330,8 +331,8 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 	if v.Reasons != nil {
 		for q, i := range idx {
 			r := round.Reason{Share: x[i], Why: "sia: left out: every type's GPUs are worth more to others"}
-			if c := sol.choice[q]; c >= 0 {
-				r.Utility = p.g(q, c)
+			if c := sol.Choice[q]; c >= 0 {
+				r.Utility = p.G(q, c)
 				if len(ws[i]) > 1 {
 					r.Why = fmt.Sprintf("sia: %d GPUs of %s, normalized goodput %.2f (its slowest configuration = its smallest width; after the restart factor), p = %g", ws[i][c/k], v.Types[c%k], ratio[i][c], s.cfg.P)
 				} else {

@@ -1,4 +1,10 @@
-package sia
+// Package assign solves a round's selection of one configuration (a GPU
+// type and width) or none per job, under each type's GPU count, to
+// maximize the sum of the chosen configurations' gains: Sia's program
+// (planner/sia), apart from Sia's gains so that another scheduler can
+// pose it with its own (docs/results.md, "A per-round configuration
+// program for elastic rounds").
+package assign
 
 import (
 	"cmp"
@@ -8,7 +14,7 @@ import (
 	"github.com/hadar-sched/hadar/planner/lp"
 )
 
-// The paper solves its selection as an integer program with an external
+// Sia's paper solves its selection as an integer program with an external
 // MILP solver. hadar has its own simplex (planner/lp) and no MILP solver,
 // so the selection is solved in two ways, both deterministic:
 //
@@ -30,40 +36,42 @@ import (
 // exactLimit bounds the combinations the exact search may face.
 const exactLimit = 1 << 14
 
-// problem is one round's selection: n jobs, k GPU types, m configuration
-// slots per job, slot c on GPU type typ[c]; gain[i*m+c] > 0 is what job i
+// Problem is one round's selection: N jobs, K GPU types, M configuration
+// slots per job, slot c on GPU type Typ[c]; Gain[i*M+c] > 0 is what job i
 // in its configuration c adds to the objective (0: not a configuration of
-// the job), on width[i*m+c] GPUs of that type; capacity[j] GPUs of type j.
+// the job), on Width[i*M+c] GPUs of that type; Capacity[j] GPUs of type j.
 // Rigid jobs have one slot per type (m = k, typ[c] = c); elastic ones one
 // per (width, type).
-type problem struct {
-	n, k, m  int
-	typ      []int
-	width    []float64
-	gain     []float64
-	capacity []float64
+type Problem struct {
+	N, K, M  int
+	Typ      []int
+	Width    []float64
+	Gain     []float64
+	Capacity []float64
 }
 
-// w is the GPUs job i takes in configuration c.
-func (p *problem) w(i, c int) float64 { return p.width[i*p.m+c] }
+// W is the GPUs job i takes in configuration c.
+func (p *Problem) W(i, c int) float64 { return p.Width[i*p.M+c] }
 
-// g is what job i in configuration c gains.
-func (p *problem) g(i, c int) float64 { return p.gain[i*p.m+c] }
+// G is what job i in configuration c gains.
+func (p *Problem) G(i, c int) float64 { return p.Gain[i*p.M+c] }
 
-// solution picks choice[i], a configuration slot or -1 (not scheduled),
-// worth value; bound is an upper bound on the optimum (value when exact).
-type solution struct {
-	choice []int
-	value  float64
-	bound  float64
-	exact  bool
+// Solution picks Choice[i], a configuration slot or -1 (not scheduled),
+// worth Value; Bound is an upper bound on the optimum (Value when Exact).
+type Solution struct {
+	Choice []int
+	Value  float64
+	Bound  float64
+	Exact  bool
 }
 
-func solve(p problem) (solution, error) {
-	if p.n == 0 {
-		return solution{exact: true}, nil
+// Solve selects exactly on small instances, else by rounding the LP
+// relaxation (see the comment above exactLimit).
+func Solve(p Problem) (Solution, error) {
+	if p.N == 0 {
+		return Solution{Exact: true}, nil
 	}
-	all := make([]int, p.n)
+	all := make([]int, p.N)
 	for i := range all {
 		all[i] = i
 	}
@@ -75,12 +83,12 @@ func solve(p problem) (solution, error) {
 
 // combos is the number of ways the jobs of p listed in jobs can be
 // configured (each on one of its types or none).
-func combos(p problem, jobs []int) float64 {
+func combos(p Problem, jobs []int) float64 {
 	n := 1.0
 	for _, i := range jobs {
 		opts := 1.0
-		for c := range p.m {
-			if p.g(i, c) > 0 {
+		for c := range p.M {
+			if p.G(i, c) > 0 {
 				opts++
 			}
 		}
@@ -91,16 +99,16 @@ func combos(p problem, jobs []int) float64 {
 
 // settle configures the jobs of p listed in jobs (all unconfigured in
 // choice) exactly on the GPUs left, and takes those GPUs.
-func settle(p problem, jobs []int, left []float64, choice []int) {
-	sub := problem{n: len(jobs), k: p.k, m: p.m, typ: p.typ, capacity: slices.Clone(left)}
+func settle(p Problem, jobs []int, left []float64, choice []int) {
+	sub := Problem{N: len(jobs), K: p.K, M: p.M, Typ: p.Typ, Capacity: slices.Clone(left)}
 	for _, i := range jobs {
-		sub.width = append(sub.width, p.width[i*p.m:i*p.m+p.m]...)
-		sub.gain = append(sub.gain, p.gain[i*p.m:i*p.m+p.m]...)
+		sub.Width = append(sub.Width, p.Width[i*p.M:i*p.M+p.M]...)
+		sub.Gain = append(sub.Gain, p.Gain[i*p.M:i*p.M+p.M]...)
 	}
-	for q, c := range branchAndBound(sub).choice {
+	for q, c := range branchAndBound(sub).Choice {
 		if i := jobs[q]; c >= 0 {
 			choice[i] = c
-			left[p.typ[c]] -= p.w(i, c)
+			left[p.Typ[c]] -= p.W(i, c)
 		}
 	}
 }
@@ -109,11 +117,11 @@ func settle(p problem, jobs []int, left []float64, choice []int) {
 // jobs in order, each tried on its types by decreasing gain, then
 // without; a branch is cut when even every remaining job at its best gain
 // could not beat the best found. Ties keep the first found.
-func branchAndBound(p problem) solution {
-	suffix := make([]float64, p.n+1)
-	order := make([][]int, p.n)
-	for i := p.n - 1; i >= 0; i-- {
-		row := p.gain[i*p.m : i*p.m+p.m]
+func branchAndBound(p Problem) Solution {
+	suffix := make([]float64, p.N+1)
+	order := make([][]int, p.N)
+	for i := p.N - 1; i >= 0; i-- {
+		row := p.Gain[i*p.M : i*p.M+p.M]
 		for j, g := range row {
 			if g > 0 {
 				order[i] = append(order[i], j)
@@ -126,51 +134,51 @@ func branchAndBound(p problem) solution {
 		}
 		suffix[i] = suffix[i+1] + best
 	}
-	left := slices.Clone(p.capacity)
-	choice := make([]int, p.n)
-	best := solution{value: -1, exact: true}
+	left := slices.Clone(p.Capacity)
+	choice := make([]int, p.N)
+	best := Solution{Value: -1, Exact: true}
 	var dfs func(i int, val float64)
 	dfs = func(i int, val float64) {
-		if val+suffix[i] <= best.value+1e-12 {
+		if val+suffix[i] <= best.Value+1e-12 {
 			return
 		}
-		if i == p.n {
-			best.value, best.choice = val, slices.Clone(choice)
+		if i == p.N {
+			best.Value, best.Choice = val, slices.Clone(choice)
 			return
 		}
 		for _, c := range order[i] {
-			j, w := p.typ[c], p.w(i, c)
+			j, w := p.Typ[c], p.W(i, c)
 			if left[j] < w {
 				continue
 			}
 			left[j] -= w
 			choice[i] = c
-			dfs(i+1, val+p.g(i, c))
+			dfs(i+1, val+p.G(i, c))
 			left[j] += w
 		}
 		choice[i] = -1
 		dfs(i+1, val)
 	}
 	dfs(0, 0)
-	best.bound = best.value
+	best.Bound = best.Value
 	return best
 }
 
 // lpRound solves the LP relaxation and rounds it (see the file comment).
-func lpRound(p problem) (solution, error) {
+func lpRound(p Problem) (Solution, error) {
 	x, bound, err := relax(p)
 	if err != nil {
-		return solution{}, err
+		return Solution{}, err
 	}
-	left := slices.Clone(p.capacity)
-	choice := make([]int, p.n)
+	left := slices.Clone(p.Capacity)
+	choice := make([]int, p.N)
 	for i := range choice {
 		choice[i] = -1
 	}
 	take := func(i, c int) {
-		if j := p.typ[c]; choice[i] < 0 && p.g(i, c) > 0 && left[j] >= p.w(i, c) {
+		if j := p.Typ[c]; choice[i] < 0 && p.G(i, c) > 0 && left[j] >= p.W(i, c) {
 			choice[i] = c
-			left[j] -= p.w(i, c)
+			left[j] -= p.W(i, c)
 		}
 	}
 	type pair struct {
@@ -179,10 +187,10 @@ func lpRound(p problem) (solution, error) {
 	}
 	var frac []pair
 	var split, out []int // jobs the LP splits; jobs it leaves out or splits
-	for i := range p.n {
+	for i := range p.N {
 		whole, parts := false, false
-		for j := range p.m {
-			switch v := x[i*p.m+j]; {
+		for j := range p.M {
+			switch v := x[i*p.M+j]; {
 			case v >= 1-1e-6:
 				take(i, j)
 				whole = true
@@ -208,7 +216,7 @@ func lpRound(p problem) (solution, error) {
 		settle(p, split, left, choice)
 	default:
 		slices.SortFunc(frac, func(a, b pair) int {
-			return cmp.Or(cmp.Compare(b.x, a.x), cmp.Compare(p.g(b.i, b.j), p.g(a.i, a.j)), cmp.Compare(a.i, b.i), cmp.Compare(a.j, b.j))
+			return cmp.Or(cmp.Compare(b.x, a.x), cmp.Compare(p.G(b.i, b.j), p.G(a.i, a.j)), cmp.Compare(a.i, b.i), cmp.Compare(a.j, b.j))
 		})
 		for _, q := range frac {
 			take(q.i, q.j)
@@ -217,13 +225,13 @@ func lpRound(p problem) (solution, error) {
 	// Work conservation: what the rounding left free goes to the jobs
 	// still out, the most gain per GPU first.
 	var rest []pair
-	for i := range p.n {
+	for i := range p.N {
 		if choice[i] >= 0 {
 			continue
 		}
-		for j := range p.m {
-			if g := p.g(i, j); g > 0 {
-				rest = append(rest, pair{i, j, g / p.w(i, j)})
+		for j := range p.M {
+			if g := p.G(i, j); g > 0 {
+				rest = append(rest, pair{i, j, g / p.W(i, j)})
 			}
 		}
 	}
@@ -234,10 +242,10 @@ func lpRound(p problem) (solution, error) {
 		take(q.i, q.j)
 	}
 	improve(p, choice, left)
-	sol := solution{choice: choice, bound: bound}
+	sol := Solution{Choice: choice, Bound: bound}
 	for i, c := range choice {
 		if c >= 0 {
-			sol.value += p.g(i, c)
+			sol.Value += p.G(i, c)
 		}
 	}
 	return sol, nil
@@ -253,16 +261,16 @@ const improvePasses = 4
 // jobs the LP places whole can strand a GPU or two of a small, tightly
 // packed type, which an exchange recovers; each exchange raises the
 // objective, so it ends.
-func improve(p problem, choice []int, left []float64) {
+func improve(p Problem, choice []int, left []float64) {
 	for range improvePasses {
 		changed := false
-		for i := range p.n {
+		for i := range p.N {
 			if choice[i] >= 0 {
 				continue
 			}
 			bestGain, bestC, bestQ, bestTo := 1e-12, -1, -1, -1
-			for c := range p.m {
-				g, j, w := p.g(i, c), p.typ[c], p.w(i, c)
+			for c := range p.M {
+				g, j, w := p.G(i, c), p.Typ[c], p.W(i, c)
 				if g <= 0 {
 					continue
 				}
@@ -272,19 +280,19 @@ func improve(p problem, choice []int, left []float64) {
 					}
 					continue
 				}
-				for q := range p.n {
+				for q := range p.N {
 					cq := choice[q]
-					if cq < 0 || p.typ[cq] != j || left[j]+p.w(q, cq) < w {
+					if cq < 0 || p.Typ[cq] != j || left[j]+p.W(q, cq) < w {
 						continue
 					}
 					// q leaves type j: elsewhere if it has room, else out.
 					to, rest := -1, 0.0
-					for o := range p.m {
-						if p.typ[o] != j && left[p.typ[o]] >= p.w(q, o) && p.g(q, o) > rest {
-							to, rest = o, p.g(q, o)
+					for o := range p.M {
+						if p.Typ[o] != j && left[p.Typ[o]] >= p.W(q, o) && p.G(q, o) > rest {
+							to, rest = o, p.G(q, o)
 						}
 					}
-					if d := g - p.g(q, cq) + rest; d > bestGain {
+					if d := g - p.G(q, cq) + rest; d > bestGain {
 						bestGain, bestC, bestQ, bestTo = d, c, q, to
 					}
 				}
@@ -294,14 +302,14 @@ func improve(p problem, choice []int, left []float64) {
 			}
 			if bestQ >= 0 {
 				cq := choice[bestQ]
-				left[p.typ[cq]] += p.w(bestQ, cq)
+				left[p.Typ[cq]] += p.W(bestQ, cq)
 				choice[bestQ] = bestTo
 				if bestTo >= 0 {
-					left[p.typ[bestTo]] -= p.w(bestQ, bestTo)
+					left[p.Typ[bestTo]] -= p.W(bestQ, bestTo)
 				}
 			}
 			choice[i] = bestC
-			left[p.typ[bestC]] -= p.w(i, bestC)
+			left[p.Typ[bestC]] -= p.W(i, bestC)
 			changed = true
 		}
 		if !changed {
@@ -315,42 +323,42 @@ func improve(p problem, choice []int, left []float64) {
 // capacity prices lambda picks, per job, the type of largest gain less
 // width times price, if positive. It returns x (n*m, the fraction of each
 // job in each configuration) and the optimum.
-func relax(p problem) ([]float64, float64, error) {
-	res, err := lp.ColumnGeneration(p.capacity, func(lambda []float64) (lp.Column[[]int], float64) {
-		plan := make([]int, p.n)
-		usage := make([]float64, p.k)
+func relax(p Problem) ([]float64, float64, error) {
+	res, err := lp.ColumnGeneration(p.Capacity, func(lambda []float64) (lp.Column[[]int], float64) {
+		plan := make([]int, p.N)
+		usage := make([]float64, p.K)
 		value, priced := 0.0, 0.0
-		for i := range p.n {
+		for i := range p.N {
 			plan[i] = -1
 			best := 0.0
-			for c := range p.m {
-				g := p.g(i, c)
+			for c := range p.M {
+				g := p.G(i, c)
 				if g <= 0 {
 					continue
 				}
-				if r := g - p.w(i, c)*lambda[p.typ[c]]; r > best+1e-12 {
+				if r := g - p.W(i, c)*lambda[p.Typ[c]]; r > best+1e-12 {
 					best, plan[i] = r, c
 				}
 			}
 			if c := plan[i]; c >= 0 {
-				value += p.g(i, c)
-				usage[p.typ[c]] += p.w(i, c)
+				value += p.G(i, c)
+				usage[p.Typ[c]] += p.W(i, c)
 				priced += best
 			}
 		}
 		return lp.Column[[]int]{Value: value, Usage: usage, Plan: plan}, priced
 	}, lp.ColGenOptions{RelTol: 1e-9, MaxIter: 2000})
 	if err != nil {
-		return nil, 0, fmt.Errorf("sia LP relaxation: %w", err)
+		return nil, 0, fmt.Errorf("assign: LP relaxation: %w", err)
 	}
-	x := make([]float64, p.n*p.m)
+	x := make([]float64, p.N*p.M)
 	for c, w := range res.Weights {
 		if w <= 0 {
 			continue
 		}
 		for i, j := range res.Columns[c].Plan {
 			if j >= 0 {
-				x[i*p.m+j] += w
+				x[i*p.M+j] += w
 			}
 		}
 	}

@@ -1,0 +1,105 @@
+package assign
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// The LP relaxation bounds the exact optimum and its rounding comes close
+// to it on random instances too large for the exact search to be chosen.
+func TestRoundingIsNearTheExactOptimum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	worst := 1.0
+	for trial := range 40 {
+		p := Problem{N: 9, K: 3, M: 3, Typ: []int{0, 1, 2}, Capacity: []float64{float64(2 + rng.IntN(4)), float64(2 + rng.IntN(4)), float64(2 + rng.IntN(4))}}
+		for range p.N {
+			w := float64(1 + rng.IntN(2))
+			for range p.K {
+				p.Width = append(p.Width, w)
+				g := 0.0
+				if rng.Float64() < 0.9 {
+					g = 0.1 + rng.Float64()
+				}
+				p.Gain = append(p.Gain, g)
+			}
+		}
+		exact := branchAndBound(p)
+		got, err := lpRound(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := append([]float64(nil), p.Capacity...)
+		for i, j := range got.Choice {
+			if j >= 0 {
+				if p.G(i, j) <= 0 {
+					t.Fatalf("trial %d: job %d on type %d where it has no configuration", trial, i, j)
+				}
+				left[p.Typ[j]] -= p.W(i, j)
+			}
+		}
+		for j, l := range left {
+			if l < 0 {
+				t.Fatalf("trial %d: type %d over-committed by %v", trial, j, -l)
+			}
+		}
+		if got.Bound < exact.Value-1e-9 {
+			t.Fatalf("trial %d: LP bound %v below the exact optimum %v", trial, got.Bound, exact.Value)
+		}
+		if got.Value > exact.Value+1e-9 {
+			t.Fatalf("trial %d: rounding %v above the optimum %v", trial, got.Value, exact.Value)
+		}
+		if got.Value/exact.Value < 0.9 {
+			x, b, _ := relax(p)
+			t.Logf("trial %d: cap %v width %v gain %.2f\nx %.2f bound %v exact %v %v got %v %v", trial, p.Capacity, p.Width, p.Gain, x, b, exact.Value, exact.Choice, got.Value, got.Choice)
+		}
+		worst = math.Min(worst, got.Value/exact.Value)
+	}
+	if worst < 0.9 {
+		t.Fatalf("rounding reached %.3f of the optimum at worst, want >= 0.9", worst)
+	}
+	t.Logf("rounding within %.1f%% of the optimum at worst", 100*(1-worst))
+}
+
+// With elastic configurations (two widths per type) the rounding stays
+// feasible, below the exact optimum and near it, and the LP bounds it.
+func TestElasticRoundingIsFeasible(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	for trial := range 30 {
+		p := Problem{N: 8, K: 3, M: 6, Typ: []int{0, 1, 2, 0, 1, 2}, Capacity: []float64{float64(2 + rng.IntN(5)), float64(2 + rng.IntN(5)), float64(2 + rng.IntN(5))}}
+		for range p.N {
+			w := float64(1 + rng.IntN(2))
+			for c := range p.M {
+				width := w
+				if c >= p.K {
+					width = 2 * w
+				}
+				p.Width = append(p.Width, width)
+				g := 0.0
+				if rng.Float64() < 0.9 {
+					g = 0.1 + rng.Float64()*width
+				}
+				p.Gain = append(p.Gain, g)
+			}
+		}
+		exact := branchAndBound(p)
+		got, err := lpRound(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := append([]float64(nil), p.Capacity...)
+		for i, c := range got.Choice {
+			if c >= 0 {
+				left[p.Typ[c]] -= p.W(i, c)
+			}
+		}
+		for j, l := range left {
+			if l < 0 {
+				t.Fatalf("trial %d: type %d over-committed by %v", trial, j, -l)
+			}
+		}
+		if got.Bound < exact.Value-1e-9 || got.Value > exact.Value+1e-9 || got.Value < 0.8*exact.Value {
+			t.Fatalf("trial %d: rounding %v, bound %v, exact %v", trial, got.Value, got.Bound, exact.Value)
+		}
+	}
+}
