@@ -50,6 +50,43 @@ type Problem struct {
 	Capacity []float64
 }
 
+// Slots is a problem over k types with m slots per job, slot c on type
+// c % k: a job's slots are wi*k + type over its widths, as Sia and hadar's
+// elastic rounds pose them. Jobs are added with Add.
+func Slots(k, m int, capacity []float64) Problem {
+	p := Problem{K: k, M: m, Capacity: capacity, Typ: make([]int, m)}
+	for c := range m {
+		p.Typ[c] = c % k
+	}
+	return p
+}
+
+// Add appends a job whose slots up to len(gain) are its configurations,
+// gain and width per slot; the slots after them, none of its, are posed
+// at its scale factor sf (their gain is 0).
+func (p *Problem) Add(gain, width []float64, sf int) {
+	for len(width) < p.M {
+		width = append(width, float64(sf))
+	}
+	p.Gain = append(p.Gain, gain...)
+	p.Gain = append(p.Gain, make([]float64, p.M-len(gain))...)
+	p.Width = append(p.Width, width...)
+	p.N++
+}
+
+// ByJob spreads a solution's choices over n jobs, problem job q being job
+// idx[q]; a job not in the problem gets -1.
+func (s Solution) ByJob(idx []int, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = -1
+	}
+	for q, i := range idx {
+		out[i] = s.Choice[q]
+	}
+	return out
+}
+
 // W is the GPUs job i takes in configuration c.
 func (p *Problem) W(i, c int) float64 { return p.Width[i*p.M+c] }
 

@@ -3,6 +3,7 @@ package assign
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -101,5 +102,31 @@ func TestElasticRoundingIsFeasible(t *testing.T) {
 		if got.Bound < exact.Value-1e-9 || got.Value > exact.Value+1e-9 || got.Value < 0.8*exact.Value {
 			t.Fatalf("trial %d: rounding %v, bound %v, exact %v", trial, got.Value, got.Bound, exact.Value)
 		}
+	}
+}
+
+// Slots, Add and ByJob pose and read back a problem as Sia and hadar do:
+// a rigid job (one width) beside an elastic one (two widths) over two
+// types, the rigid job's slots past its own posed at its scale factor with
+// no gain, and the choices spread back over the round's jobs.
+func TestSlotsAddByJob(t *testing.T) {
+	p := Slots(2, 4, []float64{4, 4})
+	if want := []int{0, 1, 0, 1}; !slices.Equal(p.Typ, want) {
+		t.Fatalf("types of the slots %v, want %v", p.Typ, want)
+	}
+	p.Add([]float64{1, 2}, []float64{2, 2}, 2)
+	p.Add([]float64{1, 1, 3, 5}, []float64{1, 1, 4, 4}, 1)
+	if p.N != 2 || !slices.Equal(p.Gain, []float64{1, 2, 0, 0, 1, 1, 3, 5}) || !slices.Equal(p.Width, []float64{2, 2, 2, 2, 1, 1, 4, 4}) {
+		t.Fatalf("posed N=%d gains %v widths %v", p.N, p.Gain, p.Width)
+	}
+	sol, err := Solve(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Type 1 holds 4: the elastic job at 4 GPUs of it (5) and the rigid
+	// one on type 0 (1) beat the rigid one on type 1 (2) beside the
+	// elastic one at 4 on type 0 (3).
+	if got := sol.ByJob([]int{3, 1}, 5); !slices.Equal(got, []int{-1, 3, -1, 0, -1}) {
+		t.Fatalf("choices by job %v (solution %v), want [-1 3 -1 0 -1]", got, sol.Choice)
 	}
 }

@@ -139,6 +139,19 @@ func turnover(ctx context.Context, b *testing.B, e *engine.Engine, done string, 
 	}
 }
 
+// rounds runs b's iterations as round boundaries of e, each with one job
+// completed and one of more admitted, so that every policy decides again.
+func rounds(b *testing.B, e *engine.Engine, more []planner.Job) {
+	b.Helper()
+	ctx := context.Background()
+	now := 0.0
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		now += 360
+		turnover(ctx, b, e, e.Jobs()[0].Job.ID, more, i, now)
+	}
+}
+
 // BenchmarkSiaDecision is one round boundary of Sia (planner/sia) beside
 // Hadar's and Gavel's max-min on 64, 512 and 2,048 GPUs, with as many
 // active jobs as half the GPUs (about one GPU asked per GPU held): each
@@ -160,15 +173,23 @@ func BenchmarkSiaDecision(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				e, more := loadedJobs(b, v.policy, gpus/2, clusterOf(gpus), v.elastic)
-				ctx := context.Background()
-				now := 0.0
-				b.ResetTimer()
-				for i := 0; b.Loop(); i++ {
-					now += 360
-					turnover(ctx, b, e, e.Jobs()[0].Job.ID, more, i, now)
-				}
+				rounds(b, e, more)
 			})
 		}
+	}
+}
+
+// BenchmarkHadarProgram is one round boundary of hadar's configuration
+// program at its largest: 150 active jobs, all elastic where their model
+// allows (a round of more is a backlog, planned by the primal-dual), on
+// 64, 512 and 2,048 GPUs (docs/results.md, "Decision time, rigid and
+// elastic").
+func BenchmarkHadarProgram(b *testing.B) {
+	for _, gpus := range []int{64, 512, 2048} {
+		b.Run(fmt.Sprintf("gpus=%d/jobs=150", gpus), func(b *testing.B) {
+			e, more := loadedJobs(b, "hadar", 150, clusterOf(gpus), true)
+			rounds(b, e, more)
+		})
 	}
 }
 

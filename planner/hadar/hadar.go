@@ -132,6 +132,11 @@ type Config struct {
 	// task-level placement, slots and admission.
 	NoFluidGuide bool
 
+	// NoProgram plans rounds with elastic jobs by the primal-dual too
+	// (an ablation): by default such a round is the configuration
+	// program's (program.go).
+	NoProgram bool
+
 	// Fork turns on HadarE: idle GPUs after Hadar's plan take copies of
 	// running jobs on other nodes.
 	Fork bool
@@ -246,6 +251,9 @@ type Scheduler struct {
 	displaced map[string]string
 	minWeight float64
 	rs        *releases
+	// backlog says a round had more than backlogJobs active jobs and
+	// fewer than resumeJobs have not been seen since (programRound).
+	backlog bool
 }
 
 // New returns a Hadar scheduler.
@@ -275,7 +283,7 @@ func (s *Scheduler) variant() string {
 		on   bool
 		name string
 	}{{s.cfg.FlatPrices, "flat"}, {s.cfg.NodePrices, "nodeprices"}, {s.cfg.NoBackfill, "nobackfill"}, {s.cfg.NoFluidGuide, "noguide"},
-		{s.cfg.Eager, "eager"}, {s.cfg.PricedPlacement, "pricedplace"}} {
+		{s.cfg.Eager, "eager"}, {s.cfg.PricedPlacement, "pricedplace"}, {s.cfg.NoProgram, "noprogram"}} {
 		if f.on {
 			v += ":" + f.name
 		}
@@ -367,6 +375,9 @@ func (ji *jobInfo) cells(g *grid) []bool {
 
 // Schedule implements round.Scheduler.
 func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
+	if s.programRound(v) {
+		return s.program(v)
+	}
 	out := make([]planner.Placement, len(v.Jobs))
 	infos := s.jobInfos(v)
 	if err := s.guide(v, infos); err != nil {

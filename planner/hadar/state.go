@@ -38,13 +38,16 @@ type state struct {
 	// one).
 	LastCall float64 `json:"last_call,omitempty"`
 	HasLast  bool    `json:"has_last,omitempty"`
+	// Backlog says rounds with elastic jobs are the primal-dual's until
+	// the active jobs fall under resumeJobs (programRound).
+	Backlog bool `json:"backlog,omitempty"`
 }
 
 // SaveState implements round.Stateful.
 func (s *Scheduler) SaveState() ([]byte, error) {
 	st := state{Scheduler: s.Name(), Fluid: s.fluid, FluidKey: []byte(s.fluidKey), FluidRate: s.fluidRate, FluidUse: s.fluidUse,
 		Slot: s.cur, Base: s.base, Started: s.started, Seq: s.seq, Bounds: s.bounds, Jobs: s.jobs, Target: s.target, HasTarget: s.hasTarget,
-		LastCall: s.lastCall, HasLast: s.hasLast}
+		LastCall: s.lastCall, HasLast: s.hasLast, Backlog: s.backlog}
 	if f, ok := s.cfg.Filter.(round.Stateful); ok {
 		b, err := f.SaveState()
 		if err != nil {
@@ -85,6 +88,7 @@ func (s *Scheduler) LoadState(data []byte) error {
 	s.cur, s.base, s.started, s.seq, s.bounds, s.jobs = st.Slot, st.Base, st.Started, st.Seq, st.Bounds, st.Jobs
 	s.target, s.hasTarget = st.Target, st.HasTarget
 	s.lastCall, s.hasLast = st.LastCall, st.HasLast
+	s.backlog = st.Backlog
 	return nil
 }
 

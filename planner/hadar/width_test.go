@@ -52,6 +52,9 @@ func elasticSched(t *testing.T, prof widthRates, cfg Config) *Scheduler {
 	t.Helper()
 	cfg.Speed = speed.Model{Profile: prof}
 	cfg.NoFluidGuide, cfg.Utility, cfg.Horizon = true, AvgJCT, 4
+	// These tests are of the primal-dual's elastic widths, which the
+	// configuration program replaces by default (program_test.go).
+	cfg.NoProgram = true
 	if cfg.MinRunTime == 0 {
 		cfg.MinRunTime = -1
 	}

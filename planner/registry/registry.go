@@ -56,9 +56,11 @@ type constructor func(o Options, ablations []string) (round.Scheduler, error)
 // prices (U = L), no backfill, no fluid guide, prices per node, eager
 // (preemptions and moves without the test of gain against restart),
 // pricedplace (a guided job's GPUs by value minus price, not the fastest),
+// noprogram (rounds with elastic jobs planned by the primal-dual, not the
+// configuration program),
 // hN (a horizon fixed at N rounds) and critX (the makespan utility's
 // Critical share, 0 < X <= 1).
-var HadarAblations = []string{"flat", "nobackfill", "noguide", "nodeprices", "eager", "pricedplace", "hN", "critX"}
+var HadarAblations = []string{"flat", "nobackfill", "noguide", "nodeprices", "eager", "pricedplace", "noprogram", "hN", "critX"}
 
 // extra lists the schedulers beside Gavel's policies: hadar and hadare
 // with the utility of Options.HadarUtility, and the -jct variants with the
@@ -106,6 +108,8 @@ func hadarSwitches(cfg *hadar.Config, ablations []string) error {
 			cfg.Eager = true
 		case "pricedplace":
 			cfg.PricedPlacement = true
+		case "noprogram":
+			cfg.NoProgram = true
 		default:
 			if n, err := strconv.Atoi(strings.TrimPrefix(a, "h")); err == nil && strings.HasPrefix(a, "h") && n > 0 {
 				cfg.Horizon = n

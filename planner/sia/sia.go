@@ -193,41 +193,15 @@ func current(v *round.View, ws []int, jb *round.JobView) int {
 
 // Schedule implements round.Scheduler.
 func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
-	k := len(v.Types)
-	fixed := make([]bool, len(v.Jobs))
-	cur := make([]int, len(v.Jobs))
-	ws := make([][]int, len(v.Jobs))
-	rows := make([][][]float64, len(v.Jobs))
-	capacity := make([]float64, k)
-	for j, t := range v.Types {
-		capacity[j] = float64(v.Pool.FreeOfType(t))
-	}
 	// m configuration slots per job: slot wi*k + j is width wi on type j.
-	m := k
-	for i, jb := range v.Jobs {
-		ws[i], rows[i] = s.widths(jb)
+	cf := round.PoseConfigs(v, func(jb *round.JobView) ([]int, [][]float64) {
+		ws, rows := s.widths(jb)
 		s.grown(v, jb)
-		m = max(m, len(ws[i])*k)
-		cur[i] = -1
-		if v.MidRound {
-			// Running jobs keep their GPUs mid-round; the pool holds
-			// only the idle ones, and the jobs placed on them wait now:
-			// no configuration of theirs is a restart more than another.
-			fixed[i] = jb.Running
-			continue
-		}
-		cur[i] = current(v, ws[i], jb)
-		if jb.Pinned && cur[i] >= 0 {
-			// Held by its minimum run time: its GPUs are capacity taken.
-			fixed[i] = true
-			capacity[cur[i]%k] = math.Max(0, capacity[cur[i]%k]-float64(ws[i][cur[i]/k]))
-		}
-	}
+		return ws, rows
+	}, func(ws []int, jb *round.JobView) int { return current(v, ws, jb) })
+	k, m, ws, rows, cur, fixed, capacity := cf.K, cf.M, cf.Widths, cf.Rows, cf.Cur, cf.Fixed, cf.Capacity
 
-	p := assign.Problem{K: k, M: m, Capacity: capacity, Typ: make([]int, m)}
-	for c := range m {
-		p.Typ[c] = c % k
-	}
+	p := assign.Slots(k, m, capacity)
 	var idx []int // problem job -> view job
 	ratio := make([][]float64, len(v.Jobs))
 	for i, jb := range v.Jobs {
@@ -247,8 +221,8 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 				}
 			}
 		}
-		gain := make([]float64, m)
-		width := make([]float64, m)
+		gain := make([]float64, len(rows[i])*k)
+		width := make([]float64, len(rows[i])*k)
 		ratio[i] = make([]float64, m)
 		r := s.restartFactor(v.Age(jb), s.restarts[jb.ID])
 		w := jb.Weight
@@ -271,63 +245,22 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 				gain[c] = w * s.gain(e)
 			}
 		}
-		for c := len(rows[i]) * k; c < m; c++ {
-			width[c] = float64(jb.ScaleFactor)
-		}
-		p.Width = append(p.Width, width...)
-		p.Gain = append(p.Gain, gain...)
+		p.Add(gain, width, jb.ScaleFactor)
 		idx = append(idx, i)
 	}
-	p.N = len(idx)
 	sol, err := assign.Solve(p)
 	if err != nil {
 		return nil, fmt.Errorf("sia round at t=%.0fs: %w", v.Now, err)
 	}
 
-	// The placer sees each job at the width chosen for it: a copy of the
-	// view whose jobs have that scale factor and its throughputs.
-	x := make([][]float64, len(v.Jobs))
-	view := v
-	var shadow []round.JobView
-	at := func(i, c int) {
-		if len(ws[i]) == 1 {
-			return
-		}
-		if shadow == nil {
-			cp := *v
-			view = &cp
-			view.Jobs = slices.Clone(v.Jobs)
-			shadow = make([]round.JobView, len(v.Jobs))
-		}
-		shadow[i] = *v.Jobs[i]
-		shadow[i].ScaleFactor = ws[i][c/k]
-		shadow[i].Throughput = rows[i][c/k]
-		view.Jobs[i] = &shadow[i]
-	}
-	for i := range v.Jobs {
-		x[i] = make([]float64, k)
-		if fixed[i] && cur[i] >= 0 {
-			x[i][cur[i]%k] = 1
-			at(i, cur[i])
-		} else if fixed[i] && len(v.Jobs[i].Placement.Units) == 1 {
-			// Running mid-round at a width: the placer keeps it there.
-			if wi := slices.Index(ws[i], v.Jobs[i].Placement.Units[0].GPUs()); wi >= 0 {
-				at(i, wi*k)
-			}
-		}
-	}
-	for q, i := range idx {
-		c := sol.Choice[q]
-		if c >= 0 {
-			x[i][c%k] = 1
-			at(i, c)
-		}
-		if !v.MidRound && cur[i] >= 0 && c != cur[i] {
+	choice := sol.ByJob(idx, len(v.Jobs))
+	for _, i := range idx {
+		if c := choice[i]; !v.MidRound && cur[i] >= 0 && c != cur[i] {
 			s.restarts[v.Jobs[i].ID]++
 		}
 	}
 	s.prune(v)
-	out := round.Assign(view, x, round.AssignOptions{Backfill: s.cfg.Backfill, Placer: s.cfg.Placer})
+	out, x := cf.Assign(v, choice, round.AssignOptions{Backfill: s.cfg.Backfill, Placer: s.cfg.Placer})
 	if v.Reasons != nil {
 		for q, i := range idx {
 			r := round.Reason{Share: x[i], Why: "sia: left out: every type's GPUs are worth more to others"}

@@ -1,0 +1,232 @@
+package hadar
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/assign"
+	"github.com/hadar-sched/hadar/planner/round"
+)
+
+// anyElastic reports whether a job of v may run at several widths.
+func anyElastic(v *round.View) bool {
+	return slices.ContainsFunc(v.Jobs, func(jb *round.JobView) bool { return jb.Elastic() && len(jb.WidthThroughput) == len(jb.Widths) })
+}
+
+// configurations is what job jb may run at: its widths and their
+// throughput per type when elastic, else its scale factor alone.
+func configurations(jb *round.JobView) ([]int, [][]float64) {
+	if !jb.Elastic() || len(jb.WidthThroughput) != len(jb.Widths) {
+		return []int{jb.ScaleFactor}, [][]float64{jb.Throughput}
+	}
+	return jb.Widths, jb.WidthThroughput
+}
+
+// currentSlot is the configuration slot (wi*k + type) job jb runs in, or
+// -1: one unit on one type at one of its widths.
+func currentSlot(v *round.View, ws []int, jb *round.JobView) int {
+	if len(jb.Placement.Units) != 1 {
+		return -1
+	}
+	j := -1
+	for _, sl := range jb.Placement.Units[0].Slots {
+		k := slices.Index(v.Types, sl.Type)
+		if k < 0 || j >= 0 && k != j {
+			return -1
+		}
+		j = k
+	}
+	if j < 0 {
+		return -1
+	}
+	wi := 0
+	if len(ws) > 1 {
+		wi = slices.Index(ws, jb.Placement.Units[0].GPUs())
+	}
+	if wi < 0 {
+		return -1
+	}
+	return wi*len(v.Types) + j
+}
+
+// The configuration program's constants (docs/results.md, "A per-round
+// configuration program for elastic rounds").
+const (
+	// tailJobs is how many jobs of a round are its tail: the longest
+	// projected JCTs (age plus the remaining time at the best
+	// configuration). The p99 of 160 jobs is the second-longest JCT.
+	tailJobs = 3
+	// tailBoost multiplies a tail job's gain: enough to run it ahead of
+	// all but much shorter jobs, not so much that it takes its widest
+	// configuration whatever that costs the others.
+	tailBoost = 100.0
+	// tailStick lifts a running job's projection when the tail is
+	// ranked: a tail job running at its best keeps its projection while
+	// a waiting one's grows, and without it the tail jobs would take
+	// turns, a restart each.
+	tailStick = 0.2
+	// stayBonus is what a running job's present configuration gains over
+	// a move at the same rate: a move for less is undone soon after.
+	stayBonus = 0.1
+	// moveCharge is the seconds a move is charged on top of the restart
+	// cost, as hadar's restartCharge charges a preemption: the pinned
+	// minimum run time and the moves back a move brings.
+	moveCharge = 7200.0
+	// backlogJobs is the most active jobs a round may have for the
+	// program to plan it. The program's tail of three jobs turns the p99
+	// while the p99 is among the few longest JCTs, as for the 160 jobs of
+	// an 8-hour workload; with hundreds of jobs in play it is the tenth
+	// longest or beyond, the tail jobs take turns and end together, and
+	// the primal-dual, which starts the long jobs early on its makespan
+	// pace, holds the p99 20-25 % lower (docs/results.md, "The
+	// configuration program while the backlog is small").
+	backlogJobs = 150
+	// resumeJobs ends a backlog: the primal-dual that started its long
+	// jobs keeps planning them until fewer than this many jobs are left.
+	resumeJobs = 10
+)
+
+// programRound reports whether the configuration program plans round v:
+// it has an elastic job and no backlog holds. A round of more than
+// backlogJobs jobs starts a backlog; one of fewer than resumeJobs ends it.
+// HadarE's rounds stay the primal-dual's: its copies take the GPUs the
+// primal-dual leaves, and the program plans no copies.
+func (s *Scheduler) programRound(v *round.View) bool {
+	switch n := len(v.Jobs); {
+	case n > backlogJobs:
+		s.backlog = true
+	case n < resumeJobs:
+		s.backlog = false
+	}
+	return !s.cfg.NoProgram && !s.cfg.Fork && !s.backlog && anyElastic(v)
+}
+
+// program schedules a round with elastic jobs: one configuration (width,
+// type) or none per job, chosen by planner/assign to maximize the sum of
+// the jobs' gains, placed by round.Assign. A job's gain in a
+// configuration is Smith's rule, its weight over the hours it would still
+// need there (the average JCT), times tailBoost for the tail jobs (the
+// p99 and the makespan); a move pays moveCharge as hours added to that
+// time and Sia's restart factor (age/(age+R), a first restart), and the
+// present configuration gains stayBonus. Pinned jobs keep their GPUs; mid-round, running jobs keep
+// theirs and the idle GPUs go to the waiting ones.
+func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
+	s.advance(v)
+	s.track(v)
+	// The calendar's commitments are not kept in these rounds: a later
+	// round without elastic jobs plans afresh.
+	for _, r := range s.jobs {
+		r.Segs = nil
+	}
+	cf := round.PoseConfigs(v, configurations, func(ws []int, jb *round.JobView) int { return currentSlot(v, ws, jb) })
+	k, m, ws, rows, cur, fixed, capacity := cf.K, cf.M, cf.Widths, cf.Rows, cf.Cur, cf.Fixed, cf.Capacity
+	best := make([]float64, len(v.Jobs))
+	for i := range v.Jobs {
+		for _, row := range rows[i] {
+			for _, tp := range row {
+				best[i] = math.Max(best[i], tp)
+			}
+		}
+	}
+	tail := s.tail(v, best)
+	p := assign.Slots(k, m, capacity)
+	var idx []int // problem job -> view job
+	for i, jb := range v.Jobs {
+		if fixed[i] {
+			continue
+		}
+		w := jb.Weight
+		if !(w > 0) {
+			w = 1
+		}
+		if tail[i] {
+			w *= tailBoost
+		}
+		gain := make([]float64, len(rows[i])*k)
+		width := make([]float64, len(rows[i])*k)
+		for wi, row := range rows[i] {
+			n := ws[i][wi]
+			for j := range k {
+				c := wi*k + j
+				width[c] = float64(n)
+				if j >= len(row) || row[j] <= 0 || float64(n) > capacity[j] {
+					continue
+				}
+				hours := jb.Remaining / row[j] / 3600
+				switch {
+				case cur[i] >= 0 && c != cur[i]:
+					hours += moveCharge / 3600
+					gain[c] = w / hours
+					if age := v.Age(jb); age >= s.cfg.RestartCost {
+						gain[c] *= age / (age + s.cfg.RestartCost)
+					}
+				case cur[i] >= 0:
+					gain[c] = w * (1 + stayBonus) / hours
+				default:
+					gain[c] = w / hours
+				}
+			}
+		}
+		p.Add(gain, width, jb.ScaleFactor)
+		idx = append(idx, i)
+	}
+	sol, err := assign.Solve(p)
+	if err != nil {
+		return nil, fmt.Errorf("hadar configuration program at t=%.0fs: %w", v.Now, err)
+	}
+	choice := sol.ByJob(idx, len(v.Jobs))
+	out, x := cf.Assign(v, choice, round.AssignOptions{Backfill: !s.cfg.NoBackfill})
+	for q, i := range idx {
+		r := round.Reason{Share: x[i], Why: "hadar: left out by the configuration program: its GPUs gain more elsewhere"}
+		if c := sol.Choice[q]; c >= 0 {
+			r.Utility = p.G(q, c)
+			r.Why = programWhy(v, ws[i], rows[i], cur[i], c, v.Jobs[i].Remaining, p.G(q, c), tail[i])
+		}
+		v.Explain(i, r)
+	}
+	return out, nil
+}
+
+// programWhy is the reason of a job the program runs at slot c of its
+// widths ws and rows (cur: the slot it ran in, or -1), with remaining
+// steps left and the gain the program weighed.
+func programWhy(v *round.View, ws []int, rows [][]float64, cur, c int, left, gain float64, tail bool) string {
+	k := len(v.Types)
+	why := fmt.Sprintf("hadar: %d GPUs of %s by the configuration program: %.1f h of work left there", ws[c/k], v.Types[c%k], left/rows[c/k][c%k]/3600)
+	if cur >= 0 && cur != c {
+		if tp := rows[cur/k][cur%k]; tp > 0 {
+			why += fmt.Sprintf(" (%.1f h on its %d GPUs of %s)", left/tp/3600, ws[cur/k], v.Types[cur%k])
+		}
+	}
+	why += fmt.Sprintf(", gain %.3g per hour", gain)
+	if tail {
+		why += fmt.Sprintf(", one of the %d jobs with the longest projected JCT (x%g)", tailJobs, tailBoost)
+	}
+	return why
+}
+
+// tail marks the tailJobs jobs of v with the longest projected JCT, a
+// running job's lifted by tailStick; best[i] is job i's best steps/s.
+func (s *Scheduler) tail(v *round.View, best []float64) []bool {
+	proj := make([]float64, len(v.Jobs))
+	var order []int
+	for i, jb := range v.Jobs {
+		if best[i] <= 0 {
+			continue
+		}
+		proj[i] = v.Age(jb) + jb.Remaining/best[i]
+		if len(jb.Placement.Units) > 0 {
+			proj[i] *= 1 + tailStick
+		}
+		order = append(order, i)
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(proj[b], proj[a]) })
+	tail := make([]bool, len(v.Jobs))
+	for _, i := range order[:min(tailJobs, len(order))] {
+		tail[i] = true
+	}
+	return tail
+}

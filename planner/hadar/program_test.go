@@ -1,0 +1,141 @@
+package hadar
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hadar-sched/hadar/planner"
+	"github.com/hadar-sched/hadar/planner/round"
+	"github.com/hadar-sched/hadar/planner/speed"
+)
+
+// elasticRound is a round at now of elastic jobs (widths 2, 4 and 8,
+// steps/s 1, 1.8 and 3) on one node of eight V100s, none running, with
+// the given steps left (an hour per 3,600 at width 2).
+func elasticRound(now float64, ids []string, steps []float64) *round.View {
+	c := planner.Cluster{Nodes: []planner.Node{node("v0", "v100", 8)}}
+	v := &round.View{Now: now, Round: 360, Types: c.Types(), Cluster: c, Pool: round.NewPool(c), Capacity: []float64{8}}
+	rate := map[int]float64{2: 1, 4: 1.8, 8: 3}
+	for n, id := range ids {
+		jv := &round.JobView{Job: planner.Job{ID: id, Model: "m", ScaleFactor: 2, Widths: []int{2, 4, 8}, TotalSteps: steps[n], Weight: 1},
+			Remaining: steps[n], Received: []float64{0}, Throughput: []float64{rate[2]}}
+		for _, w := range jv.Widths {
+			jv.WidthThroughput = append(jv.WidthThroughput, []float64{rate[w]})
+		}
+		v.Jobs = append(v.Jobs, jv)
+	}
+	v.Reasons = make([]round.Reason, len(v.Jobs))
+	return v
+}
+
+// programView is three long jobs (100 h left at width 2) and three short
+// ones (2 h).
+func programView() *round.View {
+	return elasticRound(3600, []string{"short1", "long1", "short2", "long2", "short3", "long3"}, []float64{7200, 360000, 7200, 360000, 7200, 360000})
+}
+
+// In a round with elastic jobs the configuration program chooses: the
+// tail jobs (the longest projected JCTs, which make the p99 and the
+// makespan) are worth tailBoost times Smith's rule, so the three long
+// jobs take the eight GPUs (4 + 2 + 2, the most they gain together)
+// while the short ones, first by remaining time alone, wait. The
+// primal-dual (NoProgram) serves the short jobs first.
+func TestProgramRunsTheTailJobs(t *testing.T) {
+	prof := widthRates{"m": {2: 1, 4: 1.8, 8: 3}}
+	s, err := New(Config{Speed: speed.Model{Profile: prof}, MinRunTime: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := programView()
+	got := planned(t, s, v)
+	if v.Reasons[1].Why == "" || !strings.Contains(v.Reasons[1].Why, "configuration program") {
+		t.Errorf("long1's reason %q does not name the configuration program", v.Reasons[1].Why)
+	}
+	sum := 0
+	for _, id := range []string{"long1", "long2", "long3"} {
+		if got[id] == 0 {
+			t.Fatalf("%s waits: %v (%s)", id, got, v.Reasons[1].Why)
+		}
+		sum += got[id]
+	}
+	if sum != 8 {
+		t.Fatalf("long jobs on %v, want all eight GPUs (4 + 2 + 2)", got)
+	}
+	// Each reason says what the program weighed: a long job's hours of
+	// work at its width (100 h at 2 GPUs, 55.6 h at 4) and that it is a
+	// tail job; a short one's that it was left out.
+	hours := map[int]string{2: "100.0 h", 4: "55.6 h"}
+	for i, jb := range v.Jobs {
+		why := v.Reasons[i].Why
+		if n := got[jb.ID]; strings.HasPrefix(jb.ID, "long") {
+			if want := fmt.Sprintf("%d GPUs of v100 by the configuration program: %s of work left there", n, hours[n]); !strings.Contains(why, want) || !strings.Contains(why, "longest projected JCT") {
+				t.Errorf("%s's reason %q, want %q and that it is a tail job", jb.ID, why, want)
+			}
+		} else if n == 0 && !strings.Contains(why, "left out by the configuration program") {
+			t.Errorf("%s waits, its reason %q", jb.ID, why)
+		}
+	}
+}
+
+// manyElasticView is a round at now of n elastic jobs, 2 h to 2n h left.
+func manyElasticView(now float64, n int) *round.View {
+	ids, steps := make([]string, n), make([]float64, n)
+	for i := range n {
+		ids[i], steps[i] = fmt.Sprintf("job-%03d", i), 7200*float64(i+1)
+	}
+	return elasticRound(now, ids, steps)
+}
+
+// A backlog is the primal-dual's: a round of more than backlogJobs jobs
+// is not planned by the configuration program, nor are the rounds after
+// it until fewer than resumeJobs jobs are left, and a snapshot keeps
+// that (a sidecar restarted in a backlog's drain goes on with the
+// primal-dual that started its long jobs).
+func TestProgramGivesWayToABacklog(t *testing.T) {
+	cfg := Config{Speed: speed.Model{Profile: widthRates{"m": {2: 1, 4: 1.8, 8: 3}}}, MinRunTime: -1}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := 0.0
+	byProgram := func(s *Scheduler, n int) bool {
+		t.Helper()
+		now += 3600
+		v := manyElasticView(now, n)
+		if _, err := s.Schedule(v); err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(v.Reasons, func(r round.Reason) bool { return strings.Contains(r.Why, "configuration program") })
+	}
+	if !byProgram(s, 20) {
+		t.Fatal("a round of 20 elastic jobs is not the configuration program's")
+	}
+	if byProgram(s, backlogJobs+1) {
+		t.Fatalf("a round of %d jobs is the configuration program's, want the primal-dual's", backlogJobs+1)
+	}
+	if byProgram(s, 20) {
+		t.Fatalf("a round of 20 jobs after a backlog is the configuration program's, want the primal-dual's until fewer than %d are left", resumeJobs)
+	}
+	data, err := s.SaveState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.LoadState(data); err != nil {
+		t.Fatal(err)
+	}
+	if byProgram(r, 20) {
+		t.Fatal("restored from a snapshot taken in a backlog, a round of 20 jobs is the configuration program's")
+	}
+	if !byProgram(r, resumeJobs-1) {
+		t.Fatalf("a round of %d jobs after the backlog is not the configuration program's", resumeJobs-1)
+	}
+	if !byProgram(r, 20) {
+		t.Fatal("a round of 20 jobs after the backlog ended is not the configuration program's")
+	}
+}
