@@ -521,3 +521,36 @@ func TestMaxMinRunTimeCapsAQueuesJobs(t *testing.T) {
 		t.Fatalf("t=720: %v, want a 2 and b 6 (weights 1:3) once a's jobs ran their capped 720 s", g)
 	}
 }
+
+// One team's backlog is its own: hadar inside queues counts its queue's
+// jobs, so team a's 151 jobs (one elastic) make a's rounds the
+// primal-dual's, while team b's elastic jobs stay the configuration
+// program's (docs/policies.md, "The configuration program for elastic
+// rounds").
+func TestABacklogIsItsQueues(t *testing.T) {
+	f := newFleet(t, "v100=8,p100=8", twoTeams(0), "hadar")
+	f.admit(0, "a", 150, 1, 0)
+	for _, id := range []string{"a-elastic", "b-0", "b-1", "b-2"} {
+		q := id[:1]
+		if err := f.e.Admit(planner.Job{ID: id, Model: model, ScaleFactor: 1, Widths: []int{1, 2, 4}, TotalSteps: 1e6, Weight: 1, Queue: q}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := f.plan(0, engine.Boundary)
+	seen := 0
+	for _, jd := range d.Jobs {
+		byProgram := strings.Contains(jd.Reason.Why, "configuration program")
+		switch {
+		case jd.Job == "a-elastic" && byProgram:
+			t.Errorf("team a's elastic job, in a backlog of 151 jobs, planned by the configuration program: %q", jd.Reason.Why)
+		case strings.HasPrefix(jd.Job, "b-"):
+			seen++
+			if !byProgram {
+				t.Errorf("team b's elastic job %s not planned by the configuration program beside team a's backlog: %q", jd.Job, jd.Reason.Why)
+			}
+		}
+	}
+	if seen != 3 {
+		t.Fatalf("decisions for %d of team b's 3 jobs: %+v", seen, d.Jobs)
+	}
+}
