@@ -111,8 +111,9 @@ func (s *Scheduler) programRound(v *round.View) bool {
 // need there (the average JCT), times tailBoost for the tail jobs (the
 // p99 and the makespan); a move pays moveCharge as hours added to that
 // time and Sia's restart factor (age/(age+R), a first restart), and the
-// present configuration gains stayBonus. Pinned jobs keep their GPUs; mid-round, running jobs keep
-// theirs and the idle GPUs go to the waiting ones.
+// present configuration gains stayBonus. Pinned jobs keep their GPUs;
+// mid-round, running jobs keep theirs and the idle GPUs go to the waiting
+// ones. A throughput that is not a positive number is no configuration.
 func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
 	s.advance(v)
 	s.track(v)
@@ -127,7 +128,9 @@ func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
 	for i := range v.Jobs {
 		for _, row := range rows[i] {
 			for _, tp := range row {
-				best[i] = math.Max(best[i], tp)
+				if usable(tp) {
+					best[i] = math.Max(best[i], tp)
+				}
 			}
 		}
 	}
@@ -152,7 +155,7 @@ func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
 			for j := range k {
 				c := wi*k + j
 				width[c] = float64(n)
-				if j >= len(row) || row[j] <= 0 || float64(n) > capacity[j] {
+				if j >= len(row) || !usable(row[j]) || float64(n) > capacity[j] {
 					continue
 				}
 				hours := jb.Remaining / row[j] / 3600
@@ -190,6 +193,10 @@ func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
 	return out, nil
 }
 
+// usable says a throughput is a configuration's: a positive finite
+// number (anything else is no figure to weigh).
+func usable(tp float64) bool { return tp > 0 && !math.IsInf(tp, 1) }
+
 // programWhy is the reason of a job the program runs at slot c of its
 // widths ws and rows (cur: the slot it ran in, or -1), with remaining
 // steps left and the gain the program weighed.
@@ -197,8 +204,8 @@ func programWhy(v *round.View, ws []int, rows [][]float64, cur, c int, left, gai
 	k := len(v.Types)
 	why := fmt.Sprintf("hadar: %d GPUs of %s by the configuration program: %.1f h of work left there", ws[c/k], v.Types[c%k], left/rows[c/k][c%k]/3600)
 	if cur >= 0 && cur != c {
-		if tp := rows[cur/k][cur%k]; tp > 0 {
-			why += fmt.Sprintf(" (%.1f h on its %d GPUs of %s)", left/tp/3600, ws[cur/k], v.Types[cur%k])
+		if row := rows[cur/k]; cur%k < len(row) && usable(row[cur%k]) {
+			why += fmt.Sprintf(" (%.1f h on its %d GPUs of %s)", left/row[cur%k]/3600, ws[cur/k], v.Types[cur%k])
 		}
 	}
 	why += fmt.Sprintf(", gain %.3g per hour", gain)
@@ -214,7 +221,7 @@ func (s *Scheduler) tail(v *round.View, best []float64) []bool {
 	proj := make([]float64, len(v.Jobs))
 	var order []int
 	for i, jb := range v.Jobs {
-		if best[i] <= 0 {
+		if !(best[i] > 0) {
 			continue
 		}
 		proj[i] = v.Age(jb) + jb.Remaining/best[i]

@@ -2,6 +2,7 @@ package hadar
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -137,5 +138,26 @@ func TestProgramGivesWayToABacklog(t *testing.T) {
 	}
 	if !byProgram(r, 20) {
 		t.Fatal("a round of 20 jobs after the backlog ended is not the configuration program's")
+	}
+}
+
+// A throughput that is not a positive number (a figure the engine could
+// not learn) is no configuration: the program neither chooses it nor
+// weighs a gain from it.
+func TestProgramSkipsNonFiniteThroughput(t *testing.T) {
+	prof := widthRates{"m": {2: 1, 4: 1.8, 8: 3}}
+	s, err := New(Config{Speed: speed.Model{Profile: prof}, MinRunTime: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := elasticRound(3600, []string{"only"}, []float64{360000})
+	v.Jobs[0].WidthThroughput[2] = []float64{math.NaN()}
+	v.Jobs[0].WidthThroughput[1] = []float64{math.Inf(1)}
+	got := planned(t, s, v)
+	if got["only"] != 2 {
+		t.Fatalf("the job alone on 8 V100s with figures only at width 2 runs on %d GPUs, want 2 (%q)", got["only"], v.Reasons[0].Why)
+	}
+	if u := v.Reasons[0].Utility; math.IsNaN(u) || math.IsInf(u, 0) {
+		t.Fatalf("gain %v weighed from a non-finite throughput (%q)", u, v.Reasons[0].Why)
 	}
 }
