@@ -361,10 +361,12 @@ func (c clusterView) Leaving(k watch.JobKey, node string) bool {
 
 func (c clusterView) Group(k watch.JobKey, group string) apply.Group {
 	g := apply.Group{Ended: true}
+	mj := c.a.roster.job(k)
 	for _, al := range c.snap.AllocsOf(k) {
 		if al.TaskGroup != group {
 			continue
 		}
+		g.Done = g.Done || mj != nil && doneOnItsOwn(al, mj)
 		// Placed: Nomad placed it, even if it ended since (a worker that
 		// failed to start counts from its placement, so its gang is
 		// rolled back after gang_timeout, not left waiting for Nomad).

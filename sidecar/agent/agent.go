@@ -451,6 +451,12 @@ func (a *Agent) outcome(o apply.Outcome, snap *watch.Snapshot) {
 	switch o.Phase {
 	case apply.Failed:
 		a.note(wire.Event{Time: a.clock(), Job: o.Key.String(), Result: "failed: " + o.Err.Error()})
+		if errors.Is(o.Err, apply.ErrFinished) {
+			// Finished as it was moved: complete once Nomad reports it
+			// dead (finished, doneOnItsOwn), no back-off.
+			a.log.Info("placement change stopped: the job finished as it was moved", "job", o.Key.String(), "error", o.Err)
+			break
+		}
 		if errors.Is(o.Err, apply.ErrConflict) || errors.Is(o.Err, apply.ErrNotManaged) || errors.Is(o.Err, apply.ErrNotVisible) {
 			// Someone else changed the job: decided anew on what they
 			// wrote, no back-off.

@@ -624,6 +624,11 @@ func TestSyncFinishesAJobDoneAsItWasStopped(t *testing.T) {
 			// allocation is desired "stop", but its task had ended 0.
 			al.ClientStatus, al.DesiredStatus = api.AllocClientStatusComplete, api.AllocDesiredStatusStop
 			al.TaskStates = map[string]watch.TaskState{al.Task: {State: "dead", Events: evs}}
+			// A move's start reads the same: the group is done, and the
+			// move must not start the job again (apply.Group.Done).
+			if got := (clusterView{a, snap}).Group(k, al.TaskGroup).Done; got != tc.done {
+				t.Fatalf("the group's Done %v after its rank 0 ended (events %v), want %v", got, tc.events, tc.done)
+			}
 			snap.Jobs[k].Version++
 			snap.Jobs[k].Status = "dead"
 			if err := a.sync(snap, now+1); err != nil {

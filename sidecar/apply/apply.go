@@ -78,6 +78,10 @@ type Group struct {
 	// allocations name it).
 	Running, Placed, Ended bool
 	Failed                 string
+	// Done: its rank-0 worker ended with its run's work done (by the
+	// training contract): a move that took the group away must not start
+	// the job again, which would rerun a finished run.
+	Done bool
 }
 
 // placeWaitFactor bounds, in gang timeouts, how long a gang start waits
@@ -726,6 +730,15 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 		}
 		if len(op.Added) == 0 {
 			return Outcome{Key: op.Key, Phase: Done, Running: op.Target}, true
+		}
+		for _, g := range op.Removed {
+			if !a.cfg.DryRun && c.Group(op.Key, g).Done {
+				// The job finished as it was moved (the stop was
+				// decided on progress a few seconds old): its new units
+				// would run a finished run again from its first step.
+				return Outcome{Key: op.Key, Phase: Failed, Running: op.Keep,
+					Err: fmt.Errorf("job %s: %w: group %s ended with its run done while it was moved: the start not written", op.Key, ErrFinished, g)}, true
+			}
 		}
 		if ended {
 			a.mu.Lock()

@@ -262,6 +262,37 @@ func TestNomadRefusingThePlacementWritesNothing(t *testing.T) {
 	}
 }
 
+// A job that finished as it was moved (its rank 0 ended with its run
+// done after the stop was decided on older progress) is not started again:
+// its new units would run the finished run from its first step (make test
+// run 52: TestPyTorchScriptFromTheDocs, docs-a trained twice).
+func TestMoveOfAJobThatFinishedStartsNothing(t *testing.T) {
+	a, f, cl, _ := setup(t)
+	ctx := context.Background()
+	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")}); err != nil {
+		t.Fatal(err)
+	}
+	cl.groups["train-hadar-u0-w0"] = Group{Running: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Running: true}
+	a.Step(ctx, cl)
+	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(1, 29501, "n3", "n4")}); err != nil {
+		t.Fatal(err)
+	}
+	writes := len(f.registers)
+	cl.groups["train-hadar-u0-w0"] = Group{Ended: true, Placed: true, Done: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Ended: true, Placed: true}
+	out := a.Step(ctx, cl)
+	if len(out) != 1 || out[0].Phase != Failed || !errors.Is(out[0].Err, ErrFinished) || !strings.Contains(out[0].Err.Error(), "train-hadar-u0-w0") {
+		t.Fatalf("outcome %+v, want Failed with ErrFinished naming the group that finished", out)
+	}
+	if len(f.registers) != writes {
+		t.Fatalf("%d writes after the stop, want none: the finished job was started again", len(f.registers)-writes)
+	}
+	if a.InFlight(key) != nil {
+		t.Fatal("the move is still in flight")
+	}
+}
+
 func TestMoveStopsBeforeItStarts(t *testing.T) {
 	a, f, cl, c := setup(t)
 	ctx := context.Background()
