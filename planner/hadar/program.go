@@ -11,15 +11,19 @@ import (
 	"github.com/hadar-sched/hadar/planner/round"
 )
 
-// anyElastic reports whether a job of v may run at several widths.
-func anyElastic(v *round.View) bool {
-	return slices.ContainsFunc(v.Jobs, func(jb *round.JobView) bool { return jb.Elastic() && len(jb.WidthThroughput) == len(jb.Widths) })
+// widthsKnown reports whether job jb may run at several widths and the
+// engine gave its throughput at each.
+func widthsKnown(jb *round.JobView) bool {
+	return jb.Elastic() && len(jb.WidthThroughput) == len(jb.Widths)
 }
+
+// anyElastic reports whether a job of v may run at several widths.
+func anyElastic(v *round.View) bool { return slices.ContainsFunc(v.Jobs, widthsKnown) }
 
 // configurations is what job jb may run at: its widths and their
 // throughput per type when elastic, else its scale factor alone.
 func configurations(jb *round.JobView) ([]int, [][]float64) {
-	if !jb.Elastic() || len(jb.WidthThroughput) != len(jb.Widths) {
+	if !widthsKnown(jb) {
 		return []int{jb.ScaleFactor}, [][]float64{jb.Throughput}
 	}
 	return jb.Widths, jb.WidthThroughput
