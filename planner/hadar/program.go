@@ -75,10 +75,13 @@ const (
 	// stayBonus is what a running job's present configuration gains over
 	// a move at the same rate: a move for less is undone soon after.
 	stayBonus = 0.1
-	// moveCharge is the seconds a move is charged on top of the restart
-	// cost, as hadar's restartCharge charges a preemption: the pinned
-	// minimum run time and the moves back a move brings.
-	moveCharge = 7200.0
+	// moveRuns is how many of the job's minimum run times a move is
+	// charged as time added to its remaining, as hadar's restartCharge
+	// charges a preemption: the minimum run time pins the job where it
+	// moved, and a move often brings a move back. At the default 30
+	// minutes, 2 h; where an operator sets no minimum run time, a move
+	// costs only the restart factor and the stay bonus.
+	moveRuns = 4.0
 	// backlogJobs is the most active jobs a round may have for the
 	// program to plan it. The program's tail of three jobs turns the p99
 	// while the p99 is among the few longest JCTs, as for the 160 jobs of
@@ -113,8 +116,8 @@ func (s *Scheduler) programRound(v *round.View) bool {
 // the jobs' gains, placed by round.Assign. A job's gain in a
 // configuration is Smith's rule, its weight over the hours it would still
 // need there (the average JCT), times tailBoost for the tail jobs (the
-// p99 and the makespan); a move pays moveCharge as hours added to that
-// time and Sia's restart factor (age/(age+R), a first restart), and the
+// p99 and the makespan); a move pays moveRuns of its minimum run times as
+// time added to that time and Sia's restart factor (age/(age+R), a first restart), and the
 // present configuration gains stayBonus. Pinned jobs keep their GPUs;
 // mid-round, running jobs keep theirs and the idle GPUs go to the waiting
 // ones. A throughput that is not a positive number is no configuration.
@@ -165,7 +168,7 @@ func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
 				hours := jb.Remaining / row[j] / 3600
 				switch {
 				case cur[i] >= 0 && c != cur[i]:
-					hours += moveCharge / 3600
+					hours += s.moveCharge(jb) / 3600
 					gain[c] = w / hours
 					if age := v.Age(jb); age >= s.cfg.RestartCost {
 						gain[c] *= age / (age + s.cfg.RestartCost)
@@ -190,12 +193,16 @@ func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
 		r := round.Reason{Share: x[i], Why: "hadar: left out by the configuration program: its GPUs gain more elsewhere"}
 		if c := sol.Choice[q]; c >= 0 {
 			r.Utility = p.G(q, c)
-			r.Why = programWhy(v, ws[i], rows[i], cur[i], c, v.Jobs[i].Remaining, p.G(q, c), tail[i])
+			r.Why = programWhy(v, ws[i], rows[i], cur[i], c, v.Jobs[i].Remaining, s.moveCharge(v.Jobs[i]), p.G(q, c), tail[i])
 		}
 		v.Explain(i, r)
 	}
 	return out, nil
 }
+
+// moveCharge is the seconds a move of job jb is charged: moveRuns of its
+// minimum run time (its own, else the configuration's).
+func (s *Scheduler) moveCharge(jb *round.JobView) float64 { return moveRuns * s.minRun(jb) }
 
 // usable says a throughput is a configuration's: a positive finite
 // number (anything else is no figure to weigh).
@@ -203,14 +210,16 @@ func usable(tp float64) bool { return tp > 0 && !math.IsInf(tp, 1) }
 
 // programWhy is the reason of a job the program runs at slot c of its
 // widths ws and rows (cur: the slot it ran in, or -1), with remaining
-// steps left and the gain the program weighed.
-func programWhy(v *round.View, ws []int, rows [][]float64, cur, c int, left, gain float64, tail bool) string {
+// steps left, the seconds a move is charged and the gain the program
+// weighed.
+func programWhy(v *round.View, ws []int, rows [][]float64, cur, c int, left, charge, gain float64, tail bool) string {
 	k := len(v.Types)
-	why := fmt.Sprintf("hadar: %d GPUs of %s by the configuration program: %.1f h of work left there", ws[c/k], v.Types[c%k], left/rows[c/k][c%k]/3600)
+	why := fmt.Sprintf("hadar: %d GPUs of %s by the configuration program: %s of work left there", ws[c/k], v.Types[c%k], hours(left/rows[c/k][c%k]))
 	if cur >= 0 && cur != c {
 		if row := rows[cur/k]; cur%k < len(row) && usable(row[cur%k]) {
-			why += fmt.Sprintf(" (%.1f h on its %d GPUs of %s)", left/row[cur%k]/3600, ws[cur/k], v.Types[cur%k])
+			why += fmt.Sprintf(" (%s on its %d GPUs of %s)", hours(left/row[cur%k]), ws[cur/k], v.Types[cur%k])
 		}
+		why += fmt.Sprintf(", the move charged %s", hours(charge))
 	}
 	why += fmt.Sprintf(", gain %.3g per hour", gain)
 	if tail {

@@ -161,3 +161,42 @@ func TestProgramSkipsNonFiniteThroughput(t *testing.T) {
 		t.Fatalf("gain %v weighed from a non-finite throughput (%q)", u, v.Reasons[0].Why)
 	}
 }
+
+// A move is charged moveRuns of the job's minimum run time: elastic a
+// (2 h left at width 2, 40 min at width 8) runs alone at width 2 on eight
+// V100s. Charged 2 h (the default 30 minutes, or a's own 30 minutes
+// under a 5-minute default) it stays: 1.1 / 2 h against 1 / (40 min +
+// 2 h) at width 8. Charged 20 min (a 5-minute minimum run time) or
+// nothing (none), growing to 8 pays: 1 / (40 + 20 min) and 1 / 40 min.
+func TestProgramChargesAMoveItsMinimumRunTimes(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		cfgMin, own  float64
+		want         int
+		charge       string
+		wantsCharged bool
+	}{
+		{"default 30 min", 0, 0, 2, "", false},
+		{"5 min", 300, 0, 8, "the move charged 20 min", true},
+		{"5 min, the job's own 30 min", 300, 1800, 2, "", false},
+		{"none", -1, 0, 8, "the move charged 0 s", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(Config{Speed: speed.Model{Profile: widthRates{"m": {2: 1, 4: 1.8, 8: 3}}}, MinRunTime: tc.cfgMin})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := elasticRound(7200, []string{"a"}, []float64{7200})
+			v.Jobs[0].MinRunTime = tc.own
+			v.Jobs[0].Placement = planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{{Node: "v0", Type: "v100", Count: 2}}}}}
+			got := planned(t, s, v)
+			why := v.Reasons[0].Why
+			if got["a"] != tc.want {
+				t.Fatalf("a on %d GPUs, want %d (%s)", got["a"], tc.want, why)
+			}
+			if tc.wantsCharged && (!strings.Contains(why, tc.charge) || !strings.Contains(why, "(2.0 h on its 2 GPUs of v100)")) {
+				t.Errorf("a grew, its reason %q: want %q and the hours it had on its 2 GPUs", why, tc.charge)
+			}
+		})
+	}
+}
