@@ -41,7 +41,34 @@ const elasticLossTolerance = 1e-4
 // 1,2, the HADAR_WIDTHS the sidecar set from hadar.workers.
 func TestPyTorchElasticResizedTwice(t *testing.T) {
 	skipShort(t)
-	c, p := startTorchDev(t, "el-dev", []torchNode{{"", "ev", modelV100, "16GiB", 2}})
+	resizedTwice(t, "el-dev", "sia:free", "ResNet-50 (batch size 16)", func(n int) string { return fmt.Sprintf("sia: %d GPUs", n) })
+}
+
+// TestPyTorchElasticResizedByHadar is the same story under hadar, the
+// default policy: its configuration program charges a move four minimum
+// run times (80 s at min_run_time 20s) on top of the remaining time. The
+// job is declared as Transformer (batch size 256), whose figures in the
+// profile (1.60 steps/s on one V100, 2.89 on two) make a move pay within
+// the test's minutes: alone it takes both GPUs (it is done sooner); when
+// the rigid job (26 s of work) arrives, running both beats keeping el at 2
+// (el gives up 1 / 0.130 h, pays 80 s); when it has gone, growing back
+// pays once el has more than about 224 s of work left at width 1 (1.1 /
+// h1 against 1 / (h2 + 80 s)), which it has. The emulated pace (8 steps/s)
+// sets only how fast the test runs. Each plan's reason is the program's.
+func TestPyTorchElasticResizedByHadar(t *testing.T) {
+	skipShort(t)
+	resizedTwice(t, "elh-dev", "hadar", "Transformer (batch size 256)", func(n int) string {
+		return fmt.Sprintf("hadar: %d GPUs of ", n)
+	})
+}
+
+// resizedTwice runs the elastic example (1500 steps, model as the job's
+// declared model) under policy on one dev agent named dc with 2 V100s:
+// alone at width 2, shrunk to 1 when a rigid job arrives, grown back to
+// 2 when it has gone; why(n) is the start of the plan's reason at width
+// n. It checks the losses against an unresized run.
+func resizedTwice(t *testing.T, dc, policy, model string, why func(n int) string) {
+	c, p := startTorchDev(t, dc, []torchNode{{"", "ev", modelV100, "16GiB", 2}})
 	const steps = 1500
 	// No --widths: the example checks the global batch against
 	// HADAR_WIDTHS, which the sidecar sets from hadar.workers.
@@ -57,10 +84,10 @@ func TestPyTorchElasticResizedTwice(t *testing.T) {
 		t.Fatalf("the unresized run printed %d losses", len(want))
 	}
 	learn := false
-	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: "sia:free", Round: "10s"},
+	a := c.startSidecar(config.Config{Scheduling: config.Scheduling{Policy: policy, Round: "10s"},
 		RunLimits: config.RunLimits{GangTimeout: "2m", StopTimeout: "2m", MinRunTime: "20s", RestartCost: "1h"}, Learning: config.Learning{Learn: &learn}})
 	pace := fmt.Sprintf("        emulate {\n          steps_per_sec = {\n            %q = 8\n          }\n        }\n", modelV100)
-	c.submitTorch(p, torchJob{id: "el", driver: "hadar-train", steps: steps, widths: "1-2", model: "ResNet-50 (batch size 16)", module: "elastic", args: args, config: pace})
+	c.submitTorch(p, torchJob{id: "el", driver: "hadar-train", steps: steps, widths: "1-2", model: model, module: "elastic", args: args, config: pace})
 	width := func(n int, after int) func() error {
 		return func() error {
 			ws := c.workersOf("el")
@@ -87,19 +114,22 @@ func TestPyTorchElasticResizedTwice(t *testing.T) {
 	c.waitFor("el runs alone at width 2", 3*time.Minute, width(2, -1))
 	first := unitOf()
 	jv := c.planOf(a, "el")
-	if !slices.Equal(jv.Widths, []int{1, 2}) || !strings.HasPrefix(jv.Reason.Why, "sia: 2 GPUs") {
+	if !slices.Equal(jv.Widths, []int{1, 2}) || !strings.HasPrefix(jv.Reason.Why, why(2)) {
 		t.Fatalf("el's plan: widths %v, reason %q", jv.Widths, jv.Reason.Why)
 	}
 	c.waitFor("el trains at width 2", 3*time.Minute, trains(150))
 	c.submitTorch(p, torchJob{id: "other", driver: "hadar-train", steps: 300, model: "ResNet-50 (batch size 16)", module: "single", args: []string{"--log-every", "0"}, config: pace})
-	c.waitFor("sia shrinks el to width 1", 4*time.Minute, width(1, first))
+	c.waitFor(policy+" shrinks el to width 1", 4*time.Minute, width(1, first))
 	second := unitOf()
-	if jv := c.planOf(a, "el"); !strings.HasPrefix(jv.Reason.Why, "sia: 1 GPUs") {
+	if jv := c.planOf(a, "el"); !strings.HasPrefix(jv.Reason.Why, why(1)) {
 		t.Errorf("el at width 1: reason %q", jv.Reason.Why)
 	}
 	c.waitFor("el trains at width 1", 3*time.Minute, trains(0))
 	c.waitDead("other", 5*time.Minute)
-	c.waitFor("sia grows el back to width 2", 4*time.Minute, width(2, second))
+	c.waitFor(policy+" grows el back to width 2", 4*time.Minute, width(2, second))
+	if jv := c.planOf(a, "el"); !strings.HasPrefix(jv.Reason.Why, why(2)) {
+		t.Errorf("el grown back to width 2: reason %q", jv.Reason.Why)
+	}
 	c.waitDead("el", 8*time.Minute)
 
 	// Rank 0 of each unit, in order: the losses of the three runs.
