@@ -145,8 +145,20 @@ func TestAgreesWithNomad(t *testing.T) {
 	if _, _, err := a.Client.Jobs().Register(hog, nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { a.Client.Jobs().Deregister(*hog.ID, true, nil) })
+	// Stopped, not purged: the harness waits for its allocation to end
+	// before it collects and purges. A purge while the task is still being
+	// set up let Nomad collect the allocation while its task runner went
+	// on to mount secrets/ and private/, left behind (make test run 57).
+	t.Cleanup(func() { a.Client.Jobs().Deregister(*hog.ID, false, nil) })
 	err = harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func() error {
+		// Running, not only placed: the usage counts a placed allocation.
+		allocs, _, err := a.Client.Jobs().Allocations(*hog.ID, false, nil)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(allocs, func(al *api.AllocationListStub) bool { return al.ClientStatus == api.AllocClientStatusRunning }) {
+			return fmt.Errorf("the hog is not running yet: %d allocations", len(allocs))
+		}
 		if snap, err = watch.List(ctx, a.Client, watch.Config{}); err != nil {
 			return err
 		}
