@@ -116,9 +116,9 @@ func (s *Scheduler) programRound(v *round.View) bool {
 // the jobs' gains, placed by round.Assign. A job's gain in a
 // configuration is Smith's rule, its weight over the hours it would still
 // need there (the average JCT), times tailBoost for the tail jobs (the
-// p99 and the makespan); a move pays moveRuns of its minimum run times as
-// time added to that time and Sia's restart factor (age/(age+R), a first restart), and the
-// present configuration gains stayBonus. Pinned jobs keep their GPUs;
+// p99 and the makespan); a move adds moveRuns of the job's minimum run
+// time to those hours and pays Sia's restart factor (age/(age+R), a first
+// restart), and the present configuration gains stayBonus. Pinned jobs keep their GPUs;
 // mid-round, running jobs keep theirs and the idle GPUs go to the waiting
 // ones. A throughput that is not a positive number is no configuration.
 func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
