@@ -715,11 +715,17 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 	now := a.cfg.Now()
 	switch op.Phase {
 	case Stopping:
-		ended := a.cfg.DryRun
+		// One look at each group left: whether it ended, and whether it
+		// ended with its run done.
+		ended, done := a.cfg.DryRun, ""
 		if !ended {
 			ended = true
 			for _, g := range op.Removed {
-				ended = ended && c.Group(op.Key, g).Ended
+				gr := c.Group(op.Key, g)
+				ended = ended && gr.Ended
+				if gr.Done && done == "" {
+					done = g
+				}
 			}
 		}
 		if !ended && now.Before(op.Deadline) {
@@ -731,14 +737,12 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 		if len(op.Added) == 0 {
 			return Outcome{Key: op.Key, Phase: Done, Running: op.Target}, true
 		}
-		for _, g := range op.Removed {
-			if !a.cfg.DryRun && c.Group(op.Key, g).Done {
-				// The job finished as it was moved (the stop was
-				// decided on progress a few seconds old): its new units
-				// would run a finished run again from its first step.
-				return Outcome{Key: op.Key, Phase: Failed, Running: op.Keep,
-					Err: fmt.Errorf("job %s: %w: group %s ended with its run done while it was moved: the start not written", op.Key, ErrFinished, g)}, true
-			}
+		if done != "" {
+			// The job finished as it was moved (the stop was decided on
+			// progress a few seconds old): its new units would run a
+			// finished run again from its first step.
+			return Outcome{Key: op.Key, Phase: Failed, Running: op.Keep,
+				Err: fmt.Errorf("job %s: %w: group %s ended with its run done while it was moved: the start not written", op.Key, ErrFinished, done)}, true
 		}
 		if ended {
 			a.mu.Lock()
