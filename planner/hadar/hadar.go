@@ -254,6 +254,9 @@ type Scheduler struct {
 	// backlog says a round had more than backlogJobs active jobs and
 	// fewer than resumeJobs have not been seen since (programRound).
 	backlog bool
+	// held is the configuration program's tail at its last round
+	// boundary (tailHold), none after a round of the primal-dual.
+	held []string
 }
 
 // New returns a Hadar scheduler.
@@ -378,6 +381,7 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 	if s.programRound(v) {
 		return s.program(v)
 	}
+	s.held = nil
 	out := make([]planner.Placement, len(v.Jobs))
 	infos := s.jobInfos(v)
 	if err := s.guide(v, infos); err != nil {

@@ -72,6 +72,15 @@ const (
 	// a waiting one's grows, and without it the tail jobs would take
 	// turns, a restart each.
 	tailStick = 0.2
+	// tailHold lifts the projection of a job that was in the tail at the
+	// previous round boundary: another job must pass it by this fraction
+	// to take its place. Without it two long jobs whose projections are
+	// close take turns at the fast GPUs every minimum run time (each
+	// waiting job's projection grows while the one running at its best
+	// holds): on philly-8h seed 18 all elastic 57 % of the restarts put a
+	// job back in the configuration it had held two moves before, a
+	// median 1.1 h later (docs/results.md, "The tail's turns").
+	tailHold = 0.03
 	// stayBonus is what a running job's present configuration gains over
 	// a move at the same rate: a move for less is undone soon after.
 	stayBonus = 0.1
@@ -229,7 +238,10 @@ func programWhy(v *round.View, ws []int, rows [][]float64, cur, c int, left, cha
 }
 
 // tail marks the tailJobs jobs of v with the longest projected JCT, a
-// running job's lifted by tailStick; best[i] is job i's best steps/s.
+// running job's lifted by tailStick and one in the previous boundary's
+// tail by tailHold; best[i] is job i's best steps/s. A round boundary
+// remembers its tail for the next; a fill mid-round, where the running
+// jobs keep their GPUs, does not change it.
 func (s *Scheduler) tail(v *round.View, best []float64) []bool {
 	proj := make([]float64, len(v.Jobs))
 	var order []int
@@ -241,12 +253,21 @@ func (s *Scheduler) tail(v *round.View, best []float64) []bool {
 		if len(jb.Placement.Units) > 0 {
 			proj[i] *= 1 + tailStick
 		}
+		if slices.Contains(s.held, jb.ID) {
+			proj[i] *= 1 + tailHold
+		}
 		order = append(order, i)
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(proj[b], proj[a]) })
 	tail := make([]bool, len(v.Jobs))
 	for _, i := range order[:min(tailJobs, len(order))] {
 		tail[i] = true
+	}
+	if !v.MidRound {
+		s.held = nil
+		for _, i := range order[:min(tailJobs, len(order))] {
+			s.held = append(s.held, v.Jobs[i].ID)
+		}
 	}
 	return tail
 }

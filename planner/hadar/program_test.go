@@ -1,6 +1,7 @@
 package hadar
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"slices"
@@ -198,5 +199,89 @@ func TestProgramChargesAMoveItsMinimumRunTimes(t *testing.T) {
 				t.Errorf("a grew, its reason %q: want %q and the hours it had on its 2 GPUs", why, tc.charge)
 			}
 		})
+	}
+}
+
+// tailRound is a round at now of four waiting elastic jobs whose
+// projected JCTs (age plus the hours left at width 8, 3 steps/s) are
+// the given hours.
+func tailRound(now float64, proj map[string]float64) *round.View {
+	ids := []string{"a", "b", "c", "d"}
+	steps := make([]float64, len(ids))
+	for i, id := range ids {
+		steps[i] = (proj[id]*3600 - now) * 3
+	}
+	return elasticRound(now, ids, steps)
+}
+
+// The tail changes hands only when a job passes one of its members by
+// tailHold: a waiting job's projection grows while a running tail job's
+// holds, so without the hold two long jobs whose projections are close
+// would take turns at the GPUs, a restart each, every minimum run time.
+// The held tail survives a snapshot (a sidecar restarted between two
+// rounds keeps it) and a fill mid-round does not change it.
+func TestProgramTailChangesHandsByItsHold(t *testing.T) {
+	cfg := Config{Speed: speed.Model{Profile: widthRates{"m": {2: 1, 4: 1.8, 8: 3}}}, MinRunTime: -1}
+	newSched := func() *Scheduler {
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	waits := func(s *Scheduler, v *round.View) string {
+		t.Helper()
+		got := planned(t, s, v)
+		var out []string
+		for _, jb := range v.Jobs {
+			if got[jb.ID] == 0 {
+				out = append(out, jb.ID)
+			}
+		}
+		return strings.Join(out, ",")
+	}
+	first := tailRound(3600, map[string]float64{"a": 100, "b": 99, "c": 98, "d": 97})
+	// d passes c by 1 % (less than tailHold), then by 4 % (more).
+	closeBy := map[string]float64{"a": 100, "b": 99, "c": 98, "d": 99}
+	farBy := map[string]float64{"a": 100, "b": 99, "c": 98, "d": 102}
+
+	s := newSched()
+	if w := waits(s, first); w != "d" {
+		t.Fatalf("first round: %q waits, want d (the shortest projection)", w)
+	}
+	saved, err := s.SaveState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A fill mid-round: the waiting job may take idle GPUs, but the held
+	// tail stays the boundary's.
+	fill := tailRound(3780, closeBy)
+	fill.MidRound = true
+	if _, err := s.Schedule(fill); err != nil {
+		t.Fatal(err)
+	}
+	if w := waits(s, tailRound(3960, closeBy)); w != "d" {
+		t.Errorf("d 1 %% past c: %q waits, want d (c holds its place in the tail)", w)
+	}
+	if w := waits(newSched(), tailRound(3960, closeBy)); w != "c" {
+		t.Errorf("without a held tail, d 1 %% past c: %q waits, want c", w)
+	}
+	restored := newSched()
+	if err := restored.LoadState(saved); err != nil {
+		t.Fatal(err)
+	}
+	if w := waits(restored, tailRound(3960, closeBy)); w != "d" {
+		t.Errorf("after a snapshot, d 1 %% past c: %q waits, want d", w)
+	}
+	// No scheduler holds a tail of more than tailJobs jobs.
+	bad := bytes.Replace(saved, []byte(`"tail":["a","b","c"]`), []byte(`"tail":["a","b","c","d"]`), 1)
+	if bytes.Equal(bad, saved) {
+		t.Fatalf("the snapshot does not hold the tail a, b, c: %s", saved)
+	}
+	if err := newSched().LoadState(bad); err == nil || !strings.Contains(err.Error(), "tail of 4 jobs") {
+		t.Errorf("a snapshot with a tail of four jobs: %v, want refused", err)
+	}
+	if w := waits(s, tailRound(4320, farBy)); w != "c" {
+		t.Errorf("d 4 %% past c: %q waits, want c (d takes its place)", w)
 	}
 }

@@ -41,13 +41,16 @@ type state struct {
 	// Backlog says rounds with elastic jobs are the primal-dual's until
 	// the active jobs fall under resumeJobs (programRound).
 	Backlog bool `json:"backlog,omitempty"`
+	// Tail is the configuration program's tail at its last round
+	// boundary, which a job must pass by tailHold to join.
+	Tail []string `json:"tail,omitempty"`
 }
 
 // SaveState implements round.Stateful.
 func (s *Scheduler) SaveState() ([]byte, error) {
 	st := state{Scheduler: s.Name(), Fluid: s.fluid, FluidKey: []byte(s.fluidKey), FluidRate: s.fluidRate, FluidUse: s.fluidUse,
 		Slot: s.cur, Base: s.base, Started: s.started, Seq: s.seq, Bounds: s.bounds, Jobs: s.jobs, Target: s.target, HasTarget: s.hasTarget,
-		LastCall: s.lastCall, HasLast: s.hasLast, Backlog: s.backlog}
+		LastCall: s.lastCall, HasLast: s.hasLast, Backlog: s.backlog, Tail: s.held}
 	if f, ok := s.cfg.Filter.(round.Stateful); ok {
 		b, err := f.SaveState()
 		if err != nil {
@@ -89,6 +92,7 @@ func (s *Scheduler) LoadState(data []byte) error {
 	s.target, s.hasTarget = st.Target, st.HasTarget
 	s.lastCall, s.hasLast = st.LastCall, st.HasLast
 	s.backlog = st.Backlog
+	s.held = st.Tail
 	return nil
 }
 
@@ -112,6 +116,9 @@ func (st *state) check() error {
 		if !(x >= 0) || math.IsInf(x, 0) {
 			return fmt.Errorf("type %d: fluid use %v", k, x)
 		}
+	}
+	if len(st.Tail) > tailJobs {
+		return fmt.Errorf("a tail of %d jobs, want at most %d", len(st.Tail), tailJobs)
 	}
 	for id, r := range st.Jobs {
 		if r == nil || math.IsNaN(r.Density) || math.IsInf(r.Density, 0) || math.IsNaN(r.Since) || math.IsInf(r.Since, 0) || r.Seq < 0 || r.Seq >= st.Seq {
