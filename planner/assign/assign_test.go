@@ -130,3 +130,116 @@ func TestSlotsAddByJob(t *testing.T) {
 		t.Fatalf("choices by job %v (solution %v), want [-1 3 -1 0 -1]", got, sol.Choice)
 	}
 }
+
+// raise gives a wide job the GPUs narrow jobs of less gain hold: a job
+// left at 8 of 16 GPUs (gain 0.333) beside eight 1-GPU jobs (0.001 each)
+// grows to 16 (0.5); the narrow jobs go to another type where it has room
+// (four GPUs there, 0.0005 each), the others out.
+func TestRaiseGrowsAJobOverNarrowerOnes(t *testing.T) {
+	// Slots: 0 = 8 (wide job) or 1 (narrow) GPUs of type 0, 1 = one GPU
+	// of type 1 (narrow jobs only), 2 = 16 GPUs of type 0 (wide job only).
+	p := Problem{N: 9, K: 2, M: 3, Typ: []int{0, 1, 0}, Capacity: []float64{16, 4}}
+	p.Width = append(p.Width, 8, 1, 16)
+	p.Gain = append(p.Gain, 0.333, 0, 0.5)
+	for range 8 {
+		p.Width = append(p.Width, 1, 1, 1)
+		p.Gain = append(p.Gain, 0.001, 0.0005, 0)
+	}
+	choice := []int{0, 0, 0, 0, 0, 0, 0, 0, 0}
+	left := []float64{0, 4}
+	before := value(p, choice)
+	raise(p, choice, left)
+	if choice[0] != 2 {
+		t.Fatalf("the wide job is in slot %d, want 2 (16 GPUs): %v", choice[0], choice)
+	}
+	moved, out := 0, 0
+	for _, c := range choice[1:] {
+		switch c {
+		case 1:
+			moved++
+		case -1:
+			out++
+		default:
+			t.Fatalf("a narrow job kept slot %d on the wide job's type: %v", c, choice)
+		}
+	}
+	if moved != 4 || out != 4 {
+		t.Fatalf("narrow jobs: %d moved to type 1, %d out, want 4 and 4: %v", moved, out, choice)
+	}
+	if got, want := value(p, choice), 0.5+4*0.0005; math.Abs(got-want) > 1e-12 || got <= before {
+		t.Fatalf("objective %v (before %v), want %v", got, before, want)
+	}
+	if left[0] != 0 || left[1] != 0 {
+		t.Fatalf("GPUs left %v, want none", left)
+	}
+	// Not for less: with the wide job's 16 GPUs worth 0.335 the narrow
+	// jobs' 0.008 outweigh the 0.002 it would gain.
+	p.Gain[2] = 0.335
+	choice = []int{0, 0, 0, 0, 0, 0, 0, 0, 0}
+	left = []float64{0, 4}
+	raise(p, choice, left)
+	if choice[0] != 0 {
+		t.Fatalf("the wide job grew for less than the narrow jobs are worth: %v", choice)
+	}
+}
+
+// value is the objective of a selection.
+func value(p Problem, choice []int) float64 {
+	v := 0.0
+	for i, c := range choice {
+		if c >= 0 {
+			v += p.G(i, c)
+		}
+	}
+	return v
+}
+
+// On random elastic selections raise never lowers the objective nor
+// commits a GPU twice.
+func TestRaiseNeverLowersTheObjective(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 13))
+	for trial := range 200 {
+		p := Problem{N: 12, K: 3, M: 9, Typ: []int{0, 1, 2, 0, 1, 2, 0, 1, 2}, Capacity: []float64{float64(4 + rng.IntN(8)), float64(4 + rng.IntN(8)), float64(4 + rng.IntN(8))}}
+		for range p.N {
+			for c := range p.M {
+				w := float64(int(1) << (c / p.K))
+				p.Width = append(p.Width, w)
+				g := 0.0
+				if rng.Float64() < 0.8 {
+					g = rng.Float64() * math.Sqrt(w)
+				}
+				p.Gain = append(p.Gain, g)
+			}
+		}
+		// A random feasible selection to start from.
+		left := slices.Clone(p.Capacity)
+		choice := make([]int, p.N)
+		for i := range choice {
+			choice[i] = -1
+			c := rng.IntN(p.M)
+			if p.G(i, c) > 0 && left[p.Typ[c]] >= p.W(i, c) {
+				choice[i] = c
+				left[p.Typ[c]] -= p.W(i, c)
+			}
+		}
+		before := value(p, choice)
+		raise(p, choice, left)
+		use := make([]float64, p.K)
+		for i, c := range choice {
+			if c >= 0 {
+				if p.G(i, c) <= 0 {
+					t.Fatalf("trial %d: job %d in slot %d, no configuration of it", trial, i, c)
+				}
+				use[p.Typ[c]] += p.W(i, c)
+			}
+		}
+		for j := range use {
+			if use[j] > p.Capacity[j]+1e-9 || math.Abs(p.Capacity[j]-use[j]-left[j]) > 1e-9 {
+				t.Fatalf("trial %d: type %d uses %v of %v, left says %v", trial, j, use[j], p.Capacity[j], left[j])
+			}
+		}
+		if after := value(p, choice); after < before-1e-12 {
+			t.Fatalf("trial %d: objective fell from %v to %v", trial, before, after)
+		}
+	}
+}
