@@ -416,8 +416,9 @@ func relax(p Problem) ([]float64, float64, error) {
 // worth less hold the GPUs it needs (hadar's configuration program: a
 // long job moved from 16 GPUs to 8 and back every half hour, the
 // rounding 3-5 % under the LP's bound each time; docs/results.md, "The
-// tail's turns"). Each move raises the objective, so it ends; what the
-// moves leave free then goes to the jobs still out, by gain per GPU.
+// rounding's wide jobs"). Each move raises the objective, so it ends;
+// what the moves leave free then goes to the jobs still out, by gain per
+// GPU.
 func raise(p Problem, choice []int, left []float64) {
 	// on[j] is the jobs placed on type j, the least gain per GPU first.
 	on := make([][]int, p.K)
