@@ -263,24 +263,8 @@ func lpRound(p Problem) (Solution, error) {
 		}
 	}
 	// Work conservation: what the rounding left free goes to the jobs
-	// still out, the most gain per GPU first.
-	var rest []pair
-	for i := range p.N {
-		if choice[i] >= 0 {
-			continue
-		}
-		for j := range p.M {
-			if g := p.G(i, j); g > 0 {
-				rest = append(rest, pair{i, j, g / p.W(i, j)})
-			}
-		}
-	}
-	slices.SortFunc(rest, func(a, b pair) int {
-		return cmp.Or(cmp.Compare(b.x, a.x), cmp.Compare(a.i, b.i), cmp.Compare(a.j, b.j))
-	})
-	for _, q := range rest {
-		take(q.i, q.j)
-	}
+	// still out.
+	fill(p, choice, left)
 	improve(p, choice, left)
 	raise(p, choice, left)
 	sol := Solution{Choice: choice, Bound: bound}
@@ -417,8 +401,7 @@ func relax(p Problem) ([]float64, float64, error) {
 // long job moved from 16 GPUs to 8 and back every half hour, the
 // rounding 3-5 % under the LP's bound each time; docs/results.md, "The
 // rounding's wide jobs"). Each move raises the objective, so it ends;
-// what the moves leave free then goes to the jobs still out, by gain per
-// GPU.
+// what the moves leave free then goes to the jobs still out (fill).
 func raise(p Problem, choice []int, left []float64) {
 	// on[j] is the jobs placed on type j, the least gain per GPU first.
 	on := make([][]int, p.K)
@@ -440,8 +423,8 @@ func raise(p Problem, choice []int, left []float64) {
 	type move struct{ q, to int }
 	free := make([]float64, p.K)
 	var moves, best []move
+	index()
 	for range improvePasses {
-		index()
 		changed := false
 		for i := range p.N {
 			g0 := 0.0
@@ -517,22 +500,34 @@ func raise(p Problem, choice []int, left []float64) {
 			break
 		}
 	}
-	for {
-		bi, bc, most := -1, -1, 0.0
-		for i, c0 := range choice {
-			if c0 >= 0 {
-				continue
-			}
-			for c := range p.M {
-				if g := p.G(i, c); g > 0 && left[p.Typ[c]] >= p.W(i, c) && g/p.W(i, c) > most {
-					bi, bc, most = i, c, g/p.W(i, c)
-				}
+	fill(p, choice, left)
+}
+
+// fill gives the GPUs left to the jobs still out, the most gain per GPU
+// first.
+func fill(p Problem, choice []int, left []float64) {
+	type cand struct {
+		i, c int
+		x    float64
+	}
+	var rest []cand
+	for i := range p.N {
+		if choice[i] >= 0 {
+			continue
+		}
+		for c := range p.M {
+			if g := p.G(i, c); g > 0 {
+				rest = append(rest, cand{i, c, g / p.W(i, c)})
 			}
 		}
-		if bi < 0 {
-			return
+	}
+	slices.SortFunc(rest, func(a, b cand) int {
+		return cmp.Or(cmp.Compare(b.x, a.x), cmp.Compare(a.i, b.i), cmp.Compare(a.c, b.c))
+	})
+	for _, q := range rest {
+		if j := p.Typ[q.c]; choice[q.i] < 0 && left[j] >= p.W(q.i, q.c) {
+			choice[q.i] = q.c
+			left[j] -= p.W(q.i, q.c)
 		}
-		choice[bi] = bc
-		left[p.Typ[bc]] -= p.W(bi, bc)
 	}
 }
