@@ -38,6 +38,7 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/round"
+	"github.com/hadar-sched/hadar/planner/sia"
 	"github.com/hadar-sched/hadar/planner/speed"
 )
 
@@ -136,6 +137,10 @@ type Config struct {
 	// (an ablation): by default such a round is the configuration
 	// program's (program.go).
 	NoProgram bool
+	// NoDrain plans a backlog's drain by the primal-dual (an ablation): by
+	// default, a backlog's rounds of at most drainJobs jobs with an
+	// elastic one are Sia's program's (program.go, drain).
+	NoDrain bool
 
 	// Fork turns on HadarE: idle GPUs after Hadar's plan take copies of
 	// running jobs on other nodes.
@@ -257,6 +262,9 @@ type Scheduler struct {
 	// held is the configuration program's tail at its last round
 	// boundary (tailHold), none after a round of the primal-dual.
 	held []string
+	// sia plans a backlog's drain (drain); its restart counts are part of
+	// the snapshot.
+	sia *sia.Scheduler
 }
 
 // New returns a Hadar scheduler.
@@ -264,7 +272,12 @@ func New(cfg Config) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Scheduler{cfg: cfg.withDefaults(), jobs: map[string]*record{}}, nil
+	cfg = cfg.withDefaults()
+	d, err := sia.New(sia.Config{RestartCost: cfg.RestartCost, Backfill: !cfg.NoBackfill, FreeGrowth: true})
+	if err != nil {
+		return nil, fmt.Errorf("hadar: the drain's Sia: %w", err)
+	}
+	return &Scheduler{cfg: cfg, jobs: map[string]*record{}, sia: d}, nil
 }
 
 // Name implements round.Scheduler.
@@ -286,7 +299,7 @@ func (s *Scheduler) variant() string {
 		on   bool
 		name string
 	}{{s.cfg.FlatPrices, "flat"}, {s.cfg.NodePrices, "nodeprices"}, {s.cfg.NoBackfill, "nobackfill"}, {s.cfg.NoFluidGuide, "noguide"},
-		{s.cfg.Eager, "eager"}, {s.cfg.PricedPlacement, "pricedplace"}, {s.cfg.NoProgram, "noprogram"}} {
+		{s.cfg.Eager, "eager"}, {s.cfg.PricedPlacement, "pricedplace"}, {s.cfg.NoProgram, "noprogram"}, {s.cfg.NoDrain, "nodrain"}} {
 		if f.on {
 			v += ":" + f.name
 		}
@@ -382,6 +395,9 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		return s.program(v)
 	}
 	s.held = nil
+	if s.drainRound(v) {
+		return s.drain(v)
+	}
 	out := make([]planner.Placement, len(v.Jobs))
 	infos := s.jobInfos(v)
 	if err := s.guide(v, infos); err != nil {

@@ -103,6 +103,14 @@ const (
 	// resumeJobs ends a backlog: the primal-dual that started its long
 	// jobs keeps planning them until fewer than this many jobs are left.
 	resumeJobs = 10
+	// drainJobs is the most active jobs a round of a backlog may have to
+	// be planned by Sia's program (drainRound): the backlog's last jobs,
+	// its longest, whose p99 a share for each holds better than the
+	// primal-dual's makespan pace. At 60 the 48-hour rows' averages are
+	// the primal-dual's or lower and four of their seven p99s under
+	// Sia's; at 40 and at 120 less so (docs/results.md, "The backlog's
+	// drain planned as Sia").
+	drainJobs = 60
 )
 
 // programRound reports whether the configuration program plans round v:
@@ -118,6 +126,36 @@ func (s *Scheduler) programRound(v *round.View) bool {
 		s.backlog = false
 	}
 	return !s.cfg.NoProgram && !s.cfg.Fork && !s.backlog && anyElastic(v)
+}
+
+// drainRound reports whether round v is a backlog's drain: a backlog holds
+// (programRound has seen to it), at most drainJobs jobs are active and
+// one is elastic. Such a round is Sia's program's (drain).
+func (s *Scheduler) drainRound(v *round.View) bool {
+	return s.backlog && !s.cfg.NoProgram && !s.cfg.NoDrain && !s.cfg.Fork && len(v.Jobs) <= drainJobs && anyElastic(v)
+}
+
+// drain plans a round of a backlog's drain with Sia's program (planner/sia,
+// growth not limited: hadar knows each width's figures): every job's
+// configuration chosen for the sum of normalized goodputs under Sia's
+// fairness exponent, so that the long jobs left share the GPUs and the
+// tenth-longest JCT (the p99 of a thousand jobs) is not made to wait for
+// the longest. Hadar's records follow the jobs as in the configuration
+// program's rounds, whose commitments are not kept either.
+func (s *Scheduler) drain(v *round.View) ([]planner.Placement, error) {
+	s.advance(v)
+	s.track(v)
+	for _, r := range s.jobs {
+		r.Segs = nil
+	}
+	out, err := s.sia.Schedule(v)
+	if err != nil {
+		return nil, fmt.Errorf("hadar, a backlog's drain at t=%.0fs: %w", v.Now, err)
+	}
+	for i := range v.Reasons {
+		v.Reasons[i].Why = "hadar, a backlog's drain planned by Sia's program: " + v.Reasons[i].Why
+	}
+	return out, nil
 }
 
 // program schedules a round with elastic jobs: one configuration (width,

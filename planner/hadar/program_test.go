@@ -10,6 +10,7 @@ import (
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/round"
+	"github.com/hadar-sched/hadar/planner/sia"
 	"github.com/hadar-sched/hadar/planner/speed"
 )
 
@@ -283,5 +284,137 @@ func TestProgramTailChangesHandsByItsHold(t *testing.T) {
 	}
 	if w := waits(s, tailRound(4320, farBy)); w != "c" {
 		t.Errorf("d 4 %% past c: %q waits, want c (d takes its place)", w)
+	}
+}
+
+// A backlog's drain is Sia's program's: in a backlog, a round of at most
+// drainJobs jobs with an elastic one is planned as planner/sia plans it
+// (growth not limited), each reason saying so; a wider round, a round
+// with no elastic job and the nodrain ablation stay the primal-dual's,
+// and a snapshot carries the drain's Sia (its restart counts).
+func TestDrainIsSiasProgram(t *testing.T) {
+	prof := widthRates{"m": {2: 1, 4: 1.8, 8: 3}}
+	cfg := Config{Speed: speed.Model{Profile: prof}, MinRunTime: -1, RestartCost: 30}
+	now := 0.0
+	plan := func(s *Scheduler, v *round.View) []planner.Placement {
+		t.Helper()
+		out, err := s.Schedule(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	inBacklog := func(cfg Config) *Scheduler {
+		t.Helper()
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now += 3600
+		plan(s, manyElasticView(now, backlogJobs+1))
+		return s
+	}
+	says := func(v *round.View, what string) bool {
+		return slices.ContainsFunc(v.Reasons, func(r round.Reason) bool { return strings.Contains(r.Why, what) })
+	}
+	const drained = "a backlog's drain planned by Sia's program"
+
+	s := inBacklog(cfg)
+	now += 3600
+	v := manyElasticView(now, 20)
+	got := plan(s, v)
+	ref, err := sia.New(sia.Config{RestartCost: cfg.RestartCost, Backfill: true, FreeGrowth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := manyElasticView(now, 20)
+	want, err := ref.Schedule(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("the drain's round of 20 jobs placed\n%v\nwant Sia's\n%v", got, want)
+	}
+	running := 0
+	for i, p := range got {
+		if !strings.HasPrefix(v.Reasons[i].Why, "hadar, "+drained+": ") || !strings.Contains(v.Reasons[i].Why, w.Reasons[i].Why) {
+			t.Errorf("%s's reason %q, want Sia's %q after %q", v.Jobs[i].ID, v.Reasons[i].Why, w.Reasons[i].Why, drained)
+		}
+		if len(p.Units) > 0 {
+			running++
+		}
+	}
+	// Sia's fairness shares the eight GPUs: four jobs at two each (the
+	// primal-dual, below, runs fewer, wider).
+	if running != 4 {
+		t.Errorf("the drain runs %d of 20 jobs on 8 GPUs, want Sia's share of four at 2 GPUs each: %v", running, got)
+	}
+
+	// The snapshot keeps the drain's Sia: restored, the next round is
+	// planned as the original plans it.
+	data, err := s.SaveState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte(`"drain"`)) {
+		t.Fatalf("the snapshot has no drain state: %s", data)
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.LoadState(data); err != nil {
+		t.Fatal(err)
+	}
+	now += 3600
+	next := func() *round.View {
+		v := manyElasticView(now, 20)
+		for i, p := range got { // the jobs run where the drain put them
+			v.Jobs[i].Placement, v.Jobs[i].Running = p, len(p.Units) > 0
+		}
+		return v
+	}
+	a, b := next(), next()
+	if pa, pb := plan(s, a), plan(r, b); fmt.Sprint(pa) != fmt.Sprint(pb) || !says(b, drained) {
+		t.Fatalf("restored from a snapshot in the drain, the next round placed %v, want %v, by the drain", pb, pa)
+	}
+
+	// More than drainJobs jobs: the primal-dual's.
+	s = inBacklog(cfg)
+	now += 3600
+	v = manyElasticView(now, drainJobs+1)
+	if plan(s, v); says(v, drained) || says(v, "configuration program") {
+		t.Fatalf("a backlog's round of %d jobs is not the primal-dual's", drainJobs+1)
+	}
+	// No elastic job: the primal-dual's.
+	now += 3600
+	v = manyElasticView(now, 20)
+	for _, jb := range v.Jobs {
+		jb.Widths, jb.WidthThroughput = nil, nil
+	}
+	if plan(s, v); says(v, drained) {
+		t.Fatal("a backlog's round of 20 rigid jobs is the drain's")
+	}
+	// The ablation.
+	off := cfg
+	off.NoDrain = true
+	s = inBacklog(off)
+	now += 3600
+	v = manyElasticView(now, 20)
+	pd := plan(s, v)
+	if says(v, drained) {
+		t.Fatal("with nodrain a backlog's round of 20 elastic jobs is the drain's")
+	}
+	running = 0
+	for _, p := range pd {
+		if len(p.Units) > 0 {
+			running++
+		}
+	}
+	if running >= 4 {
+		t.Errorf("the primal-dual runs %d of the 20 jobs, want fewer than the drain's four: %v", running, pd)
+	}
+	if s.Name() != "hadar:nodrain" {
+		t.Errorf("the ablation is named %q, want hadar:nodrain", s.Name())
 	}
 }

@@ -44,6 +44,9 @@ type state struct {
 	// Tail is the configuration program's tail at its last round
 	// boundary, which a job must pass by tailHold to join.
 	Tail []string `json:"tail,omitempty"`
+	// Drain is the state of the Sia that plans a backlog's drain (its
+	// restart count per job); absent in snapshots from before it.
+	Drain json.RawMessage `json:"drain,omitempty"`
 }
 
 // SaveState implements round.Stateful.
@@ -51,6 +54,11 @@ func (s *Scheduler) SaveState() ([]byte, error) {
 	st := state{Scheduler: s.Name(), Fluid: s.fluid, FluidKey: []byte(s.fluidKey), FluidRate: s.fluidRate, FluidUse: s.fluidUse,
 		Slot: s.cur, Base: s.base, Started: s.started, Seq: s.seq, Bounds: s.bounds, Jobs: s.jobs, Target: s.target, HasTarget: s.hasTarget,
 		LastCall: s.lastCall, HasLast: s.hasLast, Backlog: s.backlog, Tail: s.held}
+	d, err := s.sia.SaveState()
+	if err != nil {
+		return nil, fmt.Errorf("%s: the drain's Sia: %w", s.Name(), err)
+	}
+	st.Drain = d
 	if f, ok := s.cfg.Filter.(round.Stateful); ok {
 		b, err := f.SaveState()
 		if err != nil {
@@ -82,6 +90,11 @@ func (s *Scheduler) LoadState(data []byte) error {
 	case stateful:
 		if err := f.LoadState(st.Filter); err != nil {
 			return fmt.Errorf("%s state: placement filter: %w", s.Name(), err)
+		}
+	}
+	if st.Drain != nil {
+		if err := s.sia.LoadState(st.Drain); err != nil {
+			return fmt.Errorf("%s state: the drain's Sia: %w", s.Name(), err)
 		}
 	}
 	if st.Jobs == nil {

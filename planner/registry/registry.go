@@ -57,10 +57,10 @@ type constructor func(o Options, ablations []string) (round.Scheduler, error)
 // (preemptions and moves without the test of gain against restart),
 // pricedplace (a guided job's GPUs by value minus price, not the fastest),
 // noprogram (rounds with elastic jobs planned by the primal-dual, not the
-// configuration program),
-// hN (a horizon fixed at N rounds) and critX (the makespan utility's
+// configuration program), nodrain (a backlog's drain planned by the
+// primal-dual, not Sia's program), hN (a horizon fixed at N rounds) and critX (the makespan utility's
 // Critical share, 0 < X <= 1).
-var HadarAblations = []string{"flat", "nobackfill", "noguide", "nodeprices", "eager", "pricedplace", "noprogram", "hN", "critX"}
+var HadarAblations = []string{"flat", "nobackfill", "noguide", "nodeprices", "eager", "pricedplace", "noprogram", "nodrain", "hN", "critX"}
 
 // extra lists the schedulers beside Gavel's policies: hadar and hadare
 // with the utility of Options.HadarUtility, and the -jct variants with the
@@ -110,6 +110,8 @@ func hadarSwitches(cfg *hadar.Config, ablations []string) error {
 			cfg.PricedPlacement = true
 		case "noprogram":
 			cfg.NoProgram = true
+		case "nodrain":
+			cfg.NoDrain = true
 		default:
 			if n, err := strconv.Atoi(strings.TrimPrefix(a, "h")); err == nil && strings.HasPrefix(a, "h") && n > 0 {
 				cfg.Horizon = n
