@@ -2,6 +2,7 @@ package hadar
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -350,14 +351,35 @@ func TestDrainIsSiasProgram(t *testing.T) {
 		t.Errorf("the drain runs %d of 20 jobs on 8 GPUs, want Sia's share of four at 2 GPUs each: %v", running, got)
 	}
 
-	// The snapshot keeps the drain's Sia: restored, the next round is
-	// planned as the original plans it.
+	// The node loses half its GPUs: the drain's Sia stops two of the
+	// four jobs and counts their restarts (its restart factor's N_i).
+	// The snapshot keeps those counts: restored, the scheduler saves the
+	// same state and plans the next round as the original does.
+	at := func(ps []planner.Placement, gpus int) *round.View {
+		now += 3600
+		v := manyElasticView(now, 20)
+		c := planner.Cluster{Nodes: []planner.Node{node("v0", "v100", gpus)}}
+		v.Cluster, v.Types, v.Pool, v.Capacity = c, c.Types(), round.NewPool(c), []float64{float64(gpus)}
+		for i, p := range ps { // the jobs run where the drain put them
+			v.Jobs[i].Placement, v.Jobs[i].Running = p, len(p.Units) > 0
+		}
+		return v
+	}
+	v = at(got, 4)
+	half := plan(s, v)
+	if !says(v, drained) {
+		t.Fatalf("the drain's next round is not the drain's: %v", v.Reasons)
+	}
 	data, err := s.SaveState()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(data, []byte(`"drain"`)) {
-		t.Fatalf("the snapshot has no drain state: %s", data)
+	var st state
+	if err := json.Unmarshal(data, &st); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(st.Drain, []byte(`"job-`)) {
+		t.Fatalf("after two jobs stopped, the snapshot's drain state %s counts no job's restarts", st.Drain)
 	}
 	r, err := New(cfg)
 	if err != nil {
@@ -366,15 +388,12 @@ func TestDrainIsSiasProgram(t *testing.T) {
 	if err := r.LoadState(data); err != nil {
 		t.Fatal(err)
 	}
-	now += 3600
-	next := func() *round.View {
-		v := manyElasticView(now, 20)
-		for i, p := range got { // the jobs run where the drain put them
-			v.Jobs[i].Placement, v.Jobs[i].Running = p, len(p.Units) > 0
-		}
-		return v
+	if again, err := r.SaveState(); err != nil || !bytes.Equal(again, data) {
+		t.Fatalf("restored and saved again, the state is\n%s\nwant\n%s (%v)", again, data, err)
 	}
-	a, b := next(), next()
+	a := at(half, 4)
+	now -= 3600
+	b := at(half, 4)
 	if pa, pb := plan(s, a), plan(r, b); fmt.Sprint(pa) != fmt.Sprint(pb) || !says(b, drained) {
 		t.Fatalf("restored from a snapshot in the drain, the next round placed %v, want %v, by the drain", pb, pa)
 	}
