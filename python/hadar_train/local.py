@@ -27,10 +27,41 @@ from types import FrameType
 from typing import Dict, List, Optional
 
 
+# The ports this process claimed (free_port), each held by an abstract
+# Unix socket until the process exits.
+_claims: List[socket.socket] = []
+
+
+def claim_port(port: int) -> bool:
+    """Claims ``port`` for this process against every other process on
+    the machine that claims ports here; False when one already holds it.
+    The claim is an abstract Unix socket named after the port (Linux),
+    which the kernel drops when the process exits: nothing is left on
+    disk. Elsewhere every claim succeeds."""
+    if not sys.platform.startswith("linux"):
+        return True
+    claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        claim.bind(f"\0hadar-train-port-{port}")
+    except OSError:
+        claim.close()
+        return False
+    _claims.append(claim)
+    return True
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port of 127.0.0.1 that is free now and claimed for this
+    process (claim_port). The kernel may give the same free port to two
+    processes that ask at the same moment: two test suites on one machine
+    got the same master port, and a rank of one joined the other's unit."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if claim_port(port):
+            return port
+    raise RuntimeError("no free port on 127.0.0.1 that another process had not claimed, after 100 tries")
 
 
 def rank_env(rank: int, world: int, port: int, job: str, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
 from typing import Callable, Dict, List, Mapping, Optional
+
+from hadar_train.local import free_port as claimed_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.dirname(HERE)
@@ -34,9 +35,9 @@ def fixture_json(*parts: str):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port of 127.0.0.1 no other test process on the machine
+    claimed (hadar_train.local.free_port)."""
+    return claimed_port()
 
 
 def base_env(extra: Mapping[str, str]) -> Dict[str, str]:

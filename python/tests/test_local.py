@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import unittest
 
 from hadar_train.env import Env
+from hadar_train.local import claim_port, free_port
 
 from .helpers import ProcTest
 
@@ -56,3 +59,24 @@ class RunAttributes(unittest.TestCase):
         run = Run(Env.from_environ({}), total_steps=5, checkpoint_dir="/arg/ckpt", install_signals=False)
         self.assertEqual((run.total_steps, run.world_size, run.checkpoint_dir), (5, 1, "/arg/ckpt"))
         run.close()
+
+
+@unittest.skipUnless(sys.platform.startswith("linux"), "ports are claimed by abstract Unix sockets, a Linux feature")
+class FreePort(unittest.TestCase):
+    """Two processes never get the same port from free_port: a port one
+    claimed is refused to another (two test suites on one machine once got
+    the same master port), and the claim ends with the process."""
+
+    def child(self, code: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", "import sys; from hadar_train.local import claim_port, free_port; " + code],
+                              capture_output=True, text=True, timeout=60)
+
+    def test_a_claimed_port_is_refused_elsewhere_and_freed_on_exit(self) -> None:
+        port = free_port()
+        r = self.child(f"sys.exit(0 if not claim_port({port}) and free_port() != {port} else 3)")
+        self.assertEqual(r.returncode, 0, f"another process claimed port {port}, claimed here: {r.stderr}")
+        r = self.child("print(free_port())")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        theirs = int(r.stdout)
+        self.assertTrue(claim_port(theirs), f"port {theirs}, claimed by a process that has exited, is still claimed")
+        self.assertFalse(claim_port(port), f"port {port} claimed twice by this process")
