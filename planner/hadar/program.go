@@ -143,11 +143,7 @@ func (s *Scheduler) drainRound(v *round.View) bool {
 // the longest. Hadar's records follow the jobs as in the configuration
 // program's rounds, whose commitments are not kept either.
 func (s *Scheduler) drain(v *round.View) ([]planner.Placement, error) {
-	s.advance(v)
-	s.track(v)
-	for _, r := range s.jobs {
-		r.Segs = nil
-	}
+	s.followJobs(v)
 	out, err := s.sia.Schedule(v)
 	if err != nil {
 		return nil, fmt.Errorf("hadar, a backlog's drain at t=%.0fs: %w", v.Now, err)
@@ -169,13 +165,7 @@ func (s *Scheduler) drain(v *round.View) ([]planner.Placement, error) {
 // mid-round, running jobs keep theirs and the idle GPUs go to the waiting
 // ones. A throughput that is not a positive number is no configuration.
 func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
-	s.advance(v)
-	s.track(v)
-	// The calendar's commitments are not kept in these rounds: a later
-	// round without elastic jobs plans afresh.
-	for _, r := range s.jobs {
-		r.Segs = nil
-	}
+	s.followJobs(v)
 	cf := round.PoseConfigs(v, configurations, func(ws []int, jb *round.JobView) int { return currentSlot(v, ws, jb) })
 	k, m, ws, rows, cur, fixed, capacity := cf.K, cf.M, cf.Widths, cf.Rows, cf.Cur, cf.Fixed, cf.Capacity
 	best := make([]float64, len(v.Jobs))
@@ -308,4 +298,16 @@ func (s *Scheduler) tail(v *round.View, best []float64) []bool {
 		}
 	}
 	return tail
+}
+
+// followJobs brings hadar's records to round v when another program plans
+// it (the configuration program, the drain's Sia): the calendar advances,
+// placements are tracked, and the commitments are dropped, since they are
+// not kept in these rounds (a later round of the primal-dual plans afresh).
+func (s *Scheduler) followJobs(v *round.View) {
+	s.advance(v)
+	s.track(v)
+	for _, r := range s.jobs {
+		r.Segs = nil
+	}
 }
