@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/hadar-sched/hadar/planner"
 	"github.com/hadar-sched/hadar/planner/assign"
@@ -149,7 +150,8 @@ func (s *Scheduler) drain(v *round.View) ([]planner.Placement, error) {
 		return nil, fmt.Errorf("hadar, a backlog's drain at t=%.0fs: %w", v.Now, err)
 	}
 	for i := range v.Reasons {
-		v.Reasons[i].Why = "hadar, a backlog's drain planned by Sia's program: " + v.Reasons[i].Why
+		// Sia's reasons name it ("sia: ..."); the prefix names it already.
+		v.Reasons[i].Why = "hadar, a backlog's drain planned by Sia's program: " + strings.TrimPrefix(v.Reasons[i].Why, "sia: ")
 	}
 	return out, nil
 }

@@ -338,7 +338,7 @@ func TestDrainIsSiasProgram(t *testing.T) {
 	}
 	running := 0
 	for i, p := range got {
-		if !strings.HasPrefix(v.Reasons[i].Why, "hadar, "+drained+": ") || !strings.Contains(v.Reasons[i].Why, w.Reasons[i].Why) {
+		if v.Reasons[i].Why != "hadar, "+drained+": "+strings.TrimPrefix(w.Reasons[i].Why, "sia: ") || strings.Contains(v.Reasons[i].Why, "sia: ") {
 			t.Errorf("%s's reason %q, want Sia's %q after %q", v.Jobs[i].ID, v.Reasons[i].Why, w.Reasons[i].Why, drained)
 		}
 		if len(p.Units) > 0 {
