@@ -83,9 +83,10 @@ func docsChroot(t *testing.T, page string) []string {
 // page recommends (its /srv/training holding the script, the library
 // where pip would put it). One dev agent declares 2 V100 and 2 K80, room
 // for two of the three units: gavel-maxmin in 30 s rounds (min_run_time
-// 30s, from when a job's workers run: with 1s, on a loaded machine where
-// a worker's start-up takes most of a round, jobs were moved before they
-// trained a step) stops and resumes them across rounds. Every job completes, every
+// 30s, from a placement's first step: counted from when the workers ran,
+// on a machine loaded enough that a worker's start-up took more than a
+// round, every job was stopped before it trained a step, round after
+// round) stops and resumes them across rounds. Every job completes, every
 // task ends 0 (a stop lost on exec's PID 1, or an exit that hangs, ends in
 // SIGKILL: 137), at least one job is stopped and resumed from its
 // checkpoint, and each job's rank-0 losses, all its allocations in
@@ -132,12 +133,12 @@ func TestPyTorchScriptFromTheDocs(t *testing.T) {
 	fmt.Fprintf(&chroot, "    %q = %q\n", filepath.Join(root, "python", "hadar_train"), "/usr/local/lib/python3.11/dist-packages/hadar_train")
 
 	// 80 s of training a job at the pace. Its minimum run time counts
-	// from when its workers all run, so a job is preemptible from 30 s
-	// to 80 s into its training: a window longer than a round, so some
-	// round falls in it however fast the machine starts the workers, and
-	// gavel-maxmin gives the waiting job GPUs then. (With 60 s the window
-	// was 20 s: on a quick machine the rounds at +60 s and +90 s both
-	// missed it, and no job was stopped.)
+	// from its first step, so a job is preemptible from 30 s to 80 s
+	// into its training: a window longer than a round, so some round
+	// falls in it however long the machine takes to start the workers,
+	// and gavel-maxmin gives the waiting job GPUs then. (With 60 s the
+	// window was 20 s: on a quick machine the rounds at +60 s and +90 s
+	// both missed it, and no job was stopped.)
 	const steps = 160
 	const pace = "2" // steps/s
 	// The reference: the script uninterrupted, a unit of two on this

@@ -531,10 +531,12 @@ func TestPyTorchHadarEForks(t *testing.T) {
 		RunLimits:  config.RunLimits{RestartCost: "1s", MergeCost: "1s"},
 		Workers:    config.Workers{Storage: &config.StorageConfig{}},
 	})
-	// Paced (raw_exec has no emulation): a copy does 50 steps/s and merges
-	// every 50 steps.
-	c.submitTorch(p, torchJob{id: "forked", driver: "raw_exec", steps: total, forkable: true, throughput: "v100=50,k80=25", module: "hadare",
-		env: map[string]string{contract.EnvStepsPerSec: "50", contract.EnvMergeEvery: "50"}})
+	// Paced (raw_exec has no emulation): a copy does 25 steps/s and merges
+	// every 50 steps, so one copy alone would take two minutes. (At 50
+	// steps/s, on a machine loaded enough that the forks' start-up took
+	// a minute, the first copy had done all but a few rounds alone.)
+	c.submitTorch(p, torchJob{id: "forked", driver: "raw_exec", steps: total, forkable: true, throughput: "v100=25,k80=12.5", module: "hadare",
+		env: map[string]string{contract.EnvStepsPerSec: "25", contract.EnvMergeEvery: "50"}})
 	dir := filepath.Join(p.hostMerge, "default", "forked")
 	var first []placedWorker
 	c.waitFor("the first copy runs and merges", 3*time.Minute, func() error {

@@ -158,8 +158,10 @@ type job struct {
 	// job's admission (the bound on reports grows from there).
 	reportedAt             float64
 	trustedDone, trustedAt float64
-	// progressAt is when the job last made a step (0: never).
-	progressAt float64
+	// progressAt is when the job last made a step (0: never);
+	// trainedAt when it made its first step on its current placement
+	// (meaningful when progressAt >= placedAt).
+	progressAt, trainedAt float64
 	// setup: the current placement's new workers do not all run yet (a
 	// decision placed them, Started has not been called since); only with
 	// Config.StartsReported.
@@ -671,6 +673,9 @@ func (e *Engine) addProgress(j *job, steps, done, now float64) error {
 	j.rem -= steps
 	j.done = done
 	if steps > 0 {
+		if j.progressAt < j.placedAt {
+			j.trainedAt = now
+		}
 		j.progressAt = now
 	}
 	e.learn(j, now)
@@ -1182,7 +1187,7 @@ func (e *Engine) Plan(ctx context.Context, now float64, kind Kind) (Decision, er
 		j.view.Hold = e.minRunTime(j)
 		// A job on GPUs it may no longer use (its rules changed, or it
 		// stalled there) is not held there by its minimum run time.
-		j.view.Pinned = !mid && j.view.Running && len(j.view.Placement.Units) > 0 && now-j.placedAt < j.view.Hold-1e-6 &&
+		j.view.Pinned = !mid && j.view.Running && len(j.view.Placement.Units) > 0 && e.ran(j, now) < j.view.Hold-1e-6 &&
 			!slices.ContainsFunc(j.view.Placement.Units, func(u planner.Unit) bool { return !j.view.Eligible.AllowsUnit(u) })
 		if !(j.rem > 0) {
 			j.view.Remaining = e.cfg.Overrun * j.view.TotalSteps
@@ -1340,11 +1345,15 @@ func (e *Engine) repair(v *round.View, offered *round.Pool, ps []planner.Placeme
 				continue
 			}
 			min := e.planMinRunTime(j)
-			if ran := v.Now - j.placedAt; ran < min-1e-6 && e.check(v, check, jb, jb.Placement) == nil {
+			if ran := e.ran(j, v.Now); ran < min-1e-6 && e.check(v, check, jb, jb.Placement) == nil {
 				protected[i] = true
 				ps[i] = clonePlacement(jb.Placement)
 				take(check, ps[i])
-				v.Explain(i, round.Reason{Why: fmt.Sprintf("keeps its GPUs: it has run %s of its minimum run time %s", secs(ran), secs(min))})
+				why := fmt.Sprintf("keeps its GPUs: it has run %s of its minimum run time %s", secs(ran), secs(min))
+				if e.cfg.StartsReported && !j.setup && j.progressAt < j.placedAt {
+					why = fmt.Sprintf("keeps its GPUs: no step yet %s after its workers started, and its minimum run time %s counts from its first step", secs(v.Now-j.placedAt), secs(min))
+				}
+				v.Explain(i, round.Reason{Why: why})
 			}
 		}
 	}
@@ -1386,6 +1395,32 @@ func (e *Engine) capMinRunTime(m float64) float64 {
 		return c
 	}
 	return m
+}
+
+// ran is how much of its minimum run time running job j has served at
+// now. Where the caller reports starts (live), it counts from the job's
+// first step on its GPUs: start-up before training (importing torch,
+// loading data, the unit gathering) is no more run time than task setup
+// is, and on a loaded node it can outlast a short minimum run time, so
+// that a policy time-slicing the GPUs would stop every job before it
+// trained a step, round after round. A started job that has made no step
+// serves nothing until it is stalled (Config.StallAfter): then it has
+// served its whole time there, so a job that never steps is not held on
+// its GPUs. In task setup, and where starts are not reported (the
+// simulator), it counts from the placement.
+func (e *Engine) ran(j *job, now float64) float64 {
+	since := now - j.placedAt
+	switch {
+	case !e.cfg.StartsReported || j.setup:
+		return since
+	case j.progressAt < j.placedAt:
+		if since < e.cfg.StallAfter {
+			return 0
+		}
+		return since
+	}
+	// A snapshot from before trainedAt was kept has none: the placement.
+	return now - max(j.trainedAt, j.placedAt)
 }
 
 // minRunTime is job j's minimum run time in seconds.

@@ -749,6 +749,79 @@ func TestMinRunTimeCountsFromTheStart(t *testing.T) {
 	}
 }
 
+// Where starts are reported, the minimum run time counts from the job's
+// first step on its GPUs: a job whose workers run but are still starting
+// up (importing torch, the unit gathering; minutes on a loaded node) is
+// not stopped as if it had trained, else a policy time-slicing the GPUs
+// stops every job before its first step, round after round. A job that
+// never steps is held only until it is stalled. The first step's time
+// survives a snapshot.
+func TestMinRunTimeCountsFromTheFirstStep(t *testing.T) {
+	ctx := context.Background()
+	cfg := engine.Config{MinRunTime: 300, StallAfter: 600, StartsReported: true}
+	setup := func(t *testing.T) (*engine.Engine, *scripted) {
+		s := &scripted{}
+		e := newEngine(t, s, cfg)
+		for _, jb := range []planner.Job{job("x", 1, 1e9), job("y", 4, 1e9)} {
+			if err := e.Admit(jb, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.next = map[string]planner.Placement{"x": place(unit(slot("a", "v100", 1)))}
+		if _, err := e.Plan(ctx, 0, engine.Boundary); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Started("x", 200); err != nil {
+			t.Fatal(err)
+		}
+		// From here on the policy gives x's node to y.
+		s.next = map[string]planner.Placement{"x": {}, "y": place(unit(slot("a", "v100", 4)))}
+		return e, s
+	}
+	expect := func(t *testing.T, e *engine.Engine, at float64, want engine.Action) {
+		t.Helper()
+		d, err := e.Plan(ctx, at, engine.Boundary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := actions(d)["x"]; a != want {
+			t.Fatalf("x at %v s (workers running since 200 s; 300 s minimum): %s, want %s", at, a, want)
+		}
+	}
+	t.Run("first step late", func(t *testing.T) {
+		e, s := setup(t)
+		// 350 s after its workers started, no step yet: still held.
+		expect(t, e, 550, engine.Keep)
+		if js, _ := e.Job("x"); !strings.Contains(js.Reason.Why, "no step yet 5m50s after its workers started") {
+			t.Errorf("x held before its first step says %q", js.Reason.Why)
+		}
+		if err := e.Progress("x", 10, 560); err != nil {
+			t.Fatal(err)
+		}
+		b, err := e.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := engine.Restore(b, engine.Config{MinRunTime: 300, StallAfter: 600, StartsReported: true, Speed: speed.Model{Profile: profile.Default()}}, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, e := range map[string]*engine.Engine{"engine": e, "restored": r} {
+			t.Run(name, func(t *testing.T) {
+				// 240 s of training: held; 300 s: the policy's answer goes.
+				expect(t, e, 800, engine.Keep)
+				expect(t, e, 860, engine.Stop)
+			})
+		}
+	})
+	t.Run("never steps", func(t *testing.T) {
+		e, _ := setup(t)
+		expect(t, e, 790, engine.Keep)
+		// Stalled (600 s with no step): not held.
+		expect(t, e, 800, engine.Stop)
+	})
+}
+
 // TestStoppedBeforeItStartedSaysSo (issue 32, item 5): a job stopped
 // while its workers were still in task setup (Started not called since
 // the decision) says it was stopped before it started; one whose workers

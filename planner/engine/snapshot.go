@@ -115,7 +115,10 @@ type jobV1 struct {
 	LastDone    float64           `json:"last_done"`
 	// ProgressAt is when the job last made a step: a stall survives a
 	// restart of the sidecar.
-	ProgressAt   float64      `json:"progress_at,omitempty"`
+	ProgressAt float64 `json:"progress_at,omitempty"`
+	// TrainedAt is when it made its first step on its placement: its
+	// minimum run time counts from there (engine.ran).
+	TrainedAt    float64      `json:"trained_at,omitempty"`
 	Reason       round.Reason `json:"reason"`
 	WaitingSince float64      `json:"waiting_since"`
 	DeferUntil   float64      `json:"defer_until,omitempty"`
@@ -185,7 +188,7 @@ func (e *Engine) Snapshot() ([]byte, error) {
 	}
 	for _, j := range e.jobs {
 		st.Jobs = append(st.Jobs, jobV1{Job: j.view.Job, Remaining: j.rem, Done: j.done, Running: j.view.Running, Placement: j.view.Placement,
-			Received: j.view.Received, PlacedAt: j.placedAt, LastAt: j.lastAt, ReportedAt: j.reportedAt, TrustedDone: j.trustedDone, TrustedAt: j.trustedAt, LastDone: j.lastDone, ProgressAt: j.progressAt, Reason: j.reason, WaitingSince: j.waitingSince,
+			Received: j.view.Received, PlacedAt: j.placedAt, LastAt: j.lastAt, ReportedAt: j.reportedAt, TrustedDone: j.trustedDone, TrustedAt: j.trustedAt, LastDone: j.lastDone, ProgressAt: j.progressAt, TrainedAt: j.trainedAt, Reason: j.reason, WaitingSince: j.waitingSince,
 			DeferUntil: j.deferUntil, DeferWhy: j.deferWhy, Eligible: j.eligible, Ineligible: j.ineligible, StalledOn: j.stalledOn, Setup: j.setup})
 	}
 	if e.est != nil {
@@ -318,7 +321,7 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		js.Job.MinRunTime = e.capMinRunTime(js.Job.MinRunTime) // a cap set since the snapshot holds too
 		j := &job{view: round.JobView{Job: js.Job, Remaining: js.Remaining, Received: slices.Clone(js.Received), Placement: clonePlacement(js.Placement), Running: js.Running, Eligible: el},
 			eligible: el, ineligible: js.Ineligible, stalledOn: stalledOn,
-			rem: js.Remaining, done: js.Done, placedAt: js.PlacedAt, lastAt: js.LastAt, reportedAt: js.ReportedAt, trustedDone: js.TrustedDone, trustedAt: js.TrustedAt, lastDone: js.LastDone, progressAt: js.ProgressAt, reason: js.Reason, waitingSince: js.WaitingSince,
+			rem: js.Remaining, done: js.Done, placedAt: js.PlacedAt, lastAt: js.LastAt, reportedAt: js.ReportedAt, trustedDone: js.TrustedDone, trustedAt: js.TrustedAt, lastDone: js.LastDone, progressAt: js.ProgressAt, trainedAt: js.TrainedAt, reason: js.Reason, waitingSince: js.WaitingSince,
 			deferUntil: js.DeferUntil, deferWhy: js.DeferWhy, setup: js.Setup && js.Running && e.cfg.StartsReported}
 		e.jobs = append(e.jobs, j)
 		e.byID[js.Job.ID] = j
