@@ -229,6 +229,16 @@ func TestPyTorchScriptFromTheDocs(t *testing.T) {
 				t.Logf("PLAN %s: state %s action %s done %.0f/%.0f units %v reason %+v", id, jv.State, jv.Action, jv.StepsDone, jv.Steps, jv.Units, jv.Reason)
 			}
 		}
+		// The minimum run time counts from a placement's first step: no
+		// job is stopped or moved before it trained, however long the
+		// machine takes to start its workers. (Counted from when the
+		// workers ran, under load every job was, round after round, and
+		// none finished in 15 minutes.)
+		for _, ev := range a.History() {
+			if strings.Contains(ev.Why, "stopped before it") {
+				fail("%s at %s: %s: %s", ev.Job, ev.Time.Format(time.TimeOnly), ev.Action, ev.Why)
+			}
+		}
 		for _, id := range ids {
 			for _, al := range c.allocs(id) {
 				if al.ClientStatus == api.AllocClientStatusFailed {

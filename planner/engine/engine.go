@@ -1350,7 +1350,11 @@ func (e *Engine) repair(v *round.View, offered *round.Pool, ps []planner.Placeme
 				ps[i] = clonePlacement(jb.Placement)
 				take(check, ps[i])
 				why := fmt.Sprintf("keeps its GPUs: it has run %s of its minimum run time %s", secs(ran), secs(min))
-				if e.cfg.StartsReported && !j.setup && j.progressAt < j.placedAt {
+				switch {
+				case !e.cfg.StartsReported:
+				case j.setup:
+					why = fmt.Sprintf("keeps its GPUs: its workers are not all running %s after they were placed, and its minimum run time %s counts from its first step", secs(v.Now-j.placedAt), secs(min))
+				case j.progressAt < j.placedAt:
 					why = fmt.Sprintf("keeps its GPUs: no step yet %s after its workers started, and its minimum run time %s counts from its first step", secs(v.Now-j.placedAt), secs(min))
 				}
 				v.Explain(i, round.Reason{Why: why})
@@ -1399,21 +1403,22 @@ func (e *Engine) capMinRunTime(m float64) float64 {
 
 // ran is how much of its minimum run time running job j has served at
 // now. Where the caller reports starts (live), it counts from the job's
-// first step on its GPUs: start-up before training (importing torch,
-// loading data, the unit gathering) is no more run time than task setup
-// is, and on a loaded node it can outlast a short minimum run time, so
-// that a policy time-slicing the GPUs would stop every job before it
-// trained a step, round after round. A started job that has made no step
-// serves nothing until it is stalled (Config.StallAfter): then it has
-// served its whole time there, so a job that never steps is not held on
-// its GPUs. In task setup, and where starts are not reported (the
-// simulator), it counts from the placement.
+// first step on its GPUs: task setup (a chroot, an image, GPUs still
+// held by their previous job) and start-up before training (importing
+// torch, loading data, the unit gathering) are not run time, and on a
+// loaded node they can outlast a short minimum run time, so that a
+// policy time-slicing the GPUs would stop every job before it trained a
+// step, round after round. Until its first step a job serves nothing
+// unless it is stalled (Config.StallAfter since its placement or its
+// start): then it has served its whole time there, so a job that never
+// steps is not held on its GPUs. Where starts are not reported (the
+// simulator) it counts from the placement.
 func (e *Engine) ran(j *job, now float64) float64 {
 	since := now - j.placedAt
 	switch {
-	case !e.cfg.StartsReported || j.setup:
+	case !e.cfg.StartsReported:
 		return since
-	case j.progressAt < j.placedAt:
+	case j.setup || j.progressAt < j.placedAt:
 		if since < e.cfg.StallAfter {
 			return 0
 		}

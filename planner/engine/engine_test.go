@@ -753,9 +753,9 @@ func TestMinRunTimeCountsFromTheStart(t *testing.T) {
 // first step on its GPUs: a job whose workers run but are still starting
 // up (importing torch, the unit gathering; minutes on a loaded node) is
 // not stopped as if it had trained, else a policy time-slicing the GPUs
-// stops every job before its first step, round after round. A job that
-// never steps is held only until it is stalled. The first step's time
-// survives a snapshot.
+// stops every job before its first step, round after round. Task setup
+// is held the same way. A job that never steps is held only until it is
+// stalled. The first step's time survives a snapshot.
 func TestMinRunTimeCountsFromTheFirstStep(t *testing.T) {
 	ctx := context.Background()
 	cfg := engine.Config{MinRunTime: 300, StallAfter: 600, StartsReported: true}
@@ -813,6 +813,27 @@ func TestMinRunTimeCountsFromTheFirstStep(t *testing.T) {
 				expect(t, e, 860, engine.Stop)
 			})
 		}
+	})
+	t.Run("setup", func(t *testing.T) {
+		s := &scripted{}
+		e := newEngine(t, s, cfg)
+		for _, jb := range []planner.Job{job("x", 1, 1e9), job("y", 4, 1e9)} {
+			if err := e.Admit(jb, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.next = map[string]planner.Placement{"x": place(unit(slot("a", "v100", 1)))}
+		if _, err := e.Plan(ctx, 0, engine.Boundary); err != nil {
+			t.Fatal(err)
+		}
+		// Its workers never all run (Started is not called): held in
+		// task setup, until stalled there.
+		s.next = map[string]planner.Placement{"x": {}, "y": place(unit(slot("a", "v100", 4)))}
+		expect(t, e, 590, engine.Keep)
+		if js, _ := e.Job("x"); !strings.Contains(js.Reason.Why, "its workers are not all running 9m50s after they were placed") {
+			t.Errorf("x held in setup says %q", js.Reason.Why)
+		}
+		expect(t, e, 600, engine.Stop)
 	})
 	t.Run("never steps", func(t *testing.T) {
 		e, _ := setup(t)
