@@ -159,8 +159,10 @@ type job struct {
 	reportedAt             float64
 	trustedDone, trustedAt float64
 	// progressAt is when the job last made a step (0: never);
-	// trainedAt when it made its first step on its current placement
-	// (meaningful when progressAt >= placedAt).
+	// trainedAt when it made its first step on its current placement,
+	// -1 while it has made none there (a decision's placement resets it;
+	// Started does not: a step seen before the sidecar saw every worker
+	// running still counts).
 	progressAt, trainedAt float64
 	// setup: the current placement's new workers do not all run yet (a
 	// decision placed them, Started has not been called since); only with
@@ -673,7 +675,7 @@ func (e *Engine) addProgress(j *job, steps, done, now float64) error {
 	j.rem -= steps
 	j.done = done
 	if steps > 0 {
-		if j.progressAt < j.placedAt {
+		if j.trainedAt < 0 {
 			j.trainedAt = now
 		}
 		j.progressAt = now
@@ -795,7 +797,8 @@ func (e *Engine) Adopt(id string, p planner.Placement, now float64) error {
 		return err
 	}
 	j.view.Placement, j.view.Running = clonePlacement(p), true
-	j.placedAt, j.lastAt = now, -1
+	// Found running: it trained there before, as far as anyone knows.
+	j.placedAt, j.lastAt, j.trainedAt = now, -1, now
 	j.setup = false
 	return nil
 }
@@ -1354,7 +1357,7 @@ func (e *Engine) repair(v *round.View, offered *round.Pool, ps []planner.Placeme
 				case !e.cfg.StartsReported:
 				case j.setup:
 					why = fmt.Sprintf("keeps its GPUs: its workers are not all running %s after they were placed, and its minimum run time %s counts from its first step", secs(v.Now-j.placedAt), secs(min))
-				case j.progressAt < j.placedAt:
+				case j.trainedAt < 0:
 					why = fmt.Sprintf("keeps its GPUs: no step yet %s after its workers started, and its minimum run time %s counts from its first step", secs(v.Now-j.placedAt), secs(min))
 				}
 				v.Explain(i, round.Reason{Why: why})
@@ -1418,13 +1421,14 @@ func (e *Engine) ran(j *job, now float64) float64 {
 	switch {
 	case !e.cfg.StartsReported:
 		return since
-	case j.setup || j.progressAt < j.placedAt:
+	case j.setup || j.trainedAt < 0:
 		if since < e.cfg.StallAfter {
 			return 0
 		}
 		return since
 	}
-	// A snapshot from before trainedAt was kept has none: the placement.
+	// A first step before Started counts from Started; a snapshot from
+	// before trainedAt was kept has 0: the placement.
 	return now - max(j.trainedAt, j.placedAt)
 }
 
@@ -1597,7 +1601,7 @@ func (e *Engine) apply(v *round.View, planned []*job, ps []planner.Placement, ki
 			e.stopped(j, v.Now)
 		} else {
 			if !keptAll || !was {
-				j.placedAt, j.lastAt = v.Now, -1
+				j.placedAt, j.lastAt, j.trainedAt = v.Now, -1, -1
 				j.setup = e.cfg.StartsReported
 			}
 			j.view.Placement = clonePlacement(p)
@@ -1621,7 +1625,7 @@ func (e *Engine) beforeStart(j *job, now float64) string {
 		return ""
 	case j.setup:
 		return fmt.Sprintf("stopped before it started: its workers were not all running %s after they were placed", secs(now-j.placedAt))
-	case j.progressAt < j.placedAt:
+	case j.trainedAt < 0:
 		return fmt.Sprintf("stopped before it trained: no step in the %s since its workers started", secs(now-j.placedAt))
 	}
 	return ""
