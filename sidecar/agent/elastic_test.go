@@ -118,8 +118,8 @@ func TestElasticJobGrowsWhenAnotherLeaves(t *testing.T) {
 	}
 	steps = 100
 	cycle(false)
-	// The progress read ahead of the next round sees them train (the
-	// minimum run time counts from the first step seen).
+	// The progress read ahead (every few seconds) sees them train: the
+	// minimum run time counts from the first step seen.
 	sweepProgress(ctx, a)
 	for _, al := range snap.Allocs {
 		if al.JobID == "other" {
@@ -300,13 +300,10 @@ func TestElasticJobResizedTwice(t *testing.T) {
 	}
 }
 
-// sweepProgress is the progress read ahead of a round (ReadAhead's
-// sweep): every running job's file read and applied.
+// sweepProgress is one of ReadAhead's sweeps: every running job's file
+// read and applied.
 func sweepProgress(ctx context.Context, a *Agent) {
-	a.mu.Lock()
-	reads := a.progressReads(a.cluster.view())
-	a.mu.Unlock()
-	best := a.readProgress(ctx, reads)
+	best := a.readSynced(ctx)
 	a.mu.Lock()
 	a.applyProgress(best)
 	a.mu.Unlock()

@@ -95,6 +95,19 @@ func (a *Agent) applyProgress(best map[string]float64) {
 	}
 }
 
+// readSynced reads the progress files of the running jobs of the view
+// the engine was last synced with (there the running jobs and their
+// allocations agree), as readProgress. It takes a.mu only to list them.
+func (a *Agent) readSynced(ctx context.Context) map[string]float64 {
+	a.mu.Lock()
+	var reads []progressRead
+	if seen := a.cluster.view(); seen != nil {
+		reads = a.progressReads(seen)
+	}
+	a.mu.Unlock()
+	return a.readProgress(ctx, reads)
+}
+
 // progressEvery is how often ReadAhead reads every running job's progress
 // between round boundaries, so that views show progress a few seconds old
 // rather than as of the last boundary (a round can outlast a job: issue 33
@@ -136,15 +149,7 @@ func (a *Agent) ReadAhead(ctx context.Context) {
 			}
 		}
 		start := a.clock()
-		// The view the engine was last synced with: the running jobs and
-		// their allocations agree.
-		a.mu.Lock()
-		var reads []progressRead
-		if seen := a.cluster.view(); seen != nil {
-			reads = a.progressReads(seen)
-		}
-		a.mu.Unlock()
-		best := a.readProgress(ctx, reads)
+		best := a.readSynced(ctx)
 		if ctx.Err() != nil {
 			return
 		}
