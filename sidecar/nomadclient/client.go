@@ -91,12 +91,27 @@ const DefaultAddress = "http://127.0.0.1:4646"
 // New builds the API client. It does not contact Nomad; a token file is
 // checked to be readable now, so a wrong path stops a command at once.
 func New(c Config) (*api.Client, error) {
-	client, _, err := build(c)
+	client, _, err := build(c, ownConns)
 	return client, err
 }
 
+// How many connections a client opens to its Nomad agent at most, and
+// keeps idle between uses. Nomad refuses (429) what one client address
+// opens beyond its http_max_conns_per_client, 100 by default, and the
+// sidecar's own peaks pass it: 48 writes, 32 progress reads, 8 re-list
+// reads and the event stream on its client, up to 50 status-page token
+// checks on the anonymous one. So the two share 80, leaving the rest to
+// other clients on the address; past its share a request waits for a
+// connection under its own context. Kept idle, the connections of one
+// progress sweep serve the next instead of being opened again (with TLS,
+// a handshake each): the pooled default keeps GOMAXPROCS+1.
+const (
+	ownConns    = 64
+	callerConns = 16
+)
+
 // build is New, returning the transport that authenticates too.
-func build(c Config) (*api.Client, http.RoundTripper, error) {
+func build(c Config, conns int) (*api.Client, http.RoundTripper, error) {
 	if c.Token != "" && c.TokenFile != "" {
 		return nil, nil, errors.New("nomad: both a token and a token file given: keep one (token_file for a workload identity Nomad renews, NOMAD_TOKEN for a fixed token)")
 	}
@@ -117,6 +132,7 @@ func build(c Config) (*api.Client, http.RoundTripper, error) {
 	tr.ForceAttemptHTTP2 = false
 	tr.TLSHandshakeTimeout = 10 * time.Second
 	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost = conns, conns
 	if u.Scheme == "unix" {
 		if u.Path == "" {
 			return nil, nil, fmt.Errorf("nomad address %q: a unix socket needs its path, e.g. unix:///alloc/secrets/api.sock", c.Address)
@@ -154,7 +170,8 @@ func build(c Config) (*api.Client, http.RoundTripper, error) {
 // own identity standing in for a caller that sent none.
 func Anonymous(c Config) (*api.Client, error) {
 	c.Token, c.TokenFile, c.AuthMethod = "", "", ""
-	return New(c)
+	client, _, err := build(c, callerConns)
+	return client, err
 }
 
 // TokenFile is an http.RoundTripper that authenticates each request with

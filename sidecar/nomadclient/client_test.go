@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -263,5 +264,112 @@ func TestCheckPermissionDenied(t *testing.T) {
 	err = Check(context.Background(), c)
 	if err == nil || !strings.Contains(err.Error(), "node read") {
 		t.Fatalf("Check = %v, want the missing node read named", err)
+	}
+}
+
+// connCounter counts a server's connections: open now, the most open at
+// once, and opened in all.
+type connCounter struct {
+	mu               sync.Mutex
+	open, most, made int
+}
+
+func (c *connCounter) state(_ net.Conn, s http.ConnState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch s {
+	case http.StateNew:
+		c.open++
+		c.made++
+		c.most = max(c.most, c.open)
+	case http.StateClosed, http.StateHijacked:
+		c.open--
+	}
+}
+
+func (c *connCounter) get() (open, most, made int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.open, c.most, c.made
+}
+
+// A client opens at most its share of connections to Nomad, whatever
+// the requests at once (Nomad refuses a client address's connections
+// past 100), and keeps them for the next burst instead of opening new
+// ones: a progress sweep of 32 reads reuses the last sweep's.
+func TestConnectionsBoundedAndKept(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func(addr string) (*api.Client, error)
+		conns int
+	}{
+		{"own", func(addr string) (*api.Client, error) { return New(Config{Address: addr}) }, ownConns},
+		{"anonymous", func(addr string) (*api.Client, error) { return Anonymous(Config{Address: addr, Token: "t"}) }, callerConns},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			var held sync.Once
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("hold") != "" {
+					<-release
+				}
+				w.Header().Set("Content-Type", "application/json")
+				json.NewEncoder(w).Encode("127.0.0.1:4647")
+			}))
+			cc := &connCounter{}
+			srv.Config.ConnState = cc.state
+			srv.Start()
+			defer srv.Close()
+			defer held.Do(func() { close(release) })
+			client, err := tc.build(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			burst := func(n int, hold bool) {
+				var wg sync.WaitGroup
+				errs := make(chan error, n)
+				for range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						q := &api.QueryOptions{}
+						if hold {
+							q.Params = map[string]string{"hold": "1"}
+						}
+						var leader string
+						if _, err := client.Raw().Query("/v1/status/leader", &leader, q); err != nil {
+							errs <- err
+						}
+					}()
+				}
+				if hold {
+					// Every connection the client may open is in use before
+					// any request is answered: the rest must wait.
+					deadline := time.Now().Add(30 * time.Second)
+					for {
+						if open, _, _ := cc.get(); open >= tc.conns || time.Now().After(deadline) {
+							break
+						}
+						time.Sleep(10 * time.Millisecond)
+					}
+					held.Do(func() { close(release) })
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+			}
+			burst(100, true)
+			_, most, made := cc.get()
+			if most != tc.conns {
+				t.Fatalf("100 requests at once: %d connections open at most, want the client's share %d", most, tc.conns)
+			}
+			burst(32, false)
+			burst(32, false)
+			if _, _, again := cc.get(); again != made {
+				t.Fatalf("two bursts of 32 requests after the first opened %d new connections, want none (the first burst's %d kept idle)", again-made, made)
+			}
+		})
 	}
 }

@@ -139,7 +139,7 @@ func TestLoginAgainstNomad(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "nomad_hadar.jwt")
 	writeFile(t, path, identity("hadar-sidecar"))
-	c, tr, err := build(Config{Address: srv.Addr, TokenFile: path, AuthMethod: "hadar-workload"})
+	c, tr, err := build(Config{Address: srv.Addr, TokenFile: path, AuthMethod: "hadar-workload"}, ownConns)
 	if err != nil {
 		t.Fatal(err)
 	}
