@@ -296,7 +296,7 @@ func (c *connCounter) get() (open, most, made int) {
 // A client opens at most its share of connections to Nomad, whatever
 // the requests at once (Nomad refuses a client address's connections
 // past 100), and keeps them for the next burst instead of opening new
-// ones: a progress sweep of 32 reads reuses the last sweep's.
+// ones: a progress sweep of 32 reads at once reuses the last sweep's.
 func TestConnectionsBoundedAndKept(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -307,12 +307,18 @@ func TestConnectionsBoundedAndKept(t *testing.T) {
 		{"anonymous", func(addr string) (*api.Client, error) { return Anonymous(Config{Address: addr, Token: "t"}) }, callerConns},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// Every request is held until the test has seen as many at
+			// once as it wants, so the client cannot serve a burst on a
+			// few connections in turn.
+			var mu sync.Mutex
+			inFlight := 0
 			release := make(chan struct{})
-			var held sync.Once
 			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Query().Get("hold") != "" {
-					<-release
-				}
+				mu.Lock()
+				inFlight++
+				ch := release
+				mu.Unlock()
+				<-ch
 				w.Header().Set("Content-Type", "application/json")
 				json.NewEncoder(w).Encode("127.0.0.1:4647")
 			}))
@@ -320,55 +326,62 @@ func TestConnectionsBoundedAndKept(t *testing.T) {
 			srv.Config.ConnState = cc.state
 			srv.Start()
 			defer srv.Close()
-			defer held.Do(func() { close(release) })
 			client, err := tc.build(srv.URL)
 			if err != nil {
 				t.Fatal(err)
 			}
-			burst := func(n int, hold bool) {
+			burst := func(n, atOnce int) {
+				mu.Lock()
+				inFlight = 0
+				release = make(chan struct{})
+				ch := release
+				mu.Unlock()
+				defer func() {
+					select {
+					case <-ch:
+					default:
+						close(ch)
+					}
+				}()
 				var wg sync.WaitGroup
 				errs := make(chan error, n)
 				for range n {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						q := &api.QueryOptions{}
-						if hold {
-							q.Params = map[string]string{"hold": "1"}
-						}
+					wg.Go(func() {
 						var leader string
-						if _, err := client.Raw().Query("/v1/status/leader", &leader, q); err != nil {
+						if _, err := client.Raw().Query("/v1/status/leader", &leader, nil); err != nil {
 							errs <- err
 						}
-					}()
+					})
 				}
-				if hold {
-					// Every connection the client may open is in use before
-					// any request is answered: the rest must wait.
-					deadline := time.Now().Add(30 * time.Second)
-					for {
-						if open, _, _ := cc.get(); open >= tc.conns || time.Now().After(deadline) {
-							break
-						}
-						time.Sleep(10 * time.Millisecond)
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					mu.Lock()
+					got := inFlight
+					mu.Unlock()
+					if got >= atOnce {
+						break
 					}
-					held.Do(func() { close(release) })
+					if time.Now().After(deadline) {
+						t.Fatalf("%d requests at once: the server saw %d in 30 s, want %d", n, got, atOnce)
+					}
+					time.Sleep(10 * time.Millisecond)
 				}
+				close(ch)
 				wg.Wait()
 				close(errs)
 				for err := range errs {
 					t.Fatal(err)
 				}
 			}
-			burst(100, true)
+			burst(100, tc.conns)
 			_, most, made := cc.get()
 			if most != tc.conns {
 				t.Fatalf("100 requests at once: %d connections open at most, want the client's share %d", most, tc.conns)
 			}
-			burst(32, false)
-			burst(32, false)
+			burst(32, min(32, tc.conns))
+			burst(32, min(32, tc.conns))
 			if _, _, again := cc.get(); again != made {
-				t.Fatalf("two bursts of 32 requests after the first opened %d new connections, want none (the first burst's %d kept idle)", again-made, made)
+				t.Fatalf("two bursts of 32 requests at once after the first opened %d new connections, want none (the first burst's %d kept idle)", again-made, made)
 			}
 		})
 	}
