@@ -289,7 +289,7 @@ func Restore(data []byte, cfg Config, sched round.Scheduler) (*Engine, error) {
 		if len(js.Received) != len(e.types) {
 			return nil, fmt.Errorf("engine snapshot: job %s: %d received times for %d GPU types", js.Job.ID, len(js.Received), len(e.types))
 		}
-		for _, x := range append(slices.Clone(js.Received), js.Remaining, js.Done, js.PlacedAt, js.LastAt, js.ReportedAt, js.TrustedDone, js.TrustedAt, js.LastDone, js.WaitingSince, js.DeferUntil) {
+		for _, x := range append(slices.Clone(js.Received), js.Remaining, js.Done, js.PlacedAt, js.LastAt, js.ReportedAt, js.TrustedDone, js.TrustedAt, js.LastDone, js.ProgressAt, js.TrainedAt, js.WaitingSince, js.DeferUntil) {
 			if err := finite("job "+js.Job.ID, x); err != nil {
 				return nil, err
 			}
