@@ -20,6 +20,7 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/config"
 	"github.com/hadar-sched/hadar/sidecar/jobform/groupname"
 	"github.com/hadar-sched/hadar/sidecar/jobspec"
+	"github.com/hadar-sched/hadar/sidecar/nomadclient"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
@@ -131,7 +132,9 @@ func (c *sidecarCluster) startSidecar(cfg config.Config) *agent.Agent {
 	if c.server.Token != "" {
 		secret = s.Nomad.Token
 	}
-	client, err := api.NewClient(&api.Config{Address: s.Nomad.Address, SecretID: secret})
+	// Built as `hadar sidecar` builds it: its connection share to the
+	// agent, kept between uses.
+	client, err := nomadclient.New(nomadclient.Config{Address: s.Nomad.Address, Token: secret})
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-cleanhttp"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
@@ -31,6 +30,7 @@ import (
 	"github.com/hadar-sched/hadar/sidecar/agent"
 	"github.com/hadar-sched/hadar/sidecar/apply"
 	"github.com/hadar-sched/hadar/sidecar/config"
+	"github.com/hadar-sched/hadar/sidecar/nomadclient"
 	"github.com/hadar-sched/hadar/sidecar/wire"
 )
 
@@ -522,7 +522,9 @@ func (r *run) startSidecar(t *testing.T, server *harness.Agent, policy string) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	ct := &CountingTransport{Base: cleanhttp.DefaultPooledTransport()}
+	// The sidecar's own transport (its connection share, kept between
+	// uses), counted.
+	ct := &CountingTransport{Base: nomadclient.Transport()}
 	client, err := api.NewClient(&api.Config{Address: server.Addr, HttpClient: &http.Client{Transport: ct}})
 	if err != nil {
 		t.Fatal(err)

@@ -110,6 +110,23 @@ const (
 	callerConns = 16
 )
 
+// Transport is the HTTP transport New's clients are built on, before
+// TLS and authentication: for a test that builds its own client around
+// the sidecar (to count its requests) and must connect as it does.
+func Transport() *http.Transport { return transport(ownConns) }
+
+// transport is pooled, at most conns connections to a host, all kept
+// between uses, and as Nomad's own client: HTTP/1 (its streaming
+// endpoints want it), a bounded TLS handshake.
+func transport(conns int) *http.Transport {
+	tr := cleanhttp.DefaultPooledTransport()
+	tr.ForceAttemptHTTP2 = false
+	tr.TLSHandshakeTimeout = 10 * time.Second
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost = conns, conns
+	return tr
+}
+
 // build is New, returning the transport that authenticates too.
 func build(c Config, conns int) (*api.Client, http.RoundTripper, error) {
 	if c.Token != "" && c.TokenFile != "" {
@@ -125,14 +142,8 @@ func build(c Config, conns int) (*api.Client, http.RoundTripper, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "unix") {
 		return nil, nil, fmt.Errorf("nomad address %q: want http://host:port, https://host:port or unix:///path/to/api.sock, e.g. %q", c.Address, DefaultAddress)
 	}
-	hc := cleanhttp.DefaultPooledClient()
-	tr := hc.Transport.(*http.Transport)
-	// As Nomad's own client: HTTP/1 (its streaming endpoints want it), a
-	// bounded TLS handshake.
-	tr.ForceAttemptHTTP2 = false
-	tr.TLSHandshakeTimeout = 10 * time.Second
-	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost = conns, conns
+	tr := transport(conns)
+	hc := &http.Client{Transport: tr}
 	if u.Scheme == "unix" {
 		if u.Path == "" {
 			return nil, nil, fmt.Errorf("nomad address %q: a unix socket needs its path, e.g. unix:///alloc/secrets/api.sock", c.Address)
