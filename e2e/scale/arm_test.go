@@ -524,7 +524,9 @@ func (r *run) startSidecar(t *testing.T, server *harness.Agent, policy string) (
 	}
 	// The sidecar's own transport (its connection share, kept between
 	// uses), counted.
-	ct := &CountingTransport{Base: nomadclient.Transport()}
+	tr := nomadclient.Transport()
+	ct := &CountingTransport{Base: tr}
+	ct.CountDials(tr)
 	client, err := api.NewClient(&api.Config{Address: server.Addr, HttpClient: &http.Client{Transport: ct}})
 	if err != nil {
 		t.Fatal(err)
@@ -698,7 +700,7 @@ func (r *run) arm(t *testing.T, policy string) Result {
 		cl.mu.Lock()
 		res.sidecarLog = cl.sidecar
 		cl.mu.Unlock()
-		res.Requests = ct.Counts()
+		res.Requests, res.Connections = ct.Counts(), ct.Dials()
 		res.ProgressLatency, res.RegisterLatency, res.PlanLatency = ct.Latency("progress read"), ct.Latency("register"), ct.Latency("plan")
 	}
 	begin = time.Now()

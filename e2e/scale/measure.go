@@ -2,9 +2,11 @@ package scale
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -140,10 +142,33 @@ func Mean(xs []float64) float64 {
 // CountingTransport counts the HTTP requests a Nomad API client makes, by
 // kind (RequestKind), so a run can say what the sidecar asked of Nomad.
 type CountingTransport struct {
-	Base http.RoundTripper
-	mu   sync.Mutex
-	n    map[string]int
-	took map[string]time.Duration
+	Base  http.RoundTripper
+	mu    sync.Mutex
+	n     map[string]int
+	took  map[string]time.Duration
+	dials int
+}
+
+// CountDials counts the connections tr opens from now on (Dials): tr is
+// Base's transport, or the one under it.
+func (c *CountingTransport) CountDials(tr *http.Transport) {
+	dial := tr.DialContext
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c.mu.Lock()
+		c.dials++
+		c.mu.Unlock()
+		return dial(ctx, network, addr)
+	}
+}
+
+// Dials is how many connections were opened since CountDials.
+func (c *CountingTransport) Dials() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dials
 }
 
 // RoundTrip implements http.RoundTripper. The time counted is until the

@@ -71,8 +71,10 @@ type Result struct {
 	WritesPerRound, WritesPerRoundMax, WritesTotal float64
 	RequestsPerRound                               float64
 	Requests                                       map[string]int
-	ProgressReads, ProgressErrors                  uint64
-	Relists                                        uint64
+	// Connections the sidecar opened to the Nomad server.
+	Connections                   int
+	ProgressReads, ProgressErrors uint64
+	Relists                       uint64
 	// Resources: CPU in cores (CPU time over the arm's wall time) and peak
 	// resident memory, of the sidecar (this process), the Nomad server and
 	// the node simulator.
@@ -144,6 +146,7 @@ func Table(s Setup, rs []Result) string {
 		return fmt.Sprintf("%.1f / %.0f (%.0f)", r.WritesPerRound, r.WritesPerRoundMax, r.WritesTotal)
 	}))
 	row("Nomad API requests per round", sidecar(func(r Result) string { return fmt.Sprintf("%.0f", r.RequestsPerRound) }))
+	row("connections opened to Nomad", sidecar(func(r Result) string { return fmt.Sprintf("%d", r.Connections) }))
 	row("mean latency: progress read / plan / register", sidecar(func(r Result) string {
 		return ms(r.ProgressLatency) + " / " + ms(r.PlanLatency) + " / " + ms(r.RegisterLatency)
 	}))
