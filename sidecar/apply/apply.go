@@ -209,6 +209,9 @@ type Op struct {
 	// written is when the new units' write was made; placed, when Nomad
 	// had placed every new worker (the gang clock starts then).
 	written, placed time.Time
+	// refused is when Nomad's plan first refused the new units, retryAt
+	// when they are asked again (placeLater).
+	refused, retryAt time.Time
 	// index is the job version the operation stands on: the one its
 	// decision was planned on, then the one its own last write made. A
 	// later write finding any other version is not made (ErrConflict).
@@ -250,6 +253,10 @@ var ErrNotManaged = errors.New("the job is no longer managed by hadar")
 // applied the registration yet (or it was purged meanwhile). Nothing was
 // written; the next cycle decides on the view then.
 var ErrNotVisible = errors.New("the job is not visible in Nomad yet")
+
+// ErrUnplaceable is returned (wrapped) when Nomad's plan cannot place a
+// gang start's new workers: nothing is written.
+var ErrUnplaceable = errors.New("nomad cannot place the new workers")
 
 func (a *Applier) count(kind string) {
 	a.mu.Lock()
@@ -548,7 +555,7 @@ func (a *Applier) writeRead(ctx context.Context, j *Job, units []jobform.Unit, k
 	}
 	if len(unplaceable) > 0 {
 		sort.Strings(unplaceable)
-		return fmt.Errorf("job %s: Nomad cannot place the new workers (%s): not written", j.Key, strings.Join(unplaceable, "; "))
+		return fmt.Errorf("job %s: %w (%s): not written", j.Key, ErrUnplaceable, strings.Join(unplaceable, "; "))
 	}
 	if a.cfg.Journal != nil {
 		if err := a.cfg.Journal(ctx, Write{Job: j.Key, Kind: kind, Units: units, ReadIndex: j.JobModifyIndex}); err != nil {
@@ -752,16 +759,25 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 				return Outcome{}, false
 			}
 		}
+		if now.Before(op.retryAt) {
+			return Outcome{}, false
+		}
 		if err := a.write(ctx, j, op.Target, "start", op); err != nil {
+			if a.placeLater(op, err, now) {
+				return Outcome{}, false
+			}
 			return Outcome{Key: op.Key, Phase: Failed, Err: err, Running: op.Keep}, true
 		}
 		op.Phase, op.Deadline, op.written = Starting, now.Add(a.cfg.GangTimeout), now
 		return Outcome{}, false
 	case Waiting:
-		if a.waits(op, c, now) {
+		if a.waits(op, c, now) || now.Before(op.retryAt) {
 			return Outcome{}, false
 		}
 		if err := a.write(ctx, j, op.Target, "start", op); err != nil {
+			if a.placeLater(op, err, now) {
+				return Outcome{}, false
+			}
 			return Outcome{Key: op.Key, Phase: Failed, Err: err, Running: op.Keep}, true
 		}
 		op.Phase, op.Deadline, op.written = Starting, now.Add(a.cfg.GangTimeout), now
@@ -816,6 +832,35 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 		return Outcome{Key: op.Key, Phase: Failed, Err: reason, Running: op.Keep}, true
 	}
 	return Outcome{Key: op.Key, Phase: op.Phase, Err: op.Err, Running: op.Target}, true
+}
+
+// A start that waited for GPUs to be left and that Nomad's plan refused
+// is asked again every placeEvery for placeRetry (within stop_timeout).
+const (
+	placeRetry = 15 * time.Second
+	placeEvery = time.Second
+)
+
+// placeLater says whether such a start (err its refusal) is asked again
+// later. The workers that left have ended as the watcher sees them, yet
+// Nomad's scheduler may count their GPUs a moment longer (make test run
+// 79: a move's start refused with "no devices match request" 0.4 s after
+// its old workers ended, and the job lost its move and a round); a start
+// refused for good fails placeRetry later, the plan asked once a second
+// meanwhile.
+func (a *Applier) placeLater(op *Op, err error, now time.Time) bool {
+	if !errors.Is(err, ErrUnplaceable) {
+		return false
+	}
+	if op.refused.IsZero() {
+		op.refused = now
+	}
+	if !now.Before(op.Deadline) || !now.Before(op.refused.Add(placeRetry)) {
+		return false
+	}
+	op.retryAt = now.Add(placeEvery)
+	a.cfg.Logger.Debug("Nomad does not place the new workers yet; asking again", "job", op.Key.String(), "in", placeEvery, "error", err)
+	return true
 }
 
 // waits says whether op's new units must wait on: one of the jobs it

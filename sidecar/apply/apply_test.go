@@ -337,6 +337,68 @@ func TestMoveStopsBeforeItStarts(t *testing.T) {
 	}
 }
 
+// A move's start that Nomad's plan refuses after the old workers ended
+// (its scheduler may count their GPUs a moment longer) is asked again a
+// second later, not failed: the move completes. One refused for good
+// fails 15 s after the first refusal.
+func TestMovesStartIsAskedAgainWhenNomadStillHoldsTheGPUs(t *testing.T) {
+	a, f, cl, c := setup(t)
+	ctx := context.Background()
+	if _, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(0, 29500, "n1", "n2")}); err != nil {
+		t.Fatal(err)
+	}
+	cl.groups["train-hadar-u0-w0"] = Group{Running: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Running: true}
+	a.Step(ctx, cl)
+	move := func(id int) {
+		t.Helper()
+		if op, err := a.Begin(ctx, cl.Job(key), []jobform.Unit{unit(id, 29500+id, "n1")}); err != nil || op.Phase != Stopping {
+			t.Fatalf("move to unit %d: %+v, %v", id, op, err)
+		}
+	}
+	move(1)
+	writes := len(f.registers)
+	f.failGroup["train-hadar-u1-w0"] = true
+	cl.groups["train-hadar-u0-w0"] = Group{Ended: true}
+	cl.groups["train-hadar-u0-w1"] = Group{Ended: true}
+	if out := a.Step(ctx, cl); len(out) != 0 || len(f.registers) != writes {
+		t.Fatalf("refused start: outcomes %+v, %d writes: want it kept, unwritten", out, len(f.registers)-writes)
+	}
+	// Within the second, no new plan; after it, Nomad places it.
+	f.failGroup["train-hadar-u1-w0"] = false
+	c.t = c.t.Add(500 * time.Millisecond)
+	if a.Step(ctx, cl); len(f.registers) != writes {
+		t.Fatal("asked again within the second")
+	}
+	c.t = c.t.Add(600 * time.Millisecond)
+	a.Step(ctx, cl)
+	if got := a.InFlight(key); len(f.registers) != writes+1 || got == nil || got.Phase != Starting {
+		t.Fatalf("%d writes, in flight %+v: want the start written", len(f.registers)-writes, got)
+	}
+	cl.groups["train-hadar-u1-w0"] = Group{Running: true}
+	if out := a.Step(ctx, cl); len(out) != 1 || out[0].Phase != Done {
+		t.Fatalf("outcomes %+v, want the move done", out)
+	}
+
+	// Refused for good: asked once a second, failed 15 s on.
+	move(2)
+	writes = len(f.registers)
+	f.failGroup["train-hadar-u2-w0"] = true
+	cl.groups["train-hadar-u1-w0"] = Group{Ended: true}
+	var out []Outcome
+	first := c.t
+	for i := 0; i < 20 && len(out) == 0; i++ {
+		out = a.Step(ctx, cl)
+		c.t = c.t.Add(time.Second)
+	}
+	if len(out) != 1 || out[0].Phase != Failed || !errors.Is(out[0].Err, ErrUnplaceable) || len(f.registers) != writes {
+		t.Fatalf("outcomes %+v, %d writes: want the start failed, unwritten", out, len(f.registers)-writes)
+	}
+	if waited := c.t.Sub(first); waited < 15*time.Second || waited > 17*time.Second {
+		t.Fatalf("failed after %v of refusals, want 15 s", waited)
+	}
+}
+
 func TestForkLeavesTheRunningUnitAlone(t *testing.T) {
 	a, f, cl, _ := setup(t)
 	ctx := context.Background()
