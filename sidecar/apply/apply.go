@@ -759,29 +759,12 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 				return Outcome{}, false
 			}
 		}
-		if now.Before(op.retryAt) {
-			return Outcome{}, false
-		}
-		if err := a.write(ctx, j, op.Target, "start", op); err != nil {
-			if a.placeLater(op, err, now) {
-				return Outcome{}, false
-			}
-			return Outcome{Key: op.Key, Phase: Failed, Err: err, Running: op.Keep}, true
-		}
-		op.Phase, op.Deadline, op.written = Starting, now.Add(a.cfg.GangTimeout), now
-		return Outcome{}, false
+		return a.writeStart(ctx, j, op, now)
 	case Waiting:
-		if a.waits(op, c, now) || now.Before(op.retryAt) {
+		if a.waits(op, c, now) {
 			return Outcome{}, false
 		}
-		if err := a.write(ctx, j, op.Target, "start", op); err != nil {
-			if a.placeLater(op, err, now) {
-				return Outcome{}, false
-			}
-			return Outcome{Key: op.Key, Phase: Failed, Err: err, Running: op.Keep}, true
-		}
-		op.Phase, op.Deadline, op.written = Starting, now.Add(a.cfg.GangTimeout), now
-		return Outcome{}, false
+		return a.writeStart(ctx, j, op, now)
 	case Starting:
 		running, placed, failed := true, true, ""
 		if !a.cfg.DryRun {
@@ -832,6 +815,23 @@ func (a *Applier) step(ctx context.Context, c Cluster, op *Op) (Outcome, bool) {
 		return Outcome{Key: op.Key, Phase: Failed, Err: reason, Running: op.Keep}, true
 	}
 	return Outcome{Key: op.Key, Phase: op.Phase, Err: op.Err, Running: op.Target}, true
+}
+
+// writeStart writes the new units of op, which waited for GPUs to be
+// left (its own old workers, or other jobs'): the op then starts, is
+// asked again later (placeLater), or fails.
+func (a *Applier) writeStart(ctx context.Context, j *Job, op *Op, now time.Time) (Outcome, bool) {
+	if now.Before(op.retryAt) {
+		return Outcome{}, false
+	}
+	if err := a.write(ctx, j, op.Target, "start", op); err != nil {
+		if a.placeLater(op, err, now) {
+			return Outcome{}, false
+		}
+		return Outcome{Key: op.Key, Phase: Failed, Err: err, Running: op.Keep}, true
+	}
+	op.Phase, op.Deadline, op.written = Starting, now.Add(a.cfg.GangTimeout), now
+	return Outcome{}, false
 }
 
 // A start that waited for GPUs to be left and that Nomad's plan refused
