@@ -843,11 +843,12 @@ const (
 
 // placeLater says whether such a start (err its refusal) is asked again
 // later. The workers that left have ended as the watcher sees them, yet
-// Nomad's scheduler may count their GPUs a moment longer (make test run
-// 79: a move's start refused with "no devices match request" 0.4 s after
-// its old workers ended, and the job lost its move and a round); a start
-// refused for good fails placeRetry later, the plan asked once a second
-// meanwhile.
+// Nomad's plan has refused such a start for a moment (make test run 79:
+// a move's start refused with "no devices match request" 0.4 s after its
+// old workers ended, and the job lost its move and a round; why was not
+// traced, as Nomad's device accounting skips allocations the client
+// reported ended); a start refused for good fails placeRetry later, the
+// plan asked once a second meanwhile.
 func (a *Applier) placeLater(op *Op, err error, now time.Time) bool {
 	if !errors.Is(err, ErrUnplaceable) {
 		return false
