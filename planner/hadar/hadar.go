@@ -137,9 +137,10 @@ type Config struct {
 	// (an ablation): by default such a round is the configuration
 	// program's (program.go).
 	NoProgram bool
-	// NoDrain plans a backlog's drain by the primal-dual (an ablation): by
-	// default, a backlog's rounds of at most drainJobs jobs with an
-	// elastic one are Sia's program's (program.go, drain).
+	// NoDrain plans a backlog by the primal-dual (an ablation): by
+	// default, a backlog's rounds with an elastic job are Sia's
+	// program's, weighted toward short jobs until its drain (program.go,
+	// backlogPlan).
 	NoDrain bool
 
 	// Fork turns on HadarE: idle GPUs after Hadar's plan take copies of
@@ -262,8 +263,8 @@ type Scheduler struct {
 	// held is the configuration program's tail at its last round
 	// boundary (tailHold), none after a round of the primal-dual.
 	held []string
-	// sia plans a backlog's drain (drain); its restart counts are part of
-	// the snapshot.
+	// sia plans a backlog's rounds with an elastic job (backlogPlan); its
+	// restart counts are part of the snapshot.
 	sia *sia.Scheduler
 }
 
@@ -395,8 +396,8 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		return s.program(v)
 	}
 	s.held = nil
-	if s.drainRound(v) {
-		return s.drain(v)
+	if s.backlogRound(v) {
+		return s.backlogPlan(v)
 	}
 	out := make([]planner.Placement, len(v.Jobs))
 	infos := s.jobInfos(v)

@@ -92,11 +92,11 @@ func manyElasticView(now float64, n int) *round.View {
 	return elasticRound(now, ids, steps)
 }
 
-// A backlog is the primal-dual's: a round of more than backlogJobs jobs
-// is not planned by the configuration program, nor are the rounds after
-// it until fewer than resumeJobs jobs are left, and a snapshot keeps
-// that (a sidecar restarted in a backlog's drain goes on with the
-// primal-dual that started its long jobs).
+// A backlog is not the configuration program's: a round of more than
+// backlogJobs jobs is not planned by it, nor are the rounds after it
+// until fewer than resumeJobs jobs are left (they are Sia's program's,
+// TestDrainIsSiasProgram), and a snapshot keeps that (a sidecar
+// restarted in a backlog goes on with the backlog's planning).
 func TestProgramGivesWayToABacklog(t *testing.T) {
 	cfg := Config{Speed: speed.Model{Profile: widthRates{"m": {2: 1, 4: 1.8, 8: 3}}}, MinRunTime: -1}
 	s, err := New(cfg)
@@ -117,10 +117,10 @@ func TestProgramGivesWayToABacklog(t *testing.T) {
 		t.Fatal("a round of 20 elastic jobs is not the configuration program's")
 	}
 	if byProgram(s, backlogJobs+1) {
-		t.Fatalf("a round of %d jobs is the configuration program's, want the primal-dual's", backlogJobs+1)
+		t.Fatalf("a round of %d jobs is the configuration program's, want a backlog's", backlogJobs+1)
 	}
 	if byProgram(s, 20) {
-		t.Fatalf("a round of 20 jobs after a backlog is the configuration program's, want the primal-dual's until fewer than %d are left", resumeJobs)
+		t.Fatalf("a round of 20 jobs after a backlog is the configuration program's, want a backlog's until fewer than %d are left", resumeJobs)
 	}
 	data, err := s.SaveState()
 	if err != nil {
@@ -288,11 +288,14 @@ func TestProgramTailChangesHandsByItsHold(t *testing.T) {
 	}
 }
 
-// A backlog's drain is Sia's program's: in a backlog, a round of at most
-// drainJobs jobs with an elastic one is planned as planner/sia plans it
-// (growth not limited), each reason saying so; a wider round, a round
-// with no elastic job and the nodrain ablation stay the primal-dual's,
-// and a snapshot carries the drain's Sia (its restart counts).
+// A backlog is Sia's program's: in a backlog, a round of at most
+// drainJobs jobs with an elastic one (its drain) is planned as
+// planner/sia plans it (growth not limited), each reason saying so; a
+// wider one by the same program with each job's weight leaning toward
+// the short jobs and the makespan's critical job weighted as one an
+// hour from its end (backlogWeights); a round with no elastic job and
+// the nodrain ablation stay the primal-dual's, and a snapshot carries
+// the drain's Sia (its restart counts).
 func TestDrainIsSiasProgram(t *testing.T) {
 	prof := widthRates{"m": {2: 1, 4: 1.8, 8: 3}}
 	cfg := Config{Speed: speed.Model{Profile: prof}, MinRunTime: -1, RestartCost: 30}
@@ -398,12 +401,60 @@ func TestDrainIsSiasProgram(t *testing.T) {
 		t.Fatalf("restored from a snapshot in the drain, the next round placed %v, want %v, by the drain", pb, pa)
 	}
 
-	// More than drainJobs jobs: the primal-dual's.
+	// More than drainJobs jobs: Sia's program with each job's weight
+	// leaning toward the short ones, and the makespan's critical job (the
+	// last, a thousand times longer) weighted as a job an hour from its
+	// end. Every job has the same goodputs, so the weights alone choose
+	// the four that run: the three shortest (the last but one, as the
+	// remaining times are reversed) and the critical one. Sia unweighted
+	// runs the first four (its ties broken in the jobs' order).
 	s = inBacklog(cfg)
 	now += 3600
-	v = manyElasticView(now, drainJobs+1)
-	if plan(s, v); says(v, drained) || says(v, "configuration program") {
-		t.Fatalf("a backlog's round of %d jobs is not the primal-dual's", drainJobs+1)
+	wide := func() *round.View {
+		v := manyElasticView(now, drainJobs+1)
+		for i := range drainJobs / 2 {
+			a, b := v.Jobs[i], v.Jobs[drainJobs-1-i]
+			a.Remaining, b.Remaining = b.Remaining, a.Remaining
+		}
+		v.Jobs[drainJobs].Remaining *= 1000
+		return v
+	}
+	v = wide()
+	runs := func(ps []planner.Placement) []string {
+		var ids []string
+		for i, p := range ps {
+			if len(p.Units) > 0 {
+				ids = append(ids, v.Jobs[i].ID)
+			}
+		}
+		return ids
+	}
+	weighted := runs(plan(s, v))
+	if want := []string{v.Jobs[drainJobs-3].ID, v.Jobs[drainJobs-2].ID, v.Jobs[drainJobs-1].ID, v.Jobs[drainJobs].ID}; !slices.Equal(weighted, want) {
+		t.Errorf("a backlog's round of %d jobs runs %v, want %v", drainJobs+1, weighted, want)
+	}
+	for i, jb := range v.Jobs {
+		why := v.Reasons[i].Why
+		switch {
+		case strings.Contains(why, "sia: ") || says(v, drained) || says(v, "configuration program"):
+			t.Fatalf("a backlog's round of %d jobs: %s's reason %q, want Sia's program weighted", drainJobs+1, jb.ID, why)
+		case i == drainJobs && !strings.Contains(why, "a backlog planned by Sia's program, its weight x1 as critical for the makespan"):
+			t.Errorf("the critical job's reason %q", why)
+		case i < drainJobs && !strings.Contains(why, "a backlog planned by Sia's program, its weight x") || i < drainJobs && strings.Contains(why, "critical"):
+			t.Errorf("%s's reason %q, want its weight toward short jobs", jb.ID, why)
+		}
+	}
+	ref, err = sia.New(sia.Config{RestartCost: cfg.RestartCost, Backfill: true, FreeGrowth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w = wide()
+	plain, err := ref.Schedule(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fair := runs(plain); slices.Equal(fair, weighted) {
+		t.Errorf("Sia unweighted runs the same jobs %v: the round does not show the weights", fair)
 	}
 	// No elastic job: the primal-dual's.
 	now += 3600

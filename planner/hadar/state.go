@@ -44,8 +44,8 @@ type state struct {
 	// Tail is the configuration program's tail at its last round
 	// boundary, which a job must pass by tailHold to join.
 	Tail []string `json:"tail,omitempty"`
-	// Drain is the state of the Sia that plans a backlog's drain (its
-	// restart count per job); absent in snapshots from before it.
+	// Drain is the state of the Sia that plans a backlog (its restart
+	// count per job); absent in snapshots from before it.
 	Drain json.RawMessage `json:"drain,omitempty"`
 }
 
