@@ -57,7 +57,7 @@ type constructor func(o Options, ablations []string) (round.Scheduler, error)
 // (preemptions and moves without the test of gain against restart),
 // pricedplace (a guided job's GPUs by value minus price, not the fastest),
 // noprogram (rounds with elastic jobs planned by the primal-dual, not the
-// configuration program), nodrain (a backlog's drain planned by the
+// configuration program), nodrain (a backlog planned by the
 // primal-dual, not Sia's program), hN (a horizon fixed at N rounds) and critX (the makespan utility's
 // Critical share, 0 < X <= 1).
 var HadarAblations = []string{"flat", "nobackfill", "noguide", "nodeprices", "eager", "pricedplace", "noprogram", "nodrain", "hN", "critX"}
