@@ -181,7 +181,7 @@ func BenchmarkSiaDecision(b *testing.B) {
 
 // BenchmarkHadarProgram is one round boundary of hadar's configuration
 // program at its largest: 150 active jobs, all elastic where their model
-// allows (a round of more is a backlog, planned by the primal-dual), on
+// allows (a round of more is a backlog, planned by Sia's program), on
 // 64, 512 and 2,048 GPUs (docs/results.md, "Decision time, rigid and
 // elastic").
 func BenchmarkHadarProgram(b *testing.B) {
