@@ -405,9 +405,9 @@ func TestDrainIsSiasProgram(t *testing.T) {
 	// leaning toward the short ones, and the makespan's critical job (the
 	// last, a thousand times longer) weighted as a job an hour from its
 	// end. Every job has the same goodputs, so the weights alone choose
-	// the four that run: the three shortest (the last but one, as the
-	// remaining times are reversed) and the critical one. Sia unweighted
-	// runs the first four (its ties broken in the jobs' order).
+	// the four that run: the three shortest (the three before the last,
+	// the remaining times being reversed) and the critical one. Sia
+	// unweighted runs the first four (its ties broken in the jobs' order).
 	s = inBacklog(cfg)
 	now += 3600
 	wide := func() *round.View {
