@@ -155,6 +155,16 @@ type Job struct {
 	Widths []int `json:",omitempty"`
 }
 
+// WeightOr1 is the job's priority weight, 1 where it is not a positive
+// number: a view built by hand has none, and Validate refuses such a job
+// anyway, so the policies need not each default it.
+func (j Job) WeightOr1() float64 {
+	if j.Weight > 0 {
+		return j.Weight
+	}
+	return 1
+}
+
 // Elastic reports whether the job may run at more than one width.
 func (j Job) Elastic() bool { return len(j.Widths) > 1 }
 

@@ -1,6 +1,9 @@
 package planner
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 func TestJobWidths(t *testing.T) {
 	base := Job{ID: "a", Model: "m", ScaleFactor: 2, TotalSteps: 1, Weight: 1}
@@ -26,5 +29,13 @@ func TestJobWidths(t *testing.T) {
 	j.Widths = []int{1, 2, 4}
 	if !j.Elastic() || !j.AllowsWidth(4) || j.AllowsWidth(8) || !base.AllowsWidth(2) || base.AllowsWidth(1) || base.Elastic() {
 		t.Errorf("Elastic/AllowsWidth wrong")
+	}
+}
+
+func TestWeightOr1(t *testing.T) {
+	for _, c := range []struct{ w, want float64 }{{2.5, 2.5}, {1, 1}, {0, 1}, {-3, 1}, {math.NaN(), 1}} {
+		if got := (Job{Weight: c.w}).WeightOr1(); got != c.want {
+			t.Errorf("Job{Weight: %v}.WeightOr1() = %v, want %v", c.w, got, c.want)
+		}
 	}
 }

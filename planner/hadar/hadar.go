@@ -1002,11 +1002,7 @@ func (s *Scheduler) value(v *round.View, infos []*jobInfo) {
 		}
 	}
 	for _, ji := range infos {
-		w := ji.view.Weight
-		if w <= 0 {
-			w = 1
-		}
-		ji.valueSec = w / ji.view.Remaining
+		ji.valueSec = ji.view.WeightOr1() / ji.view.Remaining
 		ji.density = ji.valueSec * ji.best * v.Round / float64(ji.sf())
 		ji.base = ji.density
 	}

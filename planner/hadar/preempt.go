@@ -466,12 +466,7 @@ func (s *Scheduler) fitsWindow(g *grid, take []slotIdx, w int) bool {
 	return true
 }
 
-func jobWeight(ji *jobInfo) float64 {
-	if w := ji.view.Weight; w > 0 {
-		return w
-	}
-	return 1
-}
+func jobWeight(ji *jobInfo) float64 { return ji.view.WeightOr1() }
 
 // startWaiting gives idle GPUs to postponed jobs (their schedule starts
 // later, on GPUs busy until then): a job starts now when it is done

@@ -169,11 +169,7 @@ func (s *Scheduler) backlogPlan(v *round.View) ([]planner.Placement, error) {
 		factor, critical = s.backlogWeights(v)
 		for i, jb := range v.Jobs {
 			j := *jb
-			w := j.Weight
-			if !(w > 0) {
-				w = 1
-			}
-			j.Weight = w * factor[i]
+			j.Weight = j.WeightOr1() * factor[i]
 			cp.Jobs[i] = &j
 		}
 		sv = &cp
@@ -217,15 +213,7 @@ func (s *Scheduler) backlogWeights(v *round.View) (factor []float64, critical []
 	}
 	for i, jb := range v.Jobs {
 		ws, rows := configurations(jb)
-		fastest, least := 0.0, math.Inf(1)
-		for wi, row := range rows {
-			for _, tp := range row {
-				if usable(tp) {
-					fastest = math.Max(fastest, tp)
-					least = math.Min(least, jb.Remaining/tp*float64(ws[wi]))
-				}
-			}
-		}
+		fastest, least := bestRates(jb.Remaining, ws, rows)
 		factor[i] = 1
 		if fastest > 0 && jb.Remaining > 0 {
 			rem[i] = jb.Remaining / fastest
@@ -258,14 +246,8 @@ func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
 	cf := round.PoseConfigs(v, configurations, func(ws []int, jb *round.JobView) int { return currentSlot(v, ws, jb) })
 	k, m, ws, rows, cur, fixed, capacity := cf.K, cf.M, cf.Widths, cf.Rows, cf.Cur, cf.Fixed, cf.Capacity
 	best := make([]float64, len(v.Jobs))
-	for i := range v.Jobs {
-		for _, row := range rows[i] {
-			for _, tp := range row {
-				if usable(tp) {
-					best[i] = math.Max(best[i], tp)
-				}
-			}
-		}
+	for i, jb := range v.Jobs {
+		best[i], _ = bestRates(jb.Remaining, ws[i], rows[i])
 	}
 	tail := s.tail(v, best)
 	p := assign.Slots(k, m, capacity)
@@ -274,10 +256,7 @@ func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
 		if fixed[i] {
 			continue
 		}
-		w := jb.Weight
-		if !(w > 0) {
-			w = 1
-		}
+		w := jb.WeightOr1()
 		if tail[i] {
 			w *= tailBoost
 		}
@@ -329,6 +308,22 @@ func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
 // moveCharge is the seconds a move of job jb is charged: moveRuns of its
 // minimum run time (its own, else the configuration's).
 func (s *Scheduler) moveCharge(jb *round.JobView) float64 { return moveRuns * s.minRun(jb) }
+
+// bestRates is what a job's configurations (widths ws, rows of throughputs
+// per type) offer its remaining steps: the fastest usable throughput (0:
+// none) and the fewest GPU-seconds they need (+Inf: none).
+func bestRates(remaining float64, ws []int, rows [][]float64) (fastest, gpuSeconds float64) {
+	gpuSeconds = math.Inf(1)
+	for wi, row := range rows {
+		for _, tp := range row {
+			if usable(tp) {
+				fastest = math.Max(fastest, tp)
+				gpuSeconds = math.Min(gpuSeconds, remaining/tp*float64(ws[wi]))
+			}
+		}
+	}
+	return fastest, gpuSeconds
+}
 
 // usable says a throughput is a configuration's: a positive finite
 // number (anything else is no figure to weigh).

@@ -225,10 +225,7 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 		width := make([]float64, len(rows[i])*k)
 		ratio[i] = make([]float64, m)
 		r := s.restartFactor(v.Age(jb), s.restarts[jb.ID])
-		w := jb.Weight
-		if !(w > 0) {
-			w = 1
-		}
+		w := jb.WeightOr1()
 		for wi, row := range rows[i] {
 			n := ws[i][wi]
 			for j := range k {
