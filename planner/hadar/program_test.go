@@ -429,7 +429,8 @@ func TestDrainIsSiasProgram(t *testing.T) {
 		}
 		return ids
 	}
-	weighted := runs(plan(s, v))
+	first := plan(s, v)
+	weighted := runs(first)
 	if want := []string{v.Jobs[drainJobs-3].ID, v.Jobs[drainJobs-2].ID, v.Jobs[drainJobs-1].ID, v.Jobs[drainJobs].ID}; !slices.Equal(weighted, want) {
 		t.Errorf("a backlog's round of %d jobs runs %v, want %v", drainJobs+1, weighted, want)
 	}
@@ -455,6 +456,32 @@ func TestDrainIsSiasProgram(t *testing.T) {
 	}
 	if fair := runs(plain); slices.Equal(fair, weighted) {
 		t.Errorf("Sia unweighted runs the same jobs %v: the round does not show the weights", fair)
+	}
+	// A waiting job becomes a little shorter than a running one (by 5 %:
+	// its weight 0.5 % higher). Waiting and running alike, the weights
+	// alone run the newcomer in its place; the four running, the stay
+	// holds them where they are, and their reasons say so.
+	now += 3600
+	closer := func(ps []planner.Placement) *round.View {
+		v := wide()
+		v.Jobs[drainJobs-4].Remaining = v.Jobs[drainJobs-3].Remaining * 0.95
+		for i, p := range ps {
+			v.Jobs[i].Placement, v.Jobs[i].Running = p, len(p.Units) > 0
+		}
+		return v
+	}
+	v = closer(nil)
+	if got, want := runs(plan(inBacklog(cfg), v)), []string{v.Jobs[drainJobs-4].ID, v.Jobs[drainJobs-2].ID, v.Jobs[drainJobs-1].ID, v.Jobs[drainJobs].ID}; !slices.Equal(got, want) {
+		t.Fatalf("with no job running, a backlog's round runs %v, want the shorter newcomer's %v", got, want)
+	}
+	v = closer(first)
+	if kept := runs(plan(inBacklog(cfg), v)); !slices.Equal(kept, weighted) {
+		t.Errorf("with the four running, a backlog's round runs %v, want them kept by the stay: %v", kept, weighted)
+	}
+	for i := drainJobs - 3; i <= drainJobs; i++ {
+		if !strings.Contains(v.Reasons[i].Why, fmt.Sprintf("its term x%g to stay", 1+backlogStay)) {
+			t.Errorf("%s's reason %q: want its stay named", v.Jobs[i].ID, v.Reasons[i].Why)
+		}
 	}
 	// No elastic job: the primal-dual's.
 	now += 3600

@@ -193,6 +193,18 @@ func current(v *round.View, ws []int, jb *round.JobView) int {
 
 // Schedule implements round.Scheduler.
 func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
+	return s.ScheduleStaying(v, nil)
+}
+
+// ScheduleStaying is Schedule with job i's present configuration's gain
+// multiplied by 1 + stay[i] (nil or 0: Sia's own). Sia has no such term:
+// its weights are fixed, so its solution changes only as jobs come and
+// go. A caller whose weights move every round (hadar's backlog) holds a
+// running job where it is unless a move gains more than the stay.
+func (s *Scheduler) ScheduleStaying(v *round.View, stay []float64) ([]planner.Placement, error) {
+	if stay != nil && len(stay) != len(v.Jobs) {
+		return nil, fmt.Errorf("sia round at t=%.0fs: %d stay factors for %d jobs", v.Now, len(stay), len(v.Jobs))
+	}
 	// m configuration slots per job: slot wi*k + j is width wi on type j.
 	cf := round.PoseConfigs(v, func(jb *round.JobView) ([]int, [][]float64) {
 		ws, rows := s.widths(jb)
@@ -240,6 +252,9 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 				}
 				ratio[i][c] = e
 				gain[c] = w * s.gain(e)
+				if c == cur[i] && stay != nil {
+					gain[c] *= 1 + stay[i]
+				}
 			}
 		}
 		p.Add(gain, width, jb.ScaleFactor)
@@ -267,6 +282,9 @@ func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
 					r.Why = fmt.Sprintf("sia: %d GPUs of %s, normalized goodput %.2f (its slowest configuration = its smallest width; after the restart factor), p = %g", ws[i][c/k], v.Types[c%k], ratio[i][c], s.cfg.P)
 				} else {
 					r.Why = fmt.Sprintf("sia: on %s, normalized goodput %.2f (its slowest type = its width; after the restart factor), p = %g", v.Types[c], ratio[i][c], s.cfg.P)
+				}
+				if c == cur[i] && stay != nil && stay[i] != 0 {
+					r.Why += fmt.Sprintf("; where it runs, its term x%.3g to stay", 1+stay[i])
 				}
 			}
 			v.Explain(i, r)

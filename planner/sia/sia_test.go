@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/hadar-sched/hadar/planner"
@@ -127,6 +128,51 @@ func TestSiaRestartFactorKeepsARunningJob(t *testing.T) {
 	a.Placement, a.Running = on("k80-0", "k80", 1), true
 	if got := typeOf(t, schedule(t, Config{}, view(c, 100, []*round.JobView{a}, []tp{{"v100": 10, "k80": 8}}))[0]); got != "v100" {
 		t.Fatalf("no restart cost: on %q, want v100", got)
+	}
+}
+
+// One K80, two jobs of the same goodput (a term of lambda_n - 1 = 0.1
+// each): a runs on it, b waits with weight 1.2. Sia's own (stay nil or
+// 0) runs b, 0.12 against 0.1; a stay of 0.5 makes a's term 0.15 where
+// it runs and it stays, its reason naming the stay; at 0.1 (0.11) b
+// still wins. Stay factors not one per job are refused.
+func TestSiaStayHoldsARunningJob(t *testing.T) {
+	for _, tc := range []struct {
+		stay []float64
+		want string
+	}{{nil, "b"}, {[]float64{0, 0}, "b"}, {[]float64{0.1, 0}, "b"}, {[]float64{0.5, 0}, "a"}} {
+		c := cluster(map[planner.GPUType]int{"k80": 1})
+		a, b := job("a", 1), job("b", 1)
+		b.Weight = 1.2
+		a.Placement, a.Running = on("k80-0", "k80", 1), true
+		v := view(c, 100, []*round.JobView{a, b}, []tp{{"k80": 1}, {"k80": 1}})
+		v.Reasons = make([]round.Reason, 2)
+		s, err := New(Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := s.ScheduleStaying(v, tc.stay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := "a"
+		if len(ps[0].Units) == 0 {
+			got = "b"
+		}
+		if len(ps[0].Units)+len(ps[1].Units) != 1 || got != tc.want {
+			t.Fatalf("stay %v: placed %v, want %s alone", tc.stay, ps, tc.want)
+		}
+		if named := strings.Contains(v.Reasons[0].Why, "x1.5 to stay"); named != (tc.want == "a") {
+			t.Errorf("stay %v: a's reason %q", tc.stay, v.Reasons[0].Why)
+		}
+	}
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cluster(map[planner.GPUType]int{"k80": 1})
+	if _, err := s.ScheduleStaying(view(c, 0, []*round.JobView{job("a", 1)}, []tp{{"k80": 1}}), []float64{0, 0}); err == nil || !strings.Contains(err.Error(), "2 stay factors for 1 jobs") {
+		t.Fatalf("two stay factors for one job: error %v", err)
 	}
 }
 
