@@ -171,7 +171,8 @@ func (s *Scheduler) backlogRound(v *round.View) bool {
 // tenth-longest JCT (the p99 of a thousand jobs) is not made to wait for
 // the backlog to drain. While more than drainJobs jobs are active each
 // job's weight leans toward the short ones (backlogWeights), which keeps
-// most of the average hadar's primal-dual gets; in the drain, the last
+// most of the average hadar's primal-dual gets, and a running job's
+// present configuration gains backlogStay; in the drain, the last
 // drainJobs jobs, it is Sia's own. Hadar's records follow the jobs as in
 // the configuration program's rounds, whose commitments are not kept
 // either.
