@@ -8,7 +8,9 @@ package assign
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/hadar-sched/hadar/planner/lp"
@@ -373,7 +375,7 @@ func relax(p Problem) ([]float64, float64, error) {
 		}
 		return lp.Column[[]int]{Value: value, Usage: usage, Plan: plan}, priced
 	}, lp.ColGenOptions{RelTol: 1e-9, MaxIter: 2000})
-	if err != nil {
+	if err = closeEnough(res.Objective, res.Gap, err); err != nil {
 		return nil, 0, fmt.Errorf("assign: LP relaxation: %w", err)
 	}
 	x := make([]float64, p.N*p.M)
@@ -387,7 +389,24 @@ func relax(p Problem) ([]float64, float64, error) {
 			}
 		}
 	}
-	return x, res.Objective, nil
+	return x, res.Objective + res.Gap, nil
+}
+
+// looseTol is the gap, relative to the relaxation's objective, at which a
+// column generation that ran out of columns still serves: the rounding
+// loses 3-5 % of the bound, and a round refused for it falls back to
+// first come, first served (Sia's program with a stay of 3 on philly-48h
+// seeds 1 and 3 stopped 2.4e-5 and 3.6e-4 short after 2,000 columns,
+// docs/results.md "A stay in the backlog's weighted rounds").
+const looseTol = 1e-3
+
+// closeEnough is err, or nil where err is only that the column generation
+// stopped with its objective within looseTol of the optimum.
+func closeEnough(objective, gap float64, err error) error {
+	if errors.Is(err, lp.ErrNoConvergence) && gap <= looseTol*math.Max(1, math.Abs(objective)) {
+		return nil
+	}
+	return err
 }
 
 // raise is a second local search on a rounded selection: a job, placed

@@ -1,10 +1,14 @@
 package assign
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/hadar-sched/hadar/planner/lp"
 )
 
 // The LP relaxation bounds the exact optimum and its rounding comes close
@@ -240,6 +244,32 @@ func TestRaiseNeverLowersTheObjective(t *testing.T) {
 		}
 		if after := value(p, choice); after < before-1e-12 {
 			t.Fatalf("trial %d: objective fell from %v to %v", trial, before, after)
+		}
+	}
+}
+
+// A column generation that ran out of columns serves when its certified
+// gap is within looseTol of its objective (1e-3: 0.1 on 100, 1e-3 under
+// 1); a wider gap, or any other error, fails the round.
+func TestCloseEnough(t *testing.T) {
+	stopped := fmt.Errorf("lp: column generation: %w after 2000 columns", lp.ErrNoConvergence)
+	other := errors.New("lp: column generation master: infeasible")
+	for _, c := range []struct {
+		obj, gap float64
+		err      error
+		ok       bool
+	}{
+		{100, 0.0024, stopped, true},
+		{100, 0.0363, stopped, true},
+		{100, 0.1, stopped, true},
+		{100, 0.11, stopped, false},
+		{0.5, 1e-3, stopped, true},
+		{0.5, 2e-3, stopped, false},
+		{100, 0, other, false},
+		{100, 0, nil, true},
+	} {
+		if got := closeEnough(c.obj, c.gap, c.err); (got == nil) != c.ok || got != nil && got != c.err {
+			t.Errorf("objective %v, gap %v, %v: %v", c.obj, c.gap, c.err, got)
 		}
 	}
 }

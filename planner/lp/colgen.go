@@ -1,9 +1,16 @@
 package lp
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
+
+// ErrNoConvergence is what ColumnGeneration's error wraps when MaxIter
+// columns did not close the gap: its result is then the last master's
+// combination, feasible, with Gap the certified distance from the
+// optimum, for a caller to judge.
+var ErrNoConvergence = errors.New("no convergence")
 
 // Column generation for the allocation problems of hadar's policies.
 //
@@ -56,7 +63,8 @@ type ColGenResult[P any] struct {
 	// Iters is the number of master problems solved.
 	Iters int
 	// Gap is the last pricing's reduced cost less the convexity dual
-	// (>= 0): the objective is within Gap of the true optimum.
+	// (>= 0): the objective is within Gap of the true optimum. Set on
+	// convergence and with ErrNoConvergence.
 	Gap float64
 }
 
@@ -67,8 +75,9 @@ type ColGenResult[P any] struct {
 // master it prices at the master's capacity duals (clamped at 0), and
 // stops when the plan found has a reduced cost, less the convexity row's
 // dual, within opt.RelTol of max(1, |objective|). That plan is not added.
-// After opt.MaxIter columns, or when a master fails, it returns an error
-// with the last master's combination. Deterministic: the same pricer
+// After opt.MaxIter columns it returns an error wrapping
+// ErrNoConvergence with the last master's combination and its Gap; when a
+// master fails, an error with the combination before it. Deterministic: the same pricer
 // gives the same columns, weights and objective, bit for bit.
 func ColumnGeneration[P any](capacity []float64, price Pricer[P], opt ColGenOptions) (ColGenResult[P], error) {
 	k := len(capacity)
@@ -84,8 +93,8 @@ func ColumnGeneration[P any](capacity []float64, price Pricer[P], opt ColGenOpti
 			return res, nil
 		}
 		if iter >= opt.MaxIter {
-			res.Iters = iter
-			return res, fmt.Errorf("lp: column generation: no convergence after %d columns (gap %.3g)", iter, reduced)
+			res.Iters, res.Gap = iter, math.Max(0, reduced)
+			return res, fmt.Errorf("lp: column generation: %w after %d columns (gap %.3g)", ErrNoConvergence, iter, reduced)
 		}
 		if len(col.Usage) != k {
 			return res, fmt.Errorf("lp: column generation: a plan uses %d rows, want %d", len(col.Usage), k)

@@ -93,9 +93,15 @@ func TestColumnGenerationLimits(t *testing.T) {
 	if err == nil || res.Iters != 1 || res.Objective != 3.75 || len(res.Columns) != 1 {
 		t.Fatalf("after one column: %+v, %v; want an error and the first master's 3.75", res, err)
 	}
+	// Its gap, by hand (TestColumnGenerationHandSolved): at the first
+	// master's price 2.5 the plan {a} has reduced cost 0.5, sigma 0; the
+	// optimum, 4, is within it of 3.75.
+	if !errors.Is(err, ErrNoConvergence) || res.Gap != 0.5 {
+		t.Fatalf("after one column: gap %v, error %v; want 0.5 and ErrNoConvergence", res.Gap, err)
+	}
 	bad := func([]float64) (Column[int], float64) { return Column[int]{Value: 1, Usage: []float64{1}}, 1 }
-	if _, err := ColumnGeneration([]float64{1, 1}, bad, ColGenOptions{RelTol: 1e-9, MaxIter: 10}); err == nil {
-		t.Fatal("a plan with the wrong number of rows: no error")
+	if _, err := ColumnGeneration([]float64{1, 1}, bad, ColGenOptions{RelTol: 1e-9, MaxIter: 10}); err == nil || errors.Is(err, ErrNoConvergence) {
+		t.Fatalf("a plan with the wrong number of rows: %v, want an error of its own", err)
 	}
 	// A negative capacity makes the master infeasible: the error wraps
 	// ErrInfeasible.
