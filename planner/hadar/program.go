@@ -134,11 +134,11 @@ const (
 	// hardly charges a job hundreds of hours old. At 2, on sixteen
 	// 48-hour workloads, restarts are 4.7 times fewer (half Sia's), the
 	// averages 9 % lower and the cells above Sia's 7 instead of 11; at
-	// 0.5 and 1 fewer restarts went with less of the rest, the critical
-	// job spared the stay made its makespan worse, and a stay in the
-	// drain as well holds the long jobs' turns and raised every p99
-	// 10-33 % (docs/results.md, "A stay in the backlog's weighted
-	// rounds").
+	// 0.5, 1 and 3 the restarts fall as far but 10-12 cells stay above,
+	// sparing the critical job the stay lengthened the makespans, and a
+	// stay in the drain as well holds the long jobs' turns and raised
+	// every p99 10-33 % (docs/results.md, "A stay in the backlog's
+	// weighted rounds").
 	backlogStay = 2.0
 )
 

@@ -205,6 +205,11 @@ func (s *Scheduler) ScheduleStaying(v *round.View, stay []float64) ([]planner.Pl
 	if stay != nil && len(stay) != len(v.Jobs) {
 		return nil, fmt.Errorf("sia round at t=%.0fs: %d stay factors for %d jobs", v.Now, len(stay), len(v.Jobs))
 	}
+	for i, st := range stay {
+		if !(st >= 0) || math.IsInf(st, 1) {
+			return nil, fmt.Errorf("sia round at t=%.0fs: job %s's stay %v: want a finite number >= 0", v.Now, v.Jobs[i].ID, st)
+		}
+	}
 	// m configuration slots per job: slot wi*k + j is width wi on type j.
 	cf := round.PoseConfigs(v, func(jb *round.JobView) ([]int, [][]float64) {
 		ws, rows := s.widths(jb)

@@ -174,6 +174,11 @@ func TestSiaStayHoldsARunningJob(t *testing.T) {
 	if _, err := s.ScheduleStaying(view(c, 0, []*round.JobView{job("a", 1)}, []tp{{"k80": 1}}), []float64{0, 0}); err == nil || !strings.Contains(err.Error(), "2 stay factors for 1 jobs") {
 		t.Fatalf("two stay factors for one job: error %v", err)
 	}
+	for _, bad := range []float64{-0.5, math.NaN(), math.Inf(1)} {
+		if _, err := s.ScheduleStaying(view(c, 0, []*round.JobView{job("a", 1)}, []tp{{"k80": 1}}), []float64{bad}); err == nil || !strings.Contains(err.Error(), "job a's stay") {
+			t.Errorf("stay %v: error %v, want it refused naming the job", bad, err)
+		}
+	}
 }
 
 // The fairness exponent changes the choice. One V100 and one K80 free,
