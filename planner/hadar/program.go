@@ -178,17 +178,16 @@ func (s *Scheduler) backlogRound(v *round.View) bool {
 // either.
 func (s *Scheduler) backlogPlan(v *round.View) ([]planner.Placement, error) {
 	s.followJobs(v)
-	sv, factor, critical, stay := v, []float64(nil), []bool(nil), []float64(nil)
+	sv, factor, critical, stay := v, []float64(nil), []bool(nil), 0.0
 	if len(v.Jobs) > drainJobs {
 		cp := *v
 		cp.Jobs = make([]*round.JobView, len(v.Jobs))
 		factor, critical = s.backlogWeights(v)
-		stay = make([]float64, len(v.Jobs))
+		stay = backlogStay
 		for i, jb := range v.Jobs {
 			j := *jb
 			j.Weight = j.WeightOr1() * factor[i]
 			cp.Jobs[i] = &j
-			stay[i] = backlogStay
 		}
 		sv = &cp
 	}

@@ -193,22 +193,17 @@ func current(v *round.View, ws []int, jb *round.JobView) int {
 
 // Schedule implements round.Scheduler.
 func (s *Scheduler) Schedule(v *round.View) ([]planner.Placement, error) {
-	return s.ScheduleStaying(v, nil)
+	return s.ScheduleStaying(v, 0)
 }
 
-// ScheduleStaying is Schedule with job i's present configuration's gain
-// multiplied by 1 + stay[i] (nil or 0: Sia's own). Sia has no such term:
-// its weights are fixed, so its solution changes only as jobs come and
-// go. A caller whose weights move every round (hadar's backlog) holds a
-// running job where it is unless a move gains more than the stay.
-func (s *Scheduler) ScheduleStaying(v *round.View, stay []float64) ([]planner.Placement, error) {
-	if stay != nil && len(stay) != len(v.Jobs) {
-		return nil, fmt.Errorf("sia round at t=%.0fs: %d stay factors for %d jobs", v.Now, len(stay), len(v.Jobs))
-	}
-	for i, st := range stay {
-		if !(st >= 0) || math.IsInf(st, 1) {
-			return nil, fmt.Errorf("sia round at t=%.0fs: job %s's stay %v: want a finite number >= 0", v.Now, v.Jobs[i].ID, st)
-		}
+// ScheduleStaying is Schedule with a running job's present
+// configuration's gain multiplied by 1 + stay (0: Sia's own). Sia has no
+// such term: its weights are fixed, so its solution changes only as jobs
+// come and go. A caller whose weights move every round (hadar's backlog)
+// holds a running job where it is unless a move gains more than the stay.
+func (s *Scheduler) ScheduleStaying(v *round.View, stay float64) ([]planner.Placement, error) {
+	if !(stay >= 0) || math.IsInf(stay, 1) {
+		return nil, fmt.Errorf("sia round at t=%.0fs: stay %v: want a finite number >= 0", v.Now, stay)
 	}
 	// m configuration slots per job: slot wi*k + j is width wi on type j.
 	cf := round.PoseConfigs(v, func(jb *round.JobView) ([]int, [][]float64) {
@@ -257,8 +252,8 @@ func (s *Scheduler) ScheduleStaying(v *round.View, stay []float64) ([]planner.Pl
 				}
 				ratio[i][c] = e
 				gain[c] = w * s.gain(e)
-				if c == cur[i] && stay != nil {
-					gain[c] *= 1 + stay[i]
+				if c == cur[i] {
+					gain[c] *= 1 + stay
 				}
 			}
 		}
@@ -288,8 +283,8 @@ func (s *Scheduler) ScheduleStaying(v *round.View, stay []float64) ([]planner.Pl
 				} else {
 					r.Why = fmt.Sprintf("sia: on %s, normalized goodput %.2f (its slowest type = its width; after the restart factor), p = %g", v.Types[c], ratio[i][c], s.cfg.P)
 				}
-				if c == cur[i] && stay != nil && stay[i] != 0 {
-					r.Why += fmt.Sprintf("; where it runs, its term x%.3g to stay", 1+stay[i])
+				if c == cur[i] && stay != 0 {
+					r.Why += fmt.Sprintf("; where it runs, its term x%.3g to stay", 1+stay)
 				}
 			}
 			v.Explain(i, r)

@@ -135,12 +135,12 @@ func TestSiaRestartFactorKeepsARunningJob(t *testing.T) {
 // each): a runs on it, b waits with weight 1.2. Sia's own (stay nil or
 // 0) runs b, 0.12 against 0.1; a stay of 0.5 makes a's term 0.15 where
 // it runs and it stays, its reason naming the stay; at 0.1 (0.11) b
-// still wins. Stay factors not one per job are refused.
+// still wins. A stay that is not a finite number >= 0 is refused.
 func TestSiaStayHoldsARunningJob(t *testing.T) {
 	for _, tc := range []struct {
-		stay []float64
+		stay float64
 		want string
-	}{{nil, "b"}, {[]float64{0, 0}, "b"}, {[]float64{0.1, 0}, "b"}, {[]float64{0.5, 0}, "a"}} {
+	}{{0, "b"}, {0.1, "b"}, {0.5, "a"}} {
 		c := cluster(map[planner.GPUType]int{"k80": 1})
 		a, b := job("a", 1), job("b", 1)
 		b.Weight = 1.2
@@ -171,12 +171,9 @@ func TestSiaStayHoldsARunningJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := cluster(map[planner.GPUType]int{"k80": 1})
-	if _, err := s.ScheduleStaying(view(c, 0, []*round.JobView{job("a", 1)}, []tp{{"k80": 1}}), []float64{0, 0}); err == nil || !strings.Contains(err.Error(), "2 stay factors for 1 jobs") {
-		t.Fatalf("two stay factors for one job: error %v", err)
-	}
 	for _, bad := range []float64{-0.5, math.NaN(), math.Inf(1)} {
-		if _, err := s.ScheduleStaying(view(c, 0, []*round.JobView{job("a", 1)}, []tp{{"k80": 1}}), []float64{bad}); err == nil || !strings.Contains(err.Error(), "job a's stay") {
-			t.Errorf("stay %v: error %v, want it refused naming the job", bad, err)
+		if _, err := s.ScheduleStaying(view(c, 0, []*round.JobView{job("a", 1)}, []tp{{"k80": 1}}), bad); err == nil || !strings.Contains(err.Error(), "want a finite number >= 0") {
+			t.Errorf("stay %v: error %v, want it refused", bad, err)
 		}
 	}
 }
