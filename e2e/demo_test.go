@@ -203,6 +203,19 @@ func demoProcesses(st demo.State, name string) []string {
 	return out
 }
 
+// socketsOutside lists the unix sockets that the demo's processes have
+// bound outside its directory.
+func socketsOutside(st demo.State) []string {
+	var pids []int
+	for _, p := range demoProcesses(st, "") {
+		pid, _, _ := strings.Cut(p, " ")
+		if n, err := strconv.Atoi(pid); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	return harness.SocketsOutside(st.Dir, pids...)
+}
+
 // wantNothingLeft checks, without the demo's own code, that nothing of
 // the run is left: no process, no bound port, no mount, no directory.
 func wantNothingLeft(t *testing.T, st demo.State) {
@@ -260,6 +273,9 @@ func TestDemoInterrupted(t *testing.T) {
 		d := startDemo(t)
 		st := d.state()
 		d.waitTrainers(st, 2)
+		if out := socketsOutside(st); len(out) > 0 {
+			t.Errorf("the demo's processes bound sockets outside its directory, left behind when they are killed: %v", out)
+		}
 		if len(st.Procs) < 1+len(demo.Cluster)+1 {
 			st = d.state() // the sidecar is recorded once it started
 		}

@@ -241,6 +241,12 @@ func testTrainStopResume(t *testing.T, version string) {
 		t.Errorf("start event details %v: want model Tesla V100-SXM2-16GB at 40 steps/s", ev.Details)
 	}
 
+	// The agent, its plugins and the task's logmon keep their sockets in
+	// the agent's directory: a killed plugin's would stay in /tmp.
+	if out := a.SocketsOutside(); len(out) > 0 {
+		t.Errorf("sockets bound outside the agent's directory: %v", out)
+	}
+
 	// The training process itself has them in its environment.
 	env := processEnv(t, alloc.ID, "hadar-trainer")
 	for k, want := range map[string]string{"HADAR_STEPS_PER_SEC": "40", "HADAR_GPU_MODEL": "Tesla V100-SXM2-16GB", "HADAR_TOTAL_STEPS": "100000", "HADAR_JOB_ID": jobID} {

@@ -260,6 +260,12 @@ func startAgent(t host, opts Options) (*Agent, error) {
 	if err := os.Mkdir(filepath.Join(dir, "data"), 0o711); err != nil {
 		return nil, err
 	}
+	// The agent's TMPDIR, inherited by its plugins, executors and logmon:
+	// go-plugin's sockets of a plugin that is killed stay here, removed
+	// with the directory, and not in the system's /tmp.
+	if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o700); err != nil {
+		return nil, err
+	}
 	ports, err := reservePorts(3)
 	if err != nil {
 		return nil, err
@@ -319,7 +325,7 @@ func (a *Agent) start() error {
 	}
 	p := &agentProc{cmd: exec.Command(a.opts.NomadBin, args...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	p.cmd.Env = append(os.Environ(), RunEnv+"="+runID(), agentDirEnv+"="+a.Dir)
+	p.cmd.Env = append(os.Environ(), RunEnv+"="+runID(), agentDirEnv+"="+a.Dir, "TMPDIR="+filepath.Join(a.Dir, "tmp"))
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		logf.Close()

@@ -60,6 +60,7 @@ type demo struct {
 	o         Options
 	out       io.Writer
 	dir       string // temporary: agents' data, shared checkpoints
+	tmp       string // TMPDIR of the agents and the sidecar, under dir
 	shared    string
 	logs      string
 	run       string
@@ -224,6 +225,13 @@ func (d *demo) preflight() error {
 	if err := os.MkdirAll(d.logs, 0o755); err != nil {
 		return err
 	}
+	// The agents, their plugins, executors and logmon, and the sidecar
+	// keep their temporary files (go-plugin's sockets among them) here,
+	// so a demo that is killed leaves none in the system's /tmp.
+	d.tmp = filepath.Join(d.dir, "tmp")
+	if err := os.Mkdir(d.tmp, 0o700); err != nil {
+		return err
+	}
 	d.shared = filepath.Join(d.dir, "shared")
 	for _, sub := range []string{"checkpoints", "merge"} {
 		if err := os.MkdirAll(filepath.Join(d.shared, sub), 0o755); err != nil {
@@ -253,7 +261,7 @@ func (d *demo) startCluster(ctx context.Context) error {
 	o := d.o
 	d.step(1, "starting Nomad on loopback: one server and %d clients with declared GPUs in two racks (data in %s, logs in %s)", len(Cluster), d.dir, d.logs)
 	ports := o.NomadPorts
-	env := []string{RunEnv + "=" + d.run}
+	env := []string{RunEnv + "=" + d.run, "TMPDIR=" + d.tmp}
 	srvPorts := Ports{ports[0], ports[1], ports[2]}
 	start := time.Now()
 	p, err := d.startAgent("server", agentConfig("server", srvPorts, true, nil, nil, nil), env)
@@ -428,7 +436,7 @@ func (d *demo) startSidecar(ctx context.Context) error {
 		return err
 	}
 	logPath := filepath.Join(d.logs, "sidecar.log")
-	p, err := startProc("sidecar", logPath, []string{RunEnv + "=" + d.run}, filepath.Join(d.o.Bin, "hadar"), "sidecar", "-config", path)
+	p, err := startProc("sidecar", logPath, []string{RunEnv + "=" + d.run, "TMPDIR=" + d.tmp}, filepath.Join(d.o.Bin, "hadar"), "sidecar", "-config", path)
 	if err != nil {
 		return err
 	}
