@@ -19,9 +19,13 @@ import (
 // steps/s 1, 1.8 and 3) on one node of eight V100s, none running, with
 // the given steps left (an hour per 3,600 at width 2).
 func elasticRound(now float64, ids []string, steps []float64) *round.View {
+	return elasticRoundAt(now, ids, steps, map[int]float64{2: 1, 4: 1.8, 8: 3})
+}
+
+// elasticRoundAt is elasticRound with the jobs' steps/s at each width.
+func elasticRoundAt(now float64, ids []string, steps []float64, rate map[int]float64) *round.View {
 	c := planner.Cluster{Nodes: []planner.Node{node("v0", "v100", 8)}}
 	v := &round.View{Now: now, Round: 360, Types: c.Types(), Cluster: c, Pool: round.NewPool(c), Capacity: []float64{8}}
-	rate := map[int]float64{2: 1, 4: 1.8, 8: 3}
 	for n, id := range ids {
 		jv := &round.JobView{Job: planner.Job{ID: id, Model: "m", ScaleFactor: 2, Widths: []int{2, 4, 8}, TotalSteps: steps[n], Weight: 1},
 			Remaining: steps[n], Received: []float64{0}, Throughput: []float64{rate[2]}}
@@ -34,20 +38,28 @@ func elasticRound(now float64, ids []string, steps []float64) *round.View {
 	return v
 }
 
+// tailRates is the steps/s of the tail tests' jobs at widths 2, 4 and 8:
+// eight GPUs are worth less to the makespan's job than four to it and
+// two to each of two others (2.4 x 100 against 1.8 x 100 + 2 x 50).
+func tailRates() map[int]float64 { return map[int]float64{2: 1, 4: 1.8, 8: 2.4} }
+
 // programView is three long jobs (100 h left at width 2) and three short
-// ones (2 h).
+// ones (2.5 h).
 func programView() *round.View {
-	return elasticRound(3600, []string{"short1", "long1", "short2", "long2", "short3", "long3"}, []float64{7200, 360000, 7200, 360000, 7200, 360000})
+	return elasticRoundAt(3600, []string{"short1", "long1", "short2", "long2", "short3", "long3"}, []float64{9000, 360000, 9000, 360000, 9000, 360000}, tailRates())
 }
 
 // In a round with elastic jobs the configuration program chooses: the
 // tail jobs (the longest projected JCTs, which make the p99 and the
-// makespan) are worth tailBoost times Smith's rule, so the three long
-// jobs take the eight GPUs (4 + 2 + 2, the most they gain together)
-// while the short ones, first by remaining time alone, wait. The
-// primal-dual (NoProgram) serves the short jobs first.
+// makespan) are worth Smith's rule times tailBoost (the first, here
+// long1: the three tie and keep their order) or tailBoostRest (the
+// others), so the three long jobs take the eight GPUs (4 + 2 + 2, gains
+// 1.8 + 0.5 + 0.5 per hour, against 2.4 for long1 alone on eight or
+// 0.4 for a short job on two) while the short ones, first by remaining
+// time alone, wait. The primal-dual (NoProgram) serves the short jobs
+// first.
 func TestProgramRunsTheTailJobs(t *testing.T) {
-	prof := widthRates{"m": {2: 1, 4: 1.8, 8: 3}}
+	prof := widthRates{"m": tailRates()}
 	s, err := New(Config{Speed: speed.Model{Profile: prof}, MinRunTime: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -67,15 +79,19 @@ func TestProgramRunsTheTailJobs(t *testing.T) {
 	if sum != 8 {
 		t.Fatalf("long jobs on %v, want all eight GPUs (4 + 2 + 2)", got)
 	}
+	if got["long1"] != 4 {
+		t.Errorf("long1, the makespan's tail job, on %d GPUs, want 4 (%v)", got["long1"], got)
+	}
 	// Each reason says what the program weighed: a long job's hours of
-	// work at its width (100 h at 2 GPUs, 55.6 h at 4) and that it is a
-	// tail job; a short one's that it was left out.
+	// work at its width (100 h at 2 GPUs, 55.6 h at 4) and its tail
+	// boost; a short one's that it was left out.
 	hours := map[int]string{2: "100.0 h", 4: "55.6 h"}
+	boost := map[string]string{"long1": "(x100)", "long2": "(x50)", "long3": "(x50)"}
 	for i, jb := range v.Jobs {
 		why := v.Reasons[i].Why
 		if n := got[jb.ID]; strings.HasPrefix(jb.ID, "long") {
-			if want := fmt.Sprintf("%d GPUs of v100 by the configuration program: %s of work left there", n, hours[n]); !strings.Contains(why, want) || !strings.Contains(why, "longest projected JCT") {
-				t.Errorf("%s's reason %q, want %q and that it is a tail job", jb.ID, why, want)
+			if want := fmt.Sprintf("%d GPUs of v100 by the configuration program: %s of work left there", n, hours[n]); !strings.Contains(why, want) || !strings.Contains(why, "longest projected JCT "+boost[jb.ID]) {
+				t.Errorf("%s's reason %q, want %q and that it is a tail job %s", jb.ID, why, want, boost[jb.ID])
 			}
 		} else if n == 0 && !strings.Contains(why, "left out by the configuration program") {
 			t.Errorf("%s waits, its reason %q", jb.ID, why)
@@ -205,15 +221,15 @@ func TestProgramChargesAMoveItsMinimumRunTimes(t *testing.T) {
 }
 
 // tailRound is a round at now of four waiting elastic jobs whose
-// projected JCTs (age plus the hours left at width 8, 3 steps/s) are
+// projected JCTs (age plus the hours left at width 8, 2.4 steps/s) are
 // the given hours.
 func tailRound(now float64, proj map[string]float64) *round.View {
 	ids := []string{"a", "b", "c", "d"}
 	steps := make([]float64, len(ids))
 	for i, id := range ids {
-		steps[i] = (proj[id]*3600 - now) * 3
+		steps[i] = (proj[id]*3600 - now) * tailRates()[8]
 	}
-	return elasticRound(now, ids, steps)
+	return elasticRoundAt(now, ids, steps, tailRates())
 }
 
 // The tail changes hands only when a job passes one of its members by
@@ -223,7 +239,7 @@ func tailRound(now float64, proj map[string]float64) *round.View {
 // The held tail survives a snapshot (a sidecar restarted between two
 // rounds keeps it) and a fill mid-round does not change it.
 func TestProgramTailChangesHandsByItsHold(t *testing.T) {
-	cfg := Config{Speed: speed.Model{Profile: widthRates{"m": {2: 1, 4: 1.8, 8: 3}}}, MinRunTime: -1}
+	cfg := Config{Speed: speed.Model{Profile: widthRates{"m": tailRates()}}, MinRunTime: -1}
 	newSched := func() *Scheduler {
 		s, err := New(cfg)
 		if err != nil {
