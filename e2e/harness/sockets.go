@@ -46,9 +46,9 @@ func SocketsOutside(dir string, pids ...int) []string {
 	return out
 }
 
-// SocketsOutside lists the named unix sockets that the agent and what it
-// started (plugins, executors, logmon, tasks) have bound outside its
-// directory.
+// SocketsOutside lists the named unix sockets that the agent and the
+// processes that inherit its environment (plugins, executors, logmon)
+// have bound outside its directory.
 func (a *Agent) SocketsOutside() []string {
 	var pids []int
 	for _, l := range scanProcesses(func(pi procInfo) string {

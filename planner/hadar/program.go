@@ -262,9 +262,10 @@ func (s *Scheduler) backlogWeights(v *round.View) (factor []float64, critical []
 // the jobs' gains, placed by round.Assign. A job's gain in a
 // configuration is Smith's rule, its weight over the hours it would still
 // need there (the average JCT), times tailBoost for the tail's first job
-// (the makespan) and tailBoostRest for its others (the p99); a move adds moveRuns of the job's minimum run
-// time to those hours and pays Sia's restart factor (age/(age+R), a first
-// restart), and the present configuration gains stayBonus. Pinned jobs keep their GPUs;
+// (the makespan) and tailBoostRest for its others (the p99); a move adds
+// moveRuns of the job's minimum run time to those hours and pays Sia's
+// restart factor (age/(age+R), a first restart), and the present
+// configuration gains stayBonus. Pinned jobs keep their GPUs;
 // mid-round, running jobs keep theirs and the idle GPUs go to the waiting
 // ones. A throughput that is not a positive number is no configuration.
 func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
