@@ -132,7 +132,7 @@ func TestSiaRestartFactorKeepsARunningJob(t *testing.T) {
 }
 
 // One K80, two jobs of the same goodput (a term of lambda_n - 1 = 0.1
-// each): a runs on it, b waits with weight 1.2. Sia's own (stay nil or
+// each): a runs on it, b waits with weight 1.2. Sia's own (stay
 // 0) runs b, 0.12 against 0.1; a stay of 0.5 makes a's term 0.15 where
 // it runs and it stays, its reason naming the stay; at 0.1 (0.11) b
 // still wins. A stay that is not a finite number >= 0 is refused.
