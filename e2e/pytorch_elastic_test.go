@@ -46,18 +46,21 @@ func TestPyTorchElasticResizedTwice(t *testing.T) {
 }
 
 // TestPyTorchElasticResizedByHadar is the same story under hadar, the
-// default policy: its configuration program charges a move four minimum
-// run times (40 s at min_run_time 10s) on top of the remaining time. The
-// job is declared as Transformer (batch size 256), whose figures in the
-// profile (1.60 steps/s on one V100, 2.89 on two) make a move pay within
-// the test's minutes: alone it takes both GPUs (it is done sooner); when
-// the rigid job (26 s of work) arrives, running both beats keeping el at 2
+// default policy: its configuration program charges a move half the time
+// the job would still need where it moves, between one and four minimum
+// run times (10 s to 40 s at min_run_time 10s; 40 s while el needs more
+// than 80 s there, 231 steps at width 2), on top of that time. The job is
+// declared as Transformer (batch size 256), whose figures in the profile
+// (1.60 steps/s on one V100, 2.89 on two) make a move pay within the
+// test's minutes: alone it takes both GPUs (it is done sooner); when the
+// rigid job (26 s of work) arrives, running both beats keeping el at 2
 // (el gives up 1 / 0.130 h, pays 40 s); when it has gone, growing back
-// pays while el has more than 112 s of work left at width 1, about 180
-// steps (1.1 / h1 against 1 / (h2 + 40 s)): as little margin as the sia
-// story's, which needs only that el is not done. The emulated pace (8
-// steps/s) sets only how fast the test runs. Each reason is the
-// program's.
+// pays while el has more than 45 steps left (1.1 / h1 against 1 / (h2 +
+// charge)), and the charge is 40 s while it has more than 231: el,
+// shrunk with over 1,000 steps left and emulated at 8 steps/s, has at
+// least 40 s of the rigid job's work (over 300 steps) behind it and
+// hundreds ahead. The emulated pace sets only how fast the test runs.
+// Each reason is the program's.
 func TestPyTorchElasticResizedByHadar(t *testing.T) {
 	skipShort(t)
 	resizedTwice(t, "elh-dev", "hadar", "Transformer (batch size 256)", "10s", func(n int) string {

@@ -181,31 +181,39 @@ func TestProgramSkipsNonFiniteThroughput(t *testing.T) {
 	}
 }
 
-// A move is charged moveRuns of the job's minimum run time: elastic a
-// (2 h left at width 2, 40 min at width 8) runs alone at width 2 on eight
-// V100s. Charged 2 h (the default 30 minutes, or a's own 30 minutes
-// under a 5-minute default) it stays: 1.1 / 2 h against 1 / (40 min +
-// 2 h) at width 8. Charged 20 min (a 5-minute minimum run time) or
-// nothing (none), growing to 8 pays: 1 / (40 + 20 min) and 1 / 40 min.
+// A move is charged the hours the job would still need where it moves
+// times moveShare, between one and moveRuns of its minimum run time:
+// elastic a, running alone at width 2 on eight V100s (3 times as fast at
+// width 8), stays where it would be done before the charge pays back
+// and grows otherwise. Under the default 30 minutes: 30 min left at
+// width 2 (10 min at 8, charged the floor of 30 min) it stays, 1.1 / 30
+// min against 1 / 40 min; 2 h left (40 min at 8, charged 30 min) it
+// grows, where the charge of four minimum run times kept it (1 / 2 h 40
+// min); 6 h left (2 h at 8) it is charged half, 60 min; 24 h left (8 h
+// at 8) the cap, 2 h. The job's own minimum run time counts over the
+// configuration's; none charges nothing.
 func TestProgramChargesAMoveItsMinimumRunTimes(t *testing.T) {
 	for _, tc := range []struct {
-		name         string
-		cfgMin, own  float64
-		want         int
-		charge       string
-		wantsCharged bool
+		name          string
+		cfgMin, own   float64
+		steps         float64 // seconds left at width 2
+		want          int
+		charge, spent string
 	}{
-		{"default 30 min", 0, 0, 2, "", false},
-		{"5 min", 300, 0, 8, "the move charged 20 min", true},
-		{"5 min, the job's own 30 min", 300, 1800, 2, "", false},
-		{"none", -1, 0, 8, "the move charged 0 s", true},
+		{"default 30 min, 30 min left", 0, 0, 1800, 2, "", ""},
+		{"default 30 min, 2 h left", 0, 0, 7200, 8, "the move charged 30 min", "(2.0 h on its 2 GPUs of v100)"},
+		{"default 30 min, 6 h left", 0, 0, 6 * 3600, 8, "the move charged 60 min", "(6.0 h on its 2 GPUs of v100)"},
+		{"default 30 min, 24 h left", 0, 0, 24 * 3600, 8, "the move charged 2.0 h", "(24.0 h on its 2 GPUs of v100)"},
+		{"5 min, 30 min left", 300, 0, 1800, 8, "the move charged 5 min", "(30 min on its 2 GPUs of v100)"},
+		{"5 min, the job's own 30 min", 300, 1800, 1800, 2, "", ""},
+		{"none", -1, 0, 1800, 8, "the move charged 0 s", "(30 min on its 2 GPUs of v100)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := New(Config{Speed: speed.Model{Profile: widthRates{"m": {2: 1, 4: 1.8, 8: 3}}}, MinRunTime: tc.cfgMin})
 			if err != nil {
 				t.Fatal(err)
 			}
-			v := elasticRound(7200, []string{"a"}, []float64{7200})
+			v := elasticRound(7200, []string{"a"}, []float64{tc.steps})
 			v.Jobs[0].MinRunTime = tc.own
 			v.Jobs[0].Placement = planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{{Node: "v0", Type: "v100", Count: 2}}}}}
 			got := planned(t, s, v)
@@ -213,8 +221,8 @@ func TestProgramChargesAMoveItsMinimumRunTimes(t *testing.T) {
 			if got["a"] != tc.want {
 				t.Fatalf("a on %d GPUs, want %d (%s)", got["a"], tc.want, why)
 			}
-			if tc.wantsCharged && (!strings.Contains(why, tc.charge) || !strings.Contains(why, "(2.0 h on its 2 GPUs of v100)")) {
-				t.Errorf("a grew, its reason %q: want %q and the hours it had on its 2 GPUs", why, tc.charge)
+			if tc.charge != "" && (!strings.Contains(why, tc.charge) || !strings.Contains(why, tc.spent)) {
+				t.Errorf("a grew, its reason %q: want %q and %q", why, tc.charge, tc.spent)
 			}
 		})
 	}
