@@ -94,7 +94,7 @@ const (
 	// stayBonus is what a running job's present configuration gains over
 	// a move at the same rate: a move for less is undone soon after.
 	stayBonus = 0.1
-	// moveRuns is how many of the job's minimum run times a move is
+	// moveRuns is the most of the job's minimum run times a move is
 	// charged as time added to its remaining, as hadar's restartCharge
 	// charges a preemption: the minimum run time pins the job where it
 	// moved, and a move often brings a move back. At the default 30
@@ -102,13 +102,14 @@ const (
 	// costs only the restart factor and the stay bonus.
 	moveRuns = 4.0
 	// moveShare caps a move's charge at this share of the hours the job
-	// still needs where it moves (never under one minimum run time): a
-	// job that is done there sooner leaves the pin by finishing, and a
-	// short job charged 2 h stays where a fill put it, a 40-minute
-	// Transformer on a K80 for 3.8 h while a V100 comes free. Measured
-	// on 108 8-hour rows: 12 rows short of 10 % under Sia's average
-	// against 16, 11 cells above Sia's against 13, restarts +17 %
-	// (docs/results.md, "A move's charge capped by the time it needs").
+	// still needs where it moves (never under one minimum run time, the
+	// pin a move brings): a job done there sooner leaves the pin by
+	// finishing, and a short job charged 2 h stays where a fill put it,
+	// a 40-minute Transformer on a K80 for 3.8 h while a V100 comes
+	// free. Measured on 108 8-hour rows: 12 rows short of 10 % under
+	// Sia's average against 16, 11 cells above Sia's against 13,
+	// restarts +17 % (docs/results.md, "A move's charge capped by the
+	// time it needs").
 	moveShare = 0.5
 	// backlogJobs is the most active jobs a round may have for the
 	// program to plan it. The program's tail of three jobs turns the p99
