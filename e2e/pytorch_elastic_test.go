@@ -57,10 +57,11 @@ func TestPyTorchElasticResizedTwice(t *testing.T) {
 // (el gives up 1 / 0.130 h, pays 40 s); when it has gone, growing back
 // pays while el has more than 45 steps left (1.1 / h1 against 1 / (h2 +
 // charge)), and the charge is 40 s while it has more than 231: el,
-// shrunk with over 1,000 steps left and emulated at 8 steps/s, has at
-// least 40 s of the rigid job's work (over 300 steps) behind it and
-// hundreds ahead. The emulated pace sets only how fast the test runs.
-// Each reason is the program's.
+// shrunk with over 1,000 steps left, runs at width 1 while the rigid
+// job does its 300 steps at the same emulated pace (8 steps/s), so it
+// does about as many and has hundreds left when it grows back. The
+// emulated pace sets only how fast the test runs. Each reason is the
+// program's.
 func TestPyTorchElasticResizedByHadar(t *testing.T) {
 	skipShort(t)
 	resizedTwice(t, "elh-dev", "hadar", "Transformer (batch size 256)", "10s", func(n int) string {
