@@ -307,10 +307,11 @@ func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
 				if j >= len(row) || !usable(row[j]) || float64(n) > capacity[j] {
 					continue
 				}
-				hours := jb.Remaining / row[j] / 3600
+				need := jb.Remaining / row[j]
+				hours := need / 3600
 				switch {
 				case cur[i] >= 0 && c != cur[i]:
-					hours += s.moveCharge(jb, hours*3600) / 3600
+					hours += s.moveCharge(jb, need) / 3600
 					gain[c] = w / hours
 					if age := v.Age(jb); age >= s.cfg.RestartCost {
 						gain[c] *= age / (age + s.cfg.RestartCost)

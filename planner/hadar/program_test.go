@@ -19,8 +19,12 @@ import (
 // steps/s 1, 1.8 and 3) on one node of eight V100s, none running, with
 // the given steps left (an hour per 3,600 at width 2).
 func elasticRound(now float64, ids []string, steps []float64) *round.View {
-	return elasticRoundAt(now, ids, steps, map[int]float64{2: 1, 4: 1.8, 8: 3})
+	return elasticRoundAt(now, ids, steps, elasticRates())
 }
+
+// elasticRates is the steps/s of elasticRound's jobs at widths 2, 4 and
+// 8, which the tests' profiles give the scheduler too.
+func elasticRates() map[int]float64 { return map[int]float64{2: 1, 4: 1.8, 8: 3} }
 
 // elasticRoundAt is elasticRound with the jobs' steps/s at each width.
 func elasticRoundAt(now float64, ids []string, steps []float64, rate map[int]float64) *round.View {
@@ -114,7 +118,7 @@ func manyElasticView(now float64, n int) *round.View {
 // TestDrainIsSiasProgram), and a snapshot keeps that (a sidecar
 // restarted in a backlog goes on with the backlog's planning).
 func TestProgramGivesWayToABacklog(t *testing.T) {
-	cfg := Config{Speed: speed.Model{Profile: widthRates{"m": {2: 1, 4: 1.8, 8: 3}}}, MinRunTime: -1}
+	cfg := Config{Speed: speed.Model{Profile: widthRates{"m": elasticRates()}}, MinRunTime: -1}
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +168,7 @@ func TestProgramGivesWayToABacklog(t *testing.T) {
 // not learn) is no configuration: the program neither chooses it nor
 // weighs a gain from it.
 func TestProgramSkipsNonFiniteThroughput(t *testing.T) {
-	prof := widthRates{"m": {2: 1, 4: 1.8, 8: 3}}
+	prof := widthRates{"m": elasticRates()}
 	s, err := New(Config{Speed: speed.Model{Profile: prof}, MinRunTime: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +213,7 @@ func TestProgramChargesAMoveItsMinimumRunTimes(t *testing.T) {
 		{"none", -1, 0, 1800, 8, "the move charged 0 s", "(30 min on its 2 GPUs of v100)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := New(Config{Speed: speed.Model{Profile: widthRates{"m": {2: 1, 4: 1.8, 8: 3}}}, MinRunTime: tc.cfgMin})
+			s, err := New(Config{Speed: speed.Model{Profile: widthRates{"m": elasticRates()}}, MinRunTime: tc.cfgMin})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -321,7 +325,7 @@ func TestProgramTailChangesHandsByItsHold(t *testing.T) {
 // the nodrain ablation stay the primal-dual's, and a snapshot carries
 // the drain's Sia (its restart counts).
 func TestDrainIsSiasProgram(t *testing.T) {
-	prof := widthRates{"m": {2: 1, 4: 1.8, 8: 3}}
+	prof := widthRates{"m": elasticRates()}
 	cfg := Config{Speed: speed.Model{Profile: prof}, MinRunTime: -1, RestartCost: 30}
 	now := 0.0
 	plan := func(s *Scheduler, v *round.View) []planner.Placement {
