@@ -60,23 +60,36 @@ func currentSlot(v *round.View, ws []int, jb *round.JobView) int {
 // The configuration program's constants (docs/results.md, "A per-round
 // configuration program for elastic rounds").
 const (
-	// tailJobs is how many jobs of a round are its tail: the longest
-	// projected JCTs (age plus the remaining time at the best
-	// configuration). The p99 of 160 jobs is the second-longest JCT.
+	// tailJobs is how many jobs of a round are its tail, which a round
+	// boundary remembers for tailHold: the longest projected JCTs (age
+	// plus the remaining time at the best configuration). The p99 of 160
+	// jobs is the second-longest JCT.
 	tailJobs = 3
 	// tailBoost multiplies the gain of the tail's first job, the longest
 	// projected JCT (the makespan's): enough to run it ahead of all but
 	// much shorter jobs, not so much that it takes its widest
 	// configuration whatever that costs the others.
 	tailBoost = 100.0
-	// tailBoostRest multiplies the other tail jobs' gains (the p99's).
-	// At tailBoost they took the fast GPUs from jobs the average needs:
-	// on 108 eight-hour workloads 24 rows fell short of 10 % under Sia's
-	// average against 16 at 50, for 12 cells above Sia's against 13 (the
-	// largest excess 8.0 % against 4.2 %); at 50 for the first job too,
-	// makespans rose above Sia's (docs/results.md, "The tail's boost for
+	// tailBoostRest is the most the other jobs' gains are multiplied by
+	// for the p99, which for 160 jobs is the second-longest JCT: the
+	// job with the second-longest projected JCT gets it, and a job whose
+	// projection is a share q of that one's gets tailBoostRest *
+	// q^tailCurve, none under 1. At tailBoost they took the fast GPUs
+	// from jobs the average needs (docs/results.md, "The tail's boost for
 	// the p99 jobs").
 	tailBoostRest = 50.0
+	// tailCurve is how fast the p99's boost falls with a job's projected
+	// JCT: x14 at 90 % of the second-longest, x3.4 at 80 %, none under
+	// about 72 %. Boosted by rank, the second and third jobs x50 and the
+	// fourth nothing, a job that fell to fourth lost the GPUs at once and
+	// waited until it rose again (philly-8h seed 13 all elastic: its p99
+	// job 41 h, ending 26 h after Sia's); falling with the projection,
+	// the boost loses a job its GPUs only as others pass it by a margin.
+	// At 12, on 137 eight-hour rows, 17 rows short of 10 % under Sia's
+	// average against 19, 11 cells above Sia's against 14, restarts -3 %;
+	// at 6 and at 24 or more, short rows or p99 cells rise
+	// (docs/results.md, "The p99's boost by projection").
+	tailCurve = 12.0
 	// tailStick lifts a running job's projection when the tail is
 	// ranked: a tail job running at its best keeps its projection while
 	// a waiting one's grows, and without it the tail jobs would take
@@ -271,8 +284,9 @@ func (s *Scheduler) backlogWeights(v *round.View) (factor []float64, critical []
 // type) or none per job, chosen by planner/assign to maximize the sum of
 // the jobs' gains, placed by round.Assign. A job's gain in a
 // configuration is Smith's rule, its weight over the hours it would still
-// need there (the average JCT), times tailBoost for the tail's first job
-// (the makespan) and tailBoostRest for its others (the p99); a move adds
+// need there (the average JCT), times tailBoost for the longest projected
+// JCT (the makespan) and up to tailBoostRest for the others near the
+// second-longest (the p99; see tail); a move adds
 // its charge (moveCharge) to those hours and pays Sia's
 // restart factor (age/(age+R), a first restart), and the present
 // configuration gains stayBonus. Pinned jobs keep their GPUs;
@@ -286,7 +300,7 @@ func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
 	for i, jb := range v.Jobs {
 		best[i], _ = bestRates(jb.Remaining, ws[i], rows[i])
 	}
-	boost := s.tail(v, best)
+	boost, share := s.tail(v, best)
 	p := assign.Slots(k, m, capacity)
 	var idx []int // problem job -> view job
 	for i, jb := range v.Jobs {
@@ -338,7 +352,7 @@ func (s *Scheduler) program(v *round.View) ([]planner.Placement, error) {
 			r.Utility = p.G(q, c)
 			jb := v.Jobs[i]
 			charge := s.moveCharge(jb, jb.Remaining/rows[i][c/k][c%k])
-			r.Why = programWhy(v, ws[i], rows[i], cur[i], c, jb.Remaining, charge, p.G(q, c), boost[i])
+			r.Why = programWhy(v, ws[i], rows[i], cur[i], c, jb.Remaining, charge, p.G(q, c), boost[i], share[i])
 		}
 		v.Explain(i, r)
 	}
@@ -377,8 +391,10 @@ func usable(tp float64) bool { return tp > 0 && !math.IsInf(tp, 1) }
 // programWhy is the reason of a job the program runs at slot c of its
 // widths ws and rows (cur: the slot it ran in, or -1), with remaining
 // steps left, the seconds a move is charged and the gain the program
-// weighed and the job's tail boost (0: not in the tail).
-func programWhy(v *round.View, ws []int, rows [][]float64, cur, c int, left, charge, gain, boost float64) string {
+// weighed, and the job's tail boost (0: none) and its projected JCT's
+// share of the second-longest's, as tail gives them (only the longest
+// gets tailBoost, the others at most tailBoostRest).
+func programWhy(v *round.View, ws []int, rows [][]float64, cur, c int, left, charge, gain, boost, share float64) string {
 	k := len(v.Types)
 	why := fmt.Sprintf("hadar: %d GPUs of %s by the configuration program: %s of work left there", ws[c/k], v.Types[c%k], hours(left/rows[c/k][c%k]))
 	if cur >= 0 && cur != c {
@@ -388,19 +404,24 @@ func programWhy(v *round.View, ws []int, rows [][]float64, cur, c int, left, cha
 		why += fmt.Sprintf(", the move charged %s", hours(charge))
 	}
 	why += fmt.Sprintf(", gain %.3g per hour", gain)
-	if boost > 0 {
-		why += fmt.Sprintf(", one of the %d jobs with the longest projected JCT (x%g)", tailJobs, boost)
+	switch {
+	case boost == tailBoost:
+		why += fmt.Sprintf(", the longest projected JCT (x%g)", boost)
+	case boost > 0:
+		why += fmt.Sprintf(", its projected JCT %.0f %% of the second-longest (x%.3g)", 100*share, boost)
 	}
 	return why
 }
 
-// tail is each job's boost: tailBoost for the job of v with the longest
-// projected JCT, tailBoostRest for the next tailJobs-1, 0 for the others;
-// a running job's projection is lifted by tailStick and one in the
-// previous boundary's tail by tailHold; best[i] is job i's best steps/s.
-// A round boundary remembers its tail for the next; a fill mid-round,
-// where the running jobs keep their GPUs, does not change it.
-func (s *Scheduler) tail(v *round.View, best []float64) []float64 {
+// tail is each job's boost and its projected JCT's share of the
+// second-longest's: tailBoost for the job of v with the longest projected
+// JCT (the makespan's), tailBoostRest * share^tailCurve for the others
+// (the p99's) where that is over 1, else 0; a running job's projection is
+// lifted by tailStick and one in the previous boundary's tail (its
+// tailJobs longest) by tailHold; best[i] is job i's best steps/s. A round
+// boundary remembers its tail for the next; a fill mid-round, where the
+// running jobs keep their GPUs, does not change it.
+func (s *Scheduler) tail(v *round.View, best []float64) (boost, share []float64) {
 	proj := make([]float64, len(v.Jobs))
 	var order []int
 	for i, jb := range v.Jobs {
@@ -417,11 +438,17 @@ func (s *Scheduler) tail(v *round.View, best []float64) []float64 {
 		order = append(order, i)
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(proj[b], proj[a]) })
-	boost := make([]float64, len(v.Jobs))
-	for r, i := range order[:min(tailJobs, len(order))] {
-		boost[i] = tailBoostRest
-		if r == 0 {
-			boost[i] = tailBoost
+	boost, share = make([]float64, len(v.Jobs)), make([]float64, len(v.Jobs))
+	if len(order) > 0 {
+		boost[order[0]], share[order[0]] = tailBoost, 1
+	}
+	if len(order) > 1 && proj[order[1]] > 0 {
+		p99 := proj[order[1]]
+		for _, i := range order[1:] {
+			share[i] = proj[i] / p99
+			if b := tailBoostRest * math.Pow(share[i], tailCurve); b > 1 {
+				boost[i] = b
+			}
 		}
 	}
 	if !v.MidRound {
@@ -430,7 +457,7 @@ func (s *Scheduler) tail(v *round.View, best []float64) []float64 {
 			s.held = append(s.held, v.Jobs[i].ID)
 		}
 	}
-	return boost
+	return boost, share
 }
 
 // followJobs brings hadar's records to round v when another program plans

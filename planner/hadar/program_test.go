@@ -57,7 +57,7 @@ func programView() *round.View {
 // tail jobs (the longest projected JCTs, which make the p99 and the
 // makespan) are worth Smith's rule times tailBoost (the first, here
 // long1: the three tie and keep their order) or tailBoostRest (the
-// others), so the three long jobs take the eight GPUs (4 + 2 + 2, gains
+// others, whose projections equal the second-longest's), so the three long jobs take the eight GPUs (4 + 2 + 2, gains
 // 1.8 + 0.5 + 0.5 per hour, against 2.4 for long1 alone on eight or
 // 0.4 for a short job on two) while the short ones, first by remaining
 // time alone, wait. The primal-dual (NoProgram) serves the short jobs
@@ -90,16 +90,50 @@ func TestProgramRunsTheTailJobs(t *testing.T) {
 	// work at its width (100 h at 2 GPUs, 55.6 h at 4) and its tail
 	// boost; a short one's that it was left out.
 	hours := map[int]string{2: "100.0 h", 4: "55.6 h"}
-	boost := map[string]string{"long1": "(x100)", "long2": "(x50)", "long3": "(x50)"}
+	boost := map[string]string{"long1": "the longest projected JCT (x100)", "long2": "its projected JCT 100 % of the second-longest (x50)", "long3": "its projected JCT 100 % of the second-longest (x50)"}
 	for i, jb := range v.Jobs {
 		why := v.Reasons[i].Why
 		if n := got[jb.ID]; strings.HasPrefix(jb.ID, "long") {
-			if want := fmt.Sprintf("%d GPUs of v100 by the configuration program: %s of work left there", n, hours[n]); !strings.Contains(why, want) || !strings.Contains(why, "longest projected JCT "+boost[jb.ID]) {
+			if want := fmt.Sprintf("%d GPUs of v100 by the configuration program: %s of work left there", n, hours[n]); !strings.Contains(why, want) || !strings.Contains(why, boost[jb.ID]) {
 				t.Errorf("%s's reason %q, want %q and that it is a tail job %s", jb.ID, why, want, boost[jb.ID])
 			}
 		} else if n == 0 && !strings.Contains(why, "left out by the configuration program") {
 			t.Errorf("%s waits, its reason %q", jb.ID, why)
 		}
+	}
+}
+
+// The p99's boost falls with a job's projected JCT (age plus its time
+// at its best, 41.7 h for long1 and long2 an hour into the run): x50 at
+// the second-longest's, x14.1 at 90 % of it, x3.44 at 80 %, none at
+// 70 %; the longest's is x100. A running job's projection counts 20 %
+// more (tailStick): at 80 % it is 96 % running, x30.6. By rank, the
+// jobs after the third lost all their boost at once.
+func TestTailBoostFallsWithTheProjection(t *testing.T) {
+	s, err := New(Config{Speed: speed.Model{Profile: widthRates{"m": tailRates()}}, MinRunTime: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Steps for projections of 153,600 s (the two longest) and 90, 80
+	// and 70 % of it at 2.4 steps/s, an hour into the run.
+	steps := func(share float64) float64 { return (share*153600 - 3600) * 2.4 }
+	ids := []string{"far", "p80", "long1", "p90", "long2", "run80"}
+	v := elasticRoundAt(3600, ids, []float64{steps(0.7), steps(0.8), steps(1), steps(0.9), steps(1), steps(0.8)}, tailRates())
+	v.Jobs[5].Placement = planner.Placement{Units: []planner.Unit{{Slots: []planner.Slot{{Node: "v0", Type: "v100", Count: 2}}}}}
+	best := make([]float64, len(v.Jobs))
+	for i, jb := range v.Jobs {
+		ws, rows := configurations(jb)
+		best[i], _ = bestRates(jb.Remaining, ws, rows)
+	}
+	boost, share := s.tail(v, best)
+	want := map[string][2]float64{"long1": {100, 1}, "long2": {50, 1}, "p90": {14.12, 0.9}, "p80": {3.44, 0.8}, "far": {0, 0.7}, "run80": {30.6, 0.96}}
+	for i, id := range ids {
+		if w := want[id]; math.Abs(boost[i]-w[0]) > 0.01*w[0] || math.Abs(share[i]-w[1]) > 1e-9 {
+			t.Errorf("%s: boost %.4g, share %.4g; want %.4g, %.4g", id, boost[i], share[i], w[0], w[1])
+		}
+	}
+	if want := []string{"long1", "long2", "run80"}; !slices.Equal(s.held, want) {
+		t.Errorf("the tail held for the next boundary %v, want %v", s.held, want)
 	}
 }
 
