@@ -57,11 +57,11 @@ func programView() *round.View {
 // tail jobs (the longest projected JCTs, which make the p99 and the
 // makespan) are worth Smith's rule times tailBoost (the first, here
 // long1: the three tie and keep their order) or tailBoostRest (the
-// others, whose projections equal the second-longest's), so the three long jobs take the eight GPUs (4 + 2 + 2, gains
-// 1.8 + 0.5 + 0.5 per hour, against 2.4 for long1 alone on eight or
-// 0.4 for a short job on two) while the short ones, first by remaining
-// time alone, wait. The primal-dual (NoProgram) serves the short jobs
-// first.
+// others, whose projections equal the second-longest's), so the three
+// long jobs take the eight GPUs (4 + 2 + 2, gains 1.8 + 0.5 + 0.5 per
+// hour, against 2.4 for long1 alone on eight or 0.4 for a short job on
+// two) while the short ones, first by remaining time alone, wait. The
+// primal-dual (NoProgram) serves the short jobs first.
 func TestProgramRunsTheTailJobs(t *testing.T) {
 	prof := widthRates{"m": tailRates()}
 	s, err := New(Config{Speed: speed.Model{Profile: prof}, MinRunTime: -1})
